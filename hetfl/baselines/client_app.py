@@ -1,0 +1,29 @@
+"""Client side of FedAvg / FedProx: local training of the received model on the node's partition."""
+
+from __future__ import annotations
+
+from flwr.app import Context, Message, MetricRecord, RecordDict
+
+from hetfl.common.task import (
+    arrays_to_model,
+    client_data,
+    config_of,
+    local_train,
+    make_model,
+    model_to_arrays,
+    node_partition,
+)
+
+
+def train(msg: Message, context: Context) -> Message:
+    """Train the global model locally; FedProx's `proximal-mu` arrives in the message config."""
+    cfg = config_of(context)
+    conf = msg.content["config"]
+    model = arrays_to_model(make_model(cfg), msg.content["arrays"])
+    data = client_data(context, cfg)
+    res = local_train(
+        model, data, cfg, int(conf["server-round"]),
+        proximal_mu=float(conf.get("proximal-mu", 0.0)), seed_offset=node_partition(context)[0],
+    )
+    metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds})
+    return Message(RecordDict({"arrays": model_to_arrays(model), "metrics": metrics}), reply_to=msg)

@@ -1,0 +1,1 @@
+"""Shared pieces of all apps: config, data, models, training/evaluation, communication, results."""

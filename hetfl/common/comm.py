@@ -1,0 +1,235 @@
+"""Communication accounting and the sparse tensor codec.
+
+Bytes are counted from the messages themselves: Flower 1.41 serialises a Message as a
+tree of inflatable objects (Message -> RecordDict -> ArrayRecord -> Array -> ArrayChunk),
+and what travels between SuperLink and SuperNode is each object's deflated bytes.
+:func:`message_nbytes` sums exactly those. :class:`MeteredGrid` wraps the ServerApp's
+Grid and counts every message pushed (download, server -> client) and every reply pulled
+(upload, client -> server), per node, in periods that the strategies close once per round.
+
+The sparse codec sends a vector as values + positions. Positions are stored in the
+cheapest exact form: a bitmap (1 bit per element) when the density is above 1/32 for
+32-bit or 1/16 for 16-bit indices, else uint16/uint32 absolute indices.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from collections.abc import Iterable
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+try:  # the object tree Flower 1.41 puts on the wire
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+except ImportError:  # pragma: no cover - older/newer layouts
+    get_all_nested_objects = None  # type: ignore[assignment]
+
+
+def record_nbytes(obj) -> int:
+    """Serialized size of a Message, RecordDict or ArrayRecord (sum of its unique deflated objects)."""
+    objs = get_all_nested_objects(obj)
+    return sum(len(o.deflate()) for o in objs.values())
+
+
+def message_nbytes(msg: Message, content_nbytes: int | None = None) -> int:
+    """Bytes a Message occupies on the wire: its content's object tree plus its metadata."""
+    if content_nbytes is None:
+        content_nbytes = record_nbytes(msg.content) if msg.has_content() else 0
+    return content_nbytes + _metadata_nbytes(msg)
+
+
+@dataclass
+class Traffic:
+    """Bytes and replies counted over one period (normally one round)."""
+
+    down: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # node -> bytes sent to it
+    up: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # node -> bytes received from it
+    replies: int = 0
+    failures: int = 0
+    comm_s: float = 0.0  # wall time spent inside send_and_receive
+
+    @property
+    def bytes_down(self) -> int:
+        return sum(self.down.values())
+
+    @property
+    def bytes_up(self) -> int:
+        return sum(self.up.values())
+
+
+class MeteredGrid(Grid):
+    """A Grid that forwards everything to `inner` and counts message bytes per node.
+
+    Counts accumulate in the current :class:`Traffic` period until :meth:`take` closes
+    it (the strategies call it once per round, from their evaluation hook).
+    """
+
+    def __init__(self, inner: Grid) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self.current = Traffic()
+        self.history: list[Traffic] = []
+
+    def take(self) -> Traffic:
+        """Close the current period and return its traffic."""
+        with self._lock:
+            t, self.current = self.current, Traffic()
+            self.history.append(t)
+        return t
+
+    def total_bytes(self) -> tuple[int, int]:
+        """(download, upload) bytes of the whole run so far."""
+        periods = self.history + [self.current]
+        return sum(t.bytes_down for t in periods), sum(t.bytes_up for t in periods)
+
+    def _count_down(self, messages: list[Message]) -> None:
+        # Strategies send one RecordDict to many nodes: serialise each distinct content once.
+        cache: dict[int, tuple[object, int]] = {}  # id -> (content kept alive, bytes)
+        for m in messages:
+            key = id(m.content)
+            if key not in cache:
+                cache[key] = (m.content, record_nbytes(m.content))
+            nbytes = message_nbytes(m, cache[key][1])
+            with self._lock:
+                self.current.down[m.metadata.dst_node_id] += nbytes
+
+    def _count_up(self, replies: list[Message]) -> None:
+        for r in replies:
+            nbytes = message_nbytes(r)
+            with self._lock:
+                self.current.up[r.metadata.src_node_id] += nbytes
+                if r.has_error():
+                    self.current.failures += 1
+                else:
+                    self.current.replies += 1
+
+    # --- Grid API (forwarded) -------------------------------------------------------
+    def set_run(self, run):  # noqa: D102
+        return self._inner.set_run(run)
+
+    @property
+    def run(self):  # noqa: D102
+        return self._inner.run
+
+    def create_message(self, *args, **kwargs) -> Message:  # noqa: D102
+        return self._inner.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:  # noqa: D102
+        return self._inner.get_node_ids()
+
+    def get_nodes(self):  # noqa: D102
+        return self._inner.get_nodes()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
+        messages = list(messages)
+        self._count_down(messages)
+        return self._inner.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
+        replies = list(self._inner.pull_messages(message_ids))
+        self._count_up(replies)
+        return replies
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:  # noqa: D102
+        messages = list(messages)
+        self._count_down(messages)
+        t0 = time.perf_counter()
+        replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+        self.current.comm_s += time.perf_counter() - t0
+        self._count_up(replies)
+        return replies
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def _metadata_nbytes(m: Message) -> int:
+    """Approximate size of a message's metadata (ids, type, group) - tens of bytes."""
+    md = m.metadata
+    return 64 + len(md.message_type) + len(md.group_id)
+
+
+# ---------------------------------------------------------------------------
+# Sparse codec: values + positions
+# ---------------------------------------------------------------------------
+
+_BITMAP, _U16, _U32 = 0, 1, 2
+
+
+def encode_sparse(indices: np.ndarray, values: np.ndarray, size: int) -> dict[str, np.ndarray]:
+    """Encode the sparse vector (indices, values) of length `size` as arrays: values + positions.
+
+    Indices must be unique. The positions use whichever exact format is smallest:
+    a bitmap (size/8 bytes), uint16 (2 bytes each, size <= 65536) or uint32 indices.
+    Values are stored in ascending index order.
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float32)
+    if indices.shape != values.shape or indices.ndim != 1:
+        raise ValueError("indices and values must be 1-D arrays of equal length")
+    if size < 0 or (len(indices) and (indices.min() < 0 or indices.max() >= size)):
+        raise ValueError(f"indices out of range [0, {size})")
+    order = np.argsort(indices, kind="stable")
+    indices, values = indices[order], values[order]
+    if len(indices) > 1 and np.any(np.diff(indices) == 0):
+        raise ValueError("indices must be unique")
+    k = len(indices)
+    costs = {_BITMAP: (size + 7) // 8, _U32: 4 * k}
+    if size <= 1 << 16:
+        costs[_U16] = 2 * k
+    scheme = min(costs, key=lambda s: (costs[s], s))
+    if scheme == _BITMAP:
+        mask = np.zeros(size, dtype=bool)
+        mask[indices] = True
+        pos = np.packbits(mask)
+    elif scheme == _U16:
+        pos = indices.astype(np.uint16)
+    else:
+        pos = indices.astype(np.uint32)
+    return {"val": values, "pos": pos, "hdr": np.array([size, scheme], dtype=np.int64)}
+
+
+def decode_sparse(enc: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Inverse of :func:`encode_sparse`: (indices int64 ascending, values float32, size)."""
+    size, scheme = (int(v) for v in enc["hdr"])
+    values = np.asarray(enc["val"], dtype=np.float32)
+    if scheme == _BITMAP:
+        mask = np.unpackbits(np.asarray(enc["pos"], dtype=np.uint8), count=size).astype(bool)
+        indices = np.flatnonzero(mask)
+    elif scheme in (_U16, _U32):
+        indices = np.asarray(enc["pos"]).astype(np.int64)
+    else:
+        raise ValueError(f"unknown sparse scheme {scheme}")
+    if len(indices) != len(values):
+        raise ValueError(f"sparse payload corrupt: {len(indices)} positions for {len(values)} values")
+    if len(indices) and (indices.min() < 0 or indices.max() >= size):
+        raise ValueError(f"sparse payload corrupt: index out of range [0, {size})")
+    return indices, values, size
+
+
+def densify(enc: dict[str, np.ndarray]) -> np.ndarray:
+    """Decode to a dense float32 vector."""
+    indices, values, size = decode_sparse(enc)
+    out = np.zeros(size, dtype=np.float32)
+    out[indices] = values
+    return out
+
+
+def put_sparse(record: ArrayRecord, prefix: str, enc: dict[str, np.ndarray]) -> None:
+    """Store an encoded sparse vector in an ArrayRecord under `prefix.val/.pos/.hdr`."""
+    for k, v in enc.items():
+        record[f"{prefix}.{k}"] = Array(np.ascontiguousarray(v))
+
+
+def get_sparse(record: ArrayRecord, prefix: str) -> dict[str, np.ndarray]:
+    """Read an encoded sparse vector stored by :func:`put_sparse`."""
+    try:
+        return {k: record[f"{prefix}.{k}"].numpy() for k in ("val", "pos", "hdr")}
+    except KeyError as err:
+        raise ValueError(f"sparse payload '{prefix}' incomplete: missing {err}") from err
+

@@ -1,0 +1,228 @@
+"""Run the app in Flower's Simulation Engine with a SuperLink this process owns.
+
+``flwr run .`` in Flower 1.41 auto-starts a detached SuperLink that outlives the run.
+This launcher instead starts ``flower-superlink --simulation`` on free loopback ports
+with a private FLWR_HOME, submits the run with ``flwr run . <connection> --stream``,
+and stops the SuperLink's whole process group (ServerApp/simulation executors and Ray
+included) when the run ends or fails. It is what ``make run``, the reproduce scripts and
+the end-to-end tests use:
+
+    python -m hetfl.launch configs/fedavg/fmnist-dir0.6.toml --supernodes 100 \
+        --set num-server-rounds=30
+
+It prints the run's results directory and final accuracy, and exits non-zero when the
+run fails or leaves no metrics.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bin(name: str) -> str:
+    """Path of a console script of this interpreter's environment."""
+    cand = Path(sys.executable).parent / name
+    return str(cand) if cand.exists() else (shutil.which(name) or name)
+
+
+def flwr_env(flwr_home: Path) -> dict[str, str]:
+    """Environment for flwr processes: private FLWR_HOME, no per-run dependency installs."""
+    env = os.environ.copy()
+    env["FLWR_HOME"] = str(flwr_home)
+    env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
+    env["FLWR_DISABLE_UPDATE_CHECK"] = "1"
+    env.setdefault("RAY_DEDUP_LOGS", "0")
+    return env
+
+
+@dataclass
+class SuperLink:
+    """A running SuperLink process group and how to reach it."""
+
+    proc: subprocess.Popen
+    home: Path
+    connection: str  # name of the connection in FLWR_HOME/config.toml
+    address: str  # host:port of the HTTP API (Control, Fleet and Runtime)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the process group, then SIGKILL what is left."""
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+
+def _wait_port(address: str, proc: subprocess.Popen, log_file: Path, timeout: float = 60.0) -> None:
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"flower-superlink exited with {proc.returncode}; see {log_file}")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((host, int(port))) == 0:
+                return
+        time.sleep(0.3)
+    raise TimeoutError(f"flower-superlink did not listen on {address} within {timeout}s; see {log_file}")
+
+
+@contextlib.contextmanager
+def superlink(home: Path | None = None, simulation: bool = True, extra_args: list[str] | None = None) -> Iterator[SuperLink]:
+    """Start a SuperLink on free loopback ports (own process group); stop it on exit."""
+    own_home = home is None
+    home = Path(tempfile.mkdtemp(prefix="hetfl-flwr-")) if home is None else home
+    home.mkdir(parents=True, exist_ok=True)
+    # Flower 1.41 serves the Control, Fleet and Runtime APIs on one HTTP port.
+    address = f"127.0.0.1:{free_port()}"
+    log_file = home / "superlink.log"
+    cmd = [
+        _bin("flower-superlink"), "--insecure", "--isolation", "subprocess",
+        "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+        "--health-server-address", f"127.0.0.1:{free_port()}",
+        "--database", str(home / "state.db"), "--log-file", str(log_file),
+        "--disable-runtime-dependency-installation",
+    ] + (["--simulation"] if simulation else []) + (extra_args or [])
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "hetfl"\n\n[superlink.hetfl]\n'
+        f'address = "{address}"\ninsecure = true\n'
+    )
+    with open(home / "superlink.stdout", "wb") as out:
+        proc = subprocess.Popen(cmd, env=flwr_env(home), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    link = SuperLink(proc, home, "hetfl", address)
+    try:
+        _wait_port(address, proc, log_file)
+        yield link
+    finally:
+        link.stop()
+        if own_home and os.environ.get("HETFL_KEEP_FLWR_HOME") != "1":
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def write_run_config(path: Path, config_file: str | None, overrides: dict[str, Any]) -> Path:
+    """Merge the preset file and the overrides into one TOML file (flwr takes a file or pairs, not both)."""
+    import tomli_w
+
+    merged = tomllib.loads(Path(config_file).read_text()) if config_file else {}
+    merged.update(overrides)
+    path.write_text(tomli_w.dumps(merged))
+    return path
+
+
+def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides: dict[str, Any],
+             num_supernodes: int, client_cpus: float = 1.0, timeout: float | None = None,
+             log_path: Path | None = None) -> int:
+    """Submit a run to `link` and stream its logs until it ends; returns flwr's exit code."""
+    fed = f"num-supernodes={num_supernodes} client-resources-num-cpus={client_cpus:g} client-resources-num-gpus=0"
+    run_config = write_run_config(link.home / f"run-config-{time.time_ns()}.toml", config_file, overrides)
+    cmd = [_bin("flwr"), "run", str(app_dir), link.connection, "--stream",
+           "--federation-config", fed, "--run-config", str(run_config)]
+    with open(log_path, "wb") if log_path else contextlib.nullcontext() as logf:
+        proc = subprocess.Popen(cmd, env=flwr_env(link.home), cwd=app_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for line in proc.stdout:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+                if logf:
+                    logf.write(line)
+                if deadline and time.monotonic() > deadline:
+                    proc.kill()
+                    raise TimeoutError(f"run exceeded {timeout}s")
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """key=value pairs with TOML-typed values (strings may be bare)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"--set expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = tomllib.loads(f"x = {v}")["x"]
+        except tomllib.TOMLDecodeError:
+            out[k.strip()] = v
+    return out
+
+
+def run(config_file: str | None = None, overrides: dict[str, Any] | None = None, num_supernodes: int = 10,
+        client_cpus: float = 1.0, results_dir: str | Path = "results", timeout: float | None = None,
+        app_dir: Path = ROOT) -> Path:
+    """Validate, run one simulation, and return its results directory (raises on failure)."""
+    from hetfl.common.config import validate
+
+    overrides = dict(overrides or {})
+    preset = tomllib.loads(Path(config_file).read_text()) if config_file else {}
+    run_name = overrides.get("run-name") or preset.get("run-name") or (
+        f"{Path(config_file).parent.name + '-' + Path(config_file).stem if config_file else 'run'}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    )
+    overrides["run-name"] = run_name
+    overrides["results-dir"] = str(Path(results_dir).resolve())
+    validate({**preset, **overrides})  # fail fast, before any process starts
+    run_dir = Path(results_dir).resolve() / run_name
+    with superlink() as link:
+        rc = flwr_run(link, app_dir, config_file, overrides, num_supernodes, client_cpus, timeout)
+    metrics = run_dir / "metrics.json"
+    if rc != 0 or not metrics.exists():
+        raise RuntimeError(f"run failed (flwr exit {rc}); no {metrics}")
+    summary = json.loads(metrics.read_text())["summary"]
+    if summary["rounds_completed"] < json.loads(metrics.read_text())["config"]["num-server-rounds"]:
+        raise RuntimeError(f"run stopped after {summary['rounds_completed']} rounds; see the log above")
+    return run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", nargs="?", help="run-config preset (TOML), e.g. configs/fedavg/fmnist-dir0.6.toml")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides")
+    p.add_argument("--supernodes", type=int, default=10, help="number of simulated SuperNodes (= partitions)")
+    p.add_argument("--client-cpus", type=float, default=1.0, help="CPUs per simulated ClientApp (Ray resource)")
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
+    a = p.parse_args(argv)
+    run_dir = run(a.config, parse_set(a.set), a.supernodes, a.client_cpus, a.results_dir, a.timeout)
+    s = json.loads((run_dir / "metrics.json").read_text())["summary"]
+    print(f"\nfinal accuracy: {100 * s['final_accuracy']:.2f}%  (best {100 * s['best_accuracy']:.2f}%, "
+          f"convergence round at {100 * s['convergence_threshold']:.0f}%: {s['convergence_round']})")
+    print(f"communication: {s['total_bytes_down'] / 1e6:.1f} MB down, {s['total_bytes_up'] / 1e6:.1f} MB up; "
+          f"{s['mean_round_s']:.2f} s/round, {s['wall_time_s']:.1f} s total")
+    print(f"results: {run_dir}/metrics.json\nplot:    {run_dir}/accuracy.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

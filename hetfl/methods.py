@@ -1,0 +1,27 @@
+"""Registry: run-config `method` -> server entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hetfl.common.config import SCHEMA
+
+ServerFn = Callable[..., Any]
+
+
+def _baselines(grid, context, cfg):
+    from hetfl.baselines.server_app import run
+
+    return run(grid, context, cfg)
+
+
+SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines}
+
+
+def server_for(method: str) -> ServerFn:
+    """The server function for a method (the config validation already checked the name)."""
+    try:
+        return SERVERS[method]
+    except KeyError:
+        raise KeyError(f"run-config key 'method' = {method!r}; expected one of {SCHEMA['method'].choices}") from None
