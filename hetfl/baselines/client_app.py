@@ -21,9 +21,9 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     model = arrays_to_model(make_model(cfg), msg.content["arrays"])
     data = client_data(context, cfg)
-    res = local_train(
-        model, data, cfg, int(conf["server-round"]),
-        proximal_mu=float(conf.get("proximal-mu", 0.0)), seed_offset=node_partition(context)[0],
-    )
-    metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds})
+    mu = float(conf.get("proximal-mu", 0.0))
+    res = local_train(model, data, cfg, int(conf["server-round"]), proximal_mu=mu,
+                      seed_offset=node_partition(context)[0])
+    metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
+                            "steps": res.steps, "proximal_mu": mu})
     return Message(RecordDict({"arrays": model_to_arrays(model), "metrics": metrics}), reply_to=msg)

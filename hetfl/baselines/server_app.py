@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg, FedProx
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.results import RunRecorder
@@ -23,13 +24,25 @@ from hetfl.common.task import (
 )
 
 
-def make_strategy(cfg: dict[str, Any]) -> FedAvg:
-    """The Flower strategy for `method` (fedavg | fedprox), with centralized evaluation only."""
+def make_strategy(cfg: dict[str, Any], train_metrics: dict[str, float] | None = None) -> FedAvg:
+    """The Flower strategy for `method` (fedavg | fedprox), with centralized evaluation only.
+
+    The weighted-average client train metrics of the latest round are copied into `train_metrics`.
+    """
+
+    def aggregate_metrics(records: list[RecordDict], weight_key: str) -> MetricRecord:
+        agg = aggregate_metricrecords(records, weight_key)
+        if train_metrics is not None:
+            train_metrics.clear()
+            train_metrics.update({f"client_{k}": float(v) for k, v in agg.items() if k != weight_key})
+        return agg
+
     kwargs = dict(
         fraction_train=cfg["fraction-train"],
         fraction_evaluate=0.0,
         min_train_nodes=1,
         min_available_nodes=cfg["min-available-nodes"],
+        train_metrics_aggr_fn=aggregate_metrics,
     )
     if cfg["method"] == "fedprox":
         return FedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
@@ -41,6 +54,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     model = make_model(cfg)
     evaluate = centralized_evaluator(cfg)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    train_metrics: dict[str, float] = {}
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         t0 = time.perf_counter()
@@ -49,11 +63,12 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         recorder.record(
             server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
             eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s,
-            replies=traffic.replies, failures=traffic.failures,
+            replies=traffic.replies, failures=traffic.failures, **train_metrics,
         )
+        train_metrics.clear()
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    make_strategy(cfg).start(
+    make_strategy(cfg, train_metrics).start(
         grid=grid,
         initial_arrays=model_to_arrays(model),
         num_rounds=cfg["num-server-rounds"],

@@ -278,7 +278,7 @@ class DataSpec:
         )
 
     def key(self) -> str:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("source", "data_dir")}
+        d = {k: v for k, v in self.__dict__.items() if k != "source"}  # hub and local give the same rows
         if self.partitioner != "dirichlet":
             d.pop("alpha"), d.pop("min_partition_size")
         if self.partitioner != "shards":
@@ -335,8 +335,8 @@ def _resolve_source(spec: DataSpec) -> str:
 
 
 @lru_cache(maxsize=4)
-def _local_datasetdict(name: str, data_dir: str, seed: int):
-    """The local splits as a shuffled DatasetDict, exactly as FederatedDataset prepares the hub's."""
+def local_datasetdict(name: str, data_dir: str = ""):
+    """The local splits as a DatasetDict with the hub's columns and row order (not yet shuffled)."""
     from datasets import DatasetDict, load_from_disk
 
     saved = Path(data_dir) / name if data_dir else None
@@ -350,7 +350,7 @@ def _local_datasetdict(name: str, data_dir: str, seed: int):
                 f"To get it: {DATASETS[name].how_to_get}; or use data-source = 'hub' with internet access."
             )
         dd = DatasetDict({"train": _to_hf(name, arrays[0]), "test": _to_hf(name, arrays[1])})
-    return dd.shuffle(seed=seed)
+    return dd
 
 
 @lru_cache(maxsize=4)
@@ -375,9 +375,10 @@ def _partitioner_for(spec: DataSpec):
             dataset=info.hub_id, subset=info.subset,
             partitioners={"train": make_partitioner(spec, n_train)}, shuffle=True, seed=spec.seed,
         )
-    dd = _local_datasetdict(spec.dataset, spec.data_dir, spec.seed)
-    part = make_partitioner(spec, len(dd["train"]))
-    part.dataset = dd["train"]
+    # exactly what FederatedDataset does with the hub's DatasetDict: shuffle every split with the seed
+    train = local_datasetdict(spec.dataset, spec.data_dir)["train"].shuffle(seed=spec.seed)
+    part = make_partitioner(spec, len(train))
+    part.dataset = train
     return part
 
 
@@ -423,15 +424,18 @@ def load_partition(spec: DataSpec, partition_id: int, cache_dir: str = "") -> Ar
 
 def load_test(name: str, source: str = "auto", data_dir: str = "", cache_dir: str = "", seed: int = 42) -> ArrayData:
     """The centralized test split (in the hub's row order after the shared shuffle)."""
-    path = _cache_root(cache_dir) / name / f"test-{seed}.npz"
+    tag = hashlib.sha1(data_dir.encode()).hexdigest()[:8]
+    path = _cache_root(cache_dir) / name / f"test-{seed}-{tag}.npz"
     if str(path) in _MEM:
         return _MEM[str(path)]
     if path.exists():
         data = _load_npz(path)
     else:
         spec = DataSpec(dataset=name, source=source, data_dir=data_dir, partitioner="iid", num_partitions=1, seed=seed)
-        part = _partitioner_for(spec)
-        ds = part.load_split("test") if hasattr(part, "load_split") else _local_datasetdict(name, data_dir, seed)["test"]
+        if _resolve_source(spec) == "hub":
+            ds = _partitioner_for(spec).load_split("test")
+        else:
+            ds = local_datasetdict(name, data_dir)["test"].shuffle(seed=seed)
         data = _from_hf(name, ds)
         _atomic_save(path, data)
     _MEM[str(path)] = data

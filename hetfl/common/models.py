@@ -194,4 +194,4 @@ def set_state(model: nn.Module, state: dict[str, np.ndarray]) -> None:
         v = np.asarray(state[k])
         if tuple(v.shape) != tuple(t.shape):
             raise ValueError(f"state '{k}': shape {v.shape} != model shape {tuple(t.shape)}")
-        t.copy_(torch.from_numpy(np.ascontiguousarray(v)).to(t.dtype))
+        t.copy_(torch.as_tensor(np.array(v, copy=True)).to(t.dtype))

@@ -1,0 +1,97 @@
+import numpy as np
+import pytest
+
+from hetfl.common import data as D
+from hetfl.common.data import DataSpec, DatasetUnavailable, load_partition, load_test
+
+from .conftest import require_fmnist
+
+
+def spec(**kw):
+    base = dict(dataset="digits", source="local", partitioner="dirichlet", num_partitions=10, alpha=0.5,
+                min_partition_size=5, seed=42)
+    base.update(kw)
+    return DataSpec(**base)
+
+
+def all_parts(s):
+    return [load_partition(s, i) for i in range(s.num_partitions)]
+
+
+@pytest.mark.parametrize("partitioner", ["iid", "dirichlet", "shards"])
+def test_partitions_cover_train_split_disjointly(partitioner):
+    s = spec(partitioner=partitioner, shards_per_client=2)
+    parts = all_parts(s)
+    n_train = len(D.local_datasetdict("digits")["train"])
+    sizes = [len(p) for p in parts]
+    if partitioner == "shards":  # num_partitions * shards_per_client shards of n // total samples
+        assert sum(sizes) == (n_train // 20) * 20
+    else:
+        assert sum(sizes) == n_train
+    # disjoint: no image (row) appears twice across partitions
+    rows = np.concatenate([p.x.reshape(len(p), -1) for p in parts])
+    ys = np.concatenate([p.y for p in parts])
+    assert rows.dtype == np.uint8 and rows.shape[1] == 64
+    assert len(np.unique(np.c_[rows, ys], axis=0)) >= len(rows) - 5  # digits has a few duplicate images
+
+
+def test_partitions_are_deterministic_and_seeded(tmp_path):
+    a = load_partition(spec(), 3, cache_dir=str(tmp_path / "a"))
+    D._MEM.clear()
+    D._partitioner_for.cache_clear()
+    b = load_partition(spec(), 3, cache_dir=str(tmp_path / "b"))  # recomputed from scratch
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y)
+    c = load_partition(spec(seed=7), 3, cache_dir=str(tmp_path / "c"))
+    assert len(c) != len(a) or not np.array_equal(c.y, a.y)
+    assert (tmp_path / "a" / "digits" / spec().key() / "part-00003.npz").exists()
+
+
+def _mean_max_class_fraction(alpha):
+    parts = all_parts(spec(alpha=alpha))
+    return np.mean([np.bincount(p.y, minlength=10).max() / len(p) for p in parts])
+
+
+def test_label_skew_grows_as_alpha_shrinks():
+    skew = [_mean_max_class_fraction(a) for a in (100.0, 1.0, 0.1)]
+    assert skew[0] < skew[1] < skew[2], skew
+    assert skew[0] < 0.25 and skew[2] > 0.5, skew
+
+
+def test_partition_id_checked():
+    with pytest.raises(ValueError, match="partition-id"):
+        load_partition(spec(), 10)
+
+
+def test_missing_dataset_says_how_to_get_it(tmp_path):
+    with pytest.raises(DatasetUnavailable, match="cifar-10-python.tar.gz"):
+        load_partition(DataSpec(dataset="cifar10", source="local", data_dir=str(tmp_path)), 0, cache_dir=str(tmp_path))
+
+
+def test_hub_path_gives_the_same_partitions_as_local(monkeypatch):
+    """FederatedDataset (the hub path) fed the same rows yields identical partitions."""
+    import flwr_datasets.federated_dataset as fdmod
+
+    local = D.local_datasetdict("digits")
+    monkeypatch.setattr(fdmod.datasets, "load_dataset", lambda *a, **k: local)
+    monkeypatch.setitem(D.DATASETS, "digits", D.DATASETS["digits"].__class__(**{**D.DATASETS["digits"].__dict__, "hub_id": "fake/digits"}))
+    for partitioner in ("iid", "dirichlet", "shards"):
+        s_local = spec(partitioner=partitioner, shards_per_client=2)
+        s_hub = spec(partitioner=partitioner, shards_per_client=2, source="hub")
+        hub_part = D._partitioner_for(s_hub)
+        loc_part = D._partitioner_for(s_local)
+        for pid in (0, 4, 9):
+            h = D._from_hf("digits", hub_part.load_partition(pid))
+            l = D._from_hf("digits", loc_part.load_partition(pid))
+            assert np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y), (partitioner, pid)
+
+
+def test_fmnist_local_idx():
+    require_fmnist()
+    test = load_test("fashion_mnist", "local")
+    assert test.x.shape == (10000, 1, 28, 28) and test.x.dtype == np.uint8
+    assert np.array_equal(np.bincount(test.y), [1000] * 10)
+    s = DataSpec(dataset="fashion_mnist", source="local", partitioner="shards", num_partitions=100, shards_per_client=4)
+    parts = [load_partition(s, i) for i in range(0, 100, 10)]
+    assert all(len(p) == 600 for p in parts)  # 400 shards of 150
+    labels = [len(np.unique(p.y)) for p in parts]
+    assert max(labels) <= 8 and np.mean(labels) <= 5, labels  # pathological: ~4 classes each
