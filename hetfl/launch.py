@@ -52,6 +52,8 @@ def _bin(name: str) -> str:
 def flwr_env(flwr_home: Path) -> dict[str, str]:
     """Environment for flwr processes: private FLWR_HOME, no per-run dependency installs."""
     env = os.environ.copy()
+    # SuperLink/SuperExec spawn flwr console scripts by name: put this environment's first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["FLWR_HOME"] = str(flwr_home)
     env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     env["FLWR_DISABLE_UPDATE_CHECK"] = "1"
