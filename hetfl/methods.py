@@ -16,7 +16,13 @@ def _baselines(grid, context, cfg):
     return run(grid, context, cfg)
 
 
-SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines}
+def _shefl(grid, context, cfg):
+    from hetfl.shefl_app.server_app import run
+
+    return run(grid, context, cfg)
+
+
+SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "shefl": _shefl}
 
 
 def server_for(method: str) -> ServerFn:

@@ -8,8 +8,8 @@ Grid and counts every message pushed (download, server -> client) and every repl
 (upload, client -> server), per node, in periods that the strategies close once per round.
 
 The sparse codec sends a vector as values + positions. Positions are stored in the
-cheapest exact form: a bitmap (1 bit per element) when the density is above 1/32 for
-32-bit or 1/16 for 16-bit indices, else uint16/uint32 absolute indices.
+cheapest exact form: none for a dense vector, a bitmap (1 bit per element) when the
+density is above 1/32 for 32-bit or 1/16 for 16-bit indices, else uint16/uint32 indices.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _metadata_nbytes(m: Message) -> int:
 # Sparse codec: values + positions
 # ---------------------------------------------------------------------------
 
-_BITMAP, _U16, _U32 = 0, 1, 2
+_BITMAP, _U16, _U32, _DENSE = 0, 1, 2, 3
 
 
 def encode_sparse(indices: np.ndarray, values: np.ndarray, size: int) -> dict[str, np.ndarray]:
@@ -179,6 +179,8 @@ def encode_sparse(indices: np.ndarray, values: np.ndarray, size: int) -> dict[st
     if len(indices) > 1 and np.any(np.diff(indices) == 0):
         raise ValueError("indices must be unique")
     k = len(indices)
+    if k == size:  # every position present: no positions to send
+        return {"val": values, "pos": np.zeros(0, np.uint8), "hdr": np.array([size, _DENSE], dtype=np.int64)}
     costs = {_BITMAP: (size + 7) // 8, _U32: 4 * k}
     if size <= 1 << 16:
         costs[_U16] = 2 * k
@@ -203,6 +205,8 @@ def decode_sparse(enc: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, i
         indices = np.flatnonzero(mask)
     elif scheme in (_U16, _U32):
         indices = np.asarray(enc["pos"]).astype(np.int64)
+    elif scheme == _DENSE:
+        indices = np.arange(size, dtype=np.int64)
     else:
         raise ValueError(f"unknown sparse scheme {scheme}")
     if len(indices) != len(values):

@@ -179,3 +179,8 @@ def validate(run_config: Mapping[str, Any]) -> dict[str, Any]:
     for check in _CROSS_CHECKS:
         check(cfg)
     return cfg
+
+
+# Method packages declare their own keys next to their code; importing them here makes
+# the schema complete wherever the config is validated (ServerApp, ClientApp, launcher).
+import hetfl.shefl_app.keys  # noqa: E402,F401

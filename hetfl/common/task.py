@@ -51,9 +51,9 @@ def num_classes(cfg: dict[str, Any]) -> int:
     return DATASETS[cfg["dataset"]].num_classes
 
 
-def make_model(cfg: dict[str, Any], width: float | None = None) -> nn.Module:
-    """The configured model, deterministic given `seed` (same init on server and clients)."""
-    torch.manual_seed(cfg["seed"])
+def make_model(cfg: dict[str, Any], width: float | None = None, seed: int | None = None) -> nn.Module:
+    """The configured model, initialised deterministically from `seed` (default: the config's)."""
+    torch.manual_seed(cfg["seed"] if seed is None else seed)
     info = DATASETS[cfg["dataset"]]
     return build_model(cfg["model"], info.num_classes, info.shape, cfg["width"] if width is None else width)
 

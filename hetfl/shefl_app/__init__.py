@@ -1,0 +1,1 @@
+"""SHEFL: heterogeneous ensemble FL with permutation schedule, resource-aware top-k and workload-aware aggregation."""

@@ -1,0 +1,70 @@
+"""SHEFL client: train each assigned model from its global weights, send top-k sparse deltas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from hetfl.common.comm import encode_sparse, put_sparse
+from hetfl.common.compression import StateLayout, topk_sparsify
+from hetfl.common.models import get_state
+from hetfl.common.task import arrays_to_model, client_data, config_of, local_train, make_model, node_partition
+
+from .core import hpc_partitions
+
+
+def device_class(context: Context, cfg: dict[str, Any]) -> str:
+    """'hpc' | 'lpc': the node config's device-class (deployment), else from the partition id (simulation)."""
+    declared = context.node_config.get("device-class")
+    if declared is not None:
+        if declared not in ("hpc", "lpc"):
+            raise ValueError(f"node config device-class={declared!r}; expected 'hpc' or 'lpc'")
+        return str(declared)
+    pid, n = node_partition(context)
+    return "hpc" if pid in hpc_partitions(n, cfg["hpc-fraction"], cfg["seed"]) else "lpc"
+
+
+def query(msg: Message, context: Context) -> Message:
+    """Answer the server's device-class query."""
+    cfg = config_of(context)
+    return Message(RecordDict({"config": ConfigRecord({"device-class": device_class(context, cfg)})}), reply_to=msg)
+
+
+def _residual(context: Context, m: int, size: int) -> np.ndarray:
+    rec = context.state.get(f"shefl-residual-{m}")
+    return rec["r"].numpy() if rec is not None else np.zeros(size, np.float32)
+
+
+def train(msg: Message, context: Context) -> Message:
+    """Alg. 1 lines 11-24: LocalTrain each assigned model, delta = w_local - w_global, TopK(delta, k)."""
+    cfg = config_of(context)
+    conf = msg.content["config"]
+    rnd, role, density = int(conf["server-round"]), str(conf["role"]), float(conf["density"])
+    models = [int(m) for m in conf["models"]]
+    data = client_data(context, cfg)
+    pid = node_partition(context)[0]
+    steps = cfg["hpc-local-steps" if role == "hpc" else "lpc-local-steps"] or None
+    out, losses, secs = ArrayRecord(), [], 0.0
+    for m in models:
+        arrays = msg.content[f"model.{m}"]
+        model = arrays_to_model(make_model(cfg), arrays)
+        start = {k: v.numpy() for k, v in arrays.items()}
+        layout = StateLayout.of(start)
+        res = local_train(model, data, cfg, rnd, steps=steps, seed_offset=pid * 64 + m)
+        delta = layout.flatten(get_state(model)) - layout.flatten(start)
+        segments = layout.segments if cfg["topk-scope"] == "tensor" else None
+        if cfg["error-feedback"] and density < 1.0:
+            delta = delta + _residual(context, m, layout.size)
+        idx, val = topk_sparsify(delta, density, segments)
+        if cfg["error-feedback"] and density < 1.0:
+            rest = delta.copy()
+            rest[idx] = 0.0
+            context.state[f"shefl-residual-{m}"] = ArrayRecord({"r": Array(rest)})
+        put_sparse(out, f"m{m}", encode_sparse(idx, val, layout.size))
+        losses.append(res.loss)
+        secs += res.seconds
+    metrics = MetricRecord({"train_loss": float(np.mean(losses)), "num-examples": len(data), "train_s": secs,
+                            "models": len(models)})
+    return Message(RecordDict({"deltas": out, "metrics": metrics}), reply_to=msg)

@@ -1,0 +1,129 @@
+"""SHEFL's math as pure functions: roles, cluster sampling, permutation schedule, densities, weights.
+
+Sources: SHEFL full paper (Algorithm 1, Eq. 2) and ICASSP version (Eq. 1-2); where they
+are ambiguous, ../shared/notes/shefl.md decides (recorded in each docstring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def hpc_partitions(num_partitions: int, hpc_fraction: float, seed: int) -> set[int]:
+    """Partition ids that are high-power clients in simulation: a seeded subset of round(N * fraction)."""
+    n_hpc = int(round(num_partitions * hpc_fraction))
+    rng = np.random.default_rng([seed, 0x5EF1])
+    return set(rng.choice(num_partitions, n_hpc, replace=False).tolist())
+
+
+def make_clusters(node_ids: list[int], num_clusters: int, seed: int) -> list[list[int]]:
+    """Split nodes into `num_clusters` near-equal clusters at random (Alg. 1 line 3, cluster-based sampling)."""
+    if num_clusters == 0:
+        return []
+    if len(node_ids) < num_clusters:
+        raise ValueError(f"{len(node_ids)} nodes cannot form {num_clusters} clusters")
+    rng = np.random.default_rng([seed, 0xC1])
+    ids = sorted(int(n) for n in node_ids)  # node ids are uint64: permute positions, never the values
+    order = rng.permutation(len(ids))
+    return [sorted(ids[i] for i in chunk) for chunk in np.array_split(order, num_clusters)]
+
+
+def sample_from_clusters(clusters: list[list[int]], rng: np.random.Generator) -> list[int]:
+    """One node drawn uniformly from each cluster (Alg. 1 line 6, RandSelect(S_c))."""
+    return [int(c[rng.integers(len(c))]) for c in clusters]
+
+
+class PermutationSchedule:
+    """LPC slot i trains model P[i, t mod M]; P regenerated every M rounds (Fed-Ensemble's permutation matrix).
+
+    Every row of P is a permutation of the M models (a slot trains each model once per
+    M-round block) and every column is balanced (per round each model gets C_l/M slots,
+    counts differ by at most one). Construction: the cyclic Latin rectangle
+    P0[i, j] = (i + j) mod M with rows, columns and model labels permuted at random,
+    seeded by (seed, block). Rounds are 1-based; block b covers rounds bM+1 .. (b+1)M
+    (the paper's "t mod M = 0" regeneration, aligned so that each block has M rounds).
+    """
+
+    def __init__(self, num_models: int, num_slots: int, seed: int = 0) -> None:
+        if num_models < 1 or num_slots < 0:
+            raise ValueError("need num_models >= 1 and num_slots >= 0")
+        self.M, self.slots, self.seed = num_models, num_slots, seed
+
+    def matrix(self, block: int) -> np.ndarray:
+        """P for one block of M rounds: shape (num_slots, M)."""
+        rng = np.random.default_rng([self.seed, block, 0x9E])
+        rows = rng.permutation(self.slots)
+        cols = rng.permutation(self.M)
+        labels = rng.permutation(self.M)
+        base = (rows[:, None] + cols[None, :]) % self.M
+        return labels[base]
+
+    def models_for_round(self, server_round: int) -> np.ndarray:
+        """Model index of each LPC slot in a (1-based) round."""
+        t = server_round - 1
+        return self.matrix(t // self.M)[:, t % self.M]
+
+
+def topk_densities(k: float, ratio: float, num_models: int) -> tuple[float, float]:
+    """(k_l, k_h): LPC density k; an HPC's budget is r times an LPC's, spread over M models -> min(1, k r / M)."""
+    return k, min(1.0, k * ratio / num_models)
+
+
+COEFFICIENTS = ("balanced", "paper-full", "paper-icassp", "uniform")
+
+
+def workload_weights(H: int, L: int, mode: str = "balanced", M: int = 5, C_h: int = 5, C_l: int = 5) -> tuple[float, float]:
+    """(a_h, a_l) for w_t^m = w_{t-1}^m + 1/(H+L) * sum_i a_i delta_i (SHEFL Eq. 2).
+
+    balanced (default, notes/shefl.md): from the actual counts H, L of HPC/LPC replies
+      for model m, a_h = (H+L)/(2H), a_l = (H+L)/(2L): the HPC mean and the LPC mean each
+      get weight 1/2. If one group is empty the other's mean gets weight 1.
+    paper-full: a_h = (M C_h + C_l)/(2 M^2), a_l = (M C_h + C_l)/(2M) (full paper Eq. 2;
+      equals balanced when C_h = C_l = M = 5 and no client fails).
+    paper-icassp: a_h = (H+L)/(2M) * L/H, a_l = (H+L)/2 (ICASSP Eq. 2, as printed).
+    uniform: a_h = a_l = 1 (plain mean of deltas; Fed-Ensemble).
+    """
+    if H < 0 or L < 0:
+        raise ValueError("counts must be >= 0")
+    if mode == "uniform":
+        return 1.0, 1.0
+    if mode == "paper-full":
+        return (M * C_h + C_l) / (2 * M**2), (M * C_h + C_l) / (2 * M)
+    if mode == "paper-icassp":
+        return ((H + L) / (2 * M) * L / H if H else 0.0), (H + L) / 2
+    if mode == "balanced":
+        if H == 0 or L == 0:
+            return 1.0, 1.0
+        return (H + L) / (2 * H), (H + L) / (2 * L)
+    raise ValueError(f"unknown coefficients mode {mode!r}; expected one of {COEFFICIENTS}")
+
+
+def aggregate_deltas(hpc: list[np.ndarray], lpc: list[np.ndarray], a_h: float, a_l: float) -> np.ndarray | None:
+    """1/(H+L) * (a_h * sum HPC deltas + a_l * sum LPC deltas); None when nothing arrived."""
+    H, L = len(hpc), len(lpc)
+    if H + L == 0:
+        return None
+    total = np.zeros_like((hpc or lpc)[0], dtype=np.float64)
+    for d in hpc:
+        total += a_h * d
+    for d in lpc:
+        total += a_l * d
+    return (total / (H + L)).astype(np.float32)
+
+
+@dataclass
+class RoundPlan:
+    """Who trains what in one round."""
+
+    hpc_nodes: list[int]
+    lpc_nodes: list[int]
+    lpc_models: list[int]  # model of each LPC node (same order)
+
+    def assignments(self, num_models: int) -> dict[int, list[int]]:
+        """node -> models it trains (HPCs: all M; LPCs: one)."""
+        out = {n: list(range(num_models)) for n in self.hpc_nodes}
+        for n, m in zip(self.lpc_nodes, self.lpc_models, strict=True):
+            out[n] = [int(m)]
+        return out

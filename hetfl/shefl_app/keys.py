@@ -1,0 +1,29 @@
+"""Run-config keys of SHEFL (and Fed-Ensemble, a SHEFL preset)."""
+
+from hetfl.common.config import ConfigError, Key, extend_choices, register_keys
+
+from .core import COEFFICIENTS
+
+
+def _check(cfg: dict) -> None:
+    if cfg["method"] == "shefl" and cfg["hpc-per-round"] > 0 and cfg["hpc-fraction"] == 0.0:
+        raise ConfigError(
+            "run-config key 'hpc-per-round' = %d needs HPCs, but 'hpc-fraction' = 0.0; "
+            "set hpc-fraction in (0, 1] or hpc-per-round = 0" % cfg["hpc-per-round"]
+        )
+
+
+extend_choices("method", "shefl")
+register_keys(
+    Key("shefl-models", int, 5, "SHEFL: ensemble size M", min=1, max=64),
+    Key("hpc-fraction", float, 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0),
+    Key("hpc-per-round", int, 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0),
+    Key("topk-density", float, 0.1, "SHEFL: LPC top-k density k (fraction of d); 1.0 = dense", min=0.0, max=1.0, min_inclusive=False),
+    Key("resource-ratio", float, 5.0, "SHEFL: HPC:LPC budget r; HPC density per model = min(1, k r / M)", min=0.0, min_inclusive=False),
+    Key("topk-scope", str, "global", "SHEFL: top-k over the whole model or per tensor", choices=("global", "tensor")),
+    Key("error-feedback", bool, False, "SHEFL: keep the top-k residual on the client (Stich et al.)"),
+    Key("coefficients", str, "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS),
+    Key("lpc-local-steps", int, 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0),
+    Key("hpc-local-steps", int, 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0),
+    cross_check=_check,
+)

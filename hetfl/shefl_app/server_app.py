@@ -1,0 +1,77 @@
+"""SHEFL server: learn device classes, build M models, run the SHEFL strategy, evaluate the ensemble."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from hetfl.common.comm import MeteredGrid
+from hetfl.common.models import get_state, set_state
+from hetfl.common.results import RunRecorder
+from hetfl.common.task import dataset_threshold, log, make_model, test_data
+from hetfl.common.train import Normalizer, predict_proba
+
+from .strategy import SHEFL, pack_models, unpack_models
+
+QUERY = "query.shefl"
+
+
+def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> dict[int, str]:
+    """Wait for min-available-nodes nodes and ask each for its device class (hpc | lpc)."""
+    deadline = time.monotonic() + timeout
+    while len(list(grid.get_node_ids())) < cfg["min-available-nodes"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than min-available-nodes={cfg['min-available-nodes']} nodes connected")
+        time.sleep(1.0)
+    nodes = list(grid.get_node_ids())
+    msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=QUERY, dst_node_id=n) for n in nodes]
+    roles = {}
+    for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]):
+        if not r.has_error():
+            roles[r.metadata.src_node_id] = str(r.content["config"]["device-class"])
+    log.info("device classes: %d HPC, %d LPC (%d nodes did not answer)",
+             sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()), len(nodes) - len(roles))
+    return roles
+
+
+def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run SHEFL for num-server-rounds with ensemble evaluation after every round."""
+    M = cfg["shefl-models"]
+    members = [make_model(cfg, seed=cfg["seed"] * 1000 + m) for m in range(M)]  # distinct inits
+    roles = discover_roles(grid, cfg)
+    strategy = SHEFL(cfg, roles)
+    data, norm = test_data(cfg), Normalizer(cfg["dataset"])
+    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),
+                               "C_h": strategy.C_h, "C_l": strategy.C_l, "k_h": strategy.k_h, "k_l": strategy.k_l}
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        t0 = time.perf_counter()
+        for model, st in zip(members, unpack_models(arrays, M), strict=True):
+            set_state(model, st)
+        probs = predict_proba(members, data, norm, cfg["eval-batch-size"])  # (M, N, C)
+        y = torch.from_numpy(np.asarray(data.y))
+        mean = probs.mean(0)
+        acc = float((mean.argmax(1) == y).float().mean())
+        loss = float(-mean.clamp_min(1e-12).log().gather(1, y[:, None]).mean())
+        member_acc = {f"acc_m{m}": float((probs[m].argmax(1) == y).float().mean()) for m in range(M)}
+        traffic = grid.take()
+        per_role = {}
+        for role in ("hpc", "lpc"):
+            nodes = [n for n, (r, _) in strategy.sent.items() if r == role] if server_round else []
+            for direction, counts in (("down", traffic.down), ("up", traffic.up)):
+                vals = [counts.get(n, 0) for n in nodes]
+                per_role[f"bytes_{direction}_{role}_mean"] = float(np.mean(vals)) if vals else 0.0
+        recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
+                        eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s, replies=traffic.replies,
+                        failures=traffic.failures, **member_acc, **per_role, **(strategy.last_round if server_round else {}))
+        return MetricRecord({"accuracy": acc, "loss": loss, **member_acc})
+
+    strategy.start(grid=grid, initial_arrays=pack_models([get_state(m) for m in members]),
+                   num_rounds=cfg["num-server-rounds"], timeout=cfg["round-timeout"], evaluate_fn=evaluate_fn)
+    return recorder.finish()
+

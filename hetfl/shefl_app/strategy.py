@@ -1,0 +1,161 @@
+"""The SHEFL Flower strategy: M global models, cluster sampling, per-node model assignment, Eq. 2 aggregation.
+
+The M models travel as one ArrayRecord with keys ``m<j>.<param>`` so that Flower's
+``Strategy.start`` loop drives the rounds; each node receives only the models it trains
+(HPCs all M, LPCs one, by :class:`PermutationSchedule`). Clients return top-k sparse
+deltas; the server scales them with :func:`workload_weights` (the papers scale on the
+client before top-k; the selected entries are the same for a positive scale) and adds
+the weighted mean to each model. Replies that are errors or malformed are dropped and
+counted, and H/L come from the replies actually received.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from hetfl.common.comm import decode_sparse, get_sparse
+from hetfl.common.compression import StateLayout
+
+from .core import PermutationSchedule, RoundPlan, aggregate_deltas, make_clusters, sample_from_clusters, topk_densities, workload_weights
+
+log = logging.getLogger("hetfl")
+MESSAGE_TYPE = "train.shefl"
+
+
+def pack_models(states: list[dict[str, np.ndarray]]) -> ArrayRecord:
+    """M model states -> one ArrayRecord with keys m<j>.<name>."""
+    return ArrayRecord({f"m{j}.{k}": Array(np.asarray(v)) for j, st in enumerate(states) for k, v in st.items()})
+
+
+def unpack_models(arrays: ArrayRecord, num_models: int) -> list[dict[str, np.ndarray]]:
+    """Inverse of :func:`pack_models`."""
+    states: list[dict[str, np.ndarray]] = [{} for _ in range(num_models)]
+    for key, arr in arrays.items():
+        j, name = key.split(".", 1)
+        states[int(j[1:])][name] = arr.numpy()
+    return states
+
+
+class SHEFL(Strategy):
+    """SHEFL (Algorithm 1) over nodes whose device class the server learned by query."""
+
+    def __init__(self, cfg: dict[str, Any], roles: dict[int, str]) -> None:
+        self.cfg = cfg
+        self.M = cfg["shefl-models"]
+        hpc = sorted(n for n, r in roles.items() if r == "hpc")
+        lpc = sorted(n for n, r in roles.items() if r != "hpc")
+        C = max(1, int(len(roles) * cfg["fraction-train"]))
+        self.C_h = min(cfg["hpc-per-round"], len(hpc), C)
+        self.C_l = min(C - self.C_h, len(lpc))
+        if self.C_h + self.C_l == 0:
+            raise ValueError("SHEFL: no client can be sampled (check hpc-per-round, fraction-train)")
+        seed = cfg["seed"]
+        self.hpc_clusters = make_clusters(hpc, self.C_h, seed)
+        self.lpc_clusters = make_clusters(lpc, self.C_l, seed + 1)
+        self.schedule = PermutationSchedule(self.M, self.C_l, seed)
+        self.rng = np.random.default_rng([seed, 0x5A])
+        self.k_l, self.k_h = topk_densities(cfg["topk-density"], cfg["resource-ratio"], self.M)
+        self.sent: dict[int, tuple[str, list[int]]] = {}  # node -> (role, models) of the current round
+        self._states: list[dict[str, np.ndarray]] | None = None
+        self.layout: StateLayout | None = None
+        self.last_round: dict[str, Any] = {}
+
+    def summary(self) -> None:
+        log.info(
+            "SHEFL: M=%d, C_h=%d HPC clusters, C_l=%d LPC clusters, k_l=%.4f, k_h=%.4f, coefficients=%s",
+            self.M, self.C_h, self.C_l, self.k_l, self.k_h, self.cfg["coefficients"],
+        )
+
+    def plan(self, server_round: int) -> RoundPlan:
+        """Sample one node per cluster and assign LPC models by the permutation schedule."""
+        hpc = sample_from_clusters(self.hpc_clusters, self.rng)
+        lpc = sample_from_clusters(self.lpc_clusters, self.rng)
+        models = self.schedule.models_for_round(server_round).tolist() if self.C_l else []
+        return RoundPlan(hpc, lpc, models)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        states = unpack_models(arrays, self.M)
+        self._states = states
+        self.layout = StateLayout.of(states[0])
+        per_model = [ArrayRecord({k: Array(v) for k, v in st.items()}) for st in states]
+        plan = self.plan(server_round)
+        hpc_set = set(plan.hpc_nodes)
+        self.sent = {}
+        messages = []
+        for node, models in plan.assignments(self.M).items():
+            role = "hpc" if node in hpc_set else "lpc"
+            conf = ConfigRecord({
+                "server-round": server_round, "role": role, "models": models,
+                "density": self.k_h if role == "hpc" else self.k_l,
+            })
+            content = RecordDict({**{f"model.{m}": per_model[m] for m in models}, "config": conf})
+            messages.append(Message(content=content, message_type=MESSAGE_TYPE, dst_node_id=node))
+            self.sent[node] = (role, models)
+        log.info("round %d: %d HPCs train all %d models, %d LPCs train models %s",
+                 server_round, len(plan.hpc_nodes), self.M, len(plan.lpc_nodes), plan.lpc_models)
+        return messages
+
+    def _deltas_of(self, reply: Message, models: list[int]) -> dict[int, np.ndarray]:
+        """Decode and check every model's delta in a reply; raise ValueError if malformed."""
+        assert self.layout is not None
+        rec = reply.content["deltas"]
+        out = {}
+        for m in models:
+            idx, val, size = decode_sparse(get_sparse(rec, f"m{m}"))
+            if size != self.layout.size:
+                raise ValueError(f"model {m}: delta of size {size}, expected {self.layout.size}")
+            if not np.all(np.isfinite(val)):
+                raise ValueError(f"model {m}: delta has NaN/inf")
+            dense = np.zeros(size, np.float32)
+            dense[idx] = val
+            out[m] = dense
+        return out
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        assert self._states is not None and self.layout is not None
+        hpc: list[list[np.ndarray]] = [[] for _ in range(self.M)]
+        lpc: list[list[np.ndarray]] = [[] for _ in range(self.M)]
+        failed = rejected = 0
+        losses = []
+        for r in replies:
+            node = r.metadata.src_node_id
+            if r.has_error() or node not in self.sent:
+                failed += 1
+                continue
+            role, models = self.sent[node]
+            try:
+                deltas = self._deltas_of(r, models)
+            except (ValueError, KeyError) as err:
+                rejected += 1
+                log.warning("round %d: rejected update from node %d: %s", server_round, node, err)
+                continue
+            for m, d in deltas.items():
+                (hpc if role == "hpc" else lpc)[m].append(d)
+            losses.append(float(r.content["metrics"]["train_loss"]))
+        new_states, stats = [], {}
+        for m in range(self.M):
+            H, L = len(hpc[m]), len(lpc[m])
+            a_h, a_l = workload_weights(H, L, self.cfg["coefficients"], self.M, self.C_h, self.C_l)
+            step = aggregate_deltas(hpc[m], lpc[m], a_h, a_l)
+            st = self._states[m]
+            if step is not None:
+                st = self.layout.unflatten(self.layout.flatten(st) + step, st)
+            new_states.append(st)
+            stats[f"H_m{m}"], stats[f"L_m{m}"] = H, L
+        self.last_round = {**stats, "failed": failed, "rejected": rejected}
+        metrics = MetricRecord({"train_loss": float(np.mean(losses)) if losses else float("nan"),
+                                "failed": failed, "rejected": rejected})
+        return pack_models(new_states), metrics
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        return []  # centralized evaluation only
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return None
