@@ -1,0 +1,167 @@
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from hetfl import launch
+from hetfl.common.comm import decode_sparse, encode_sparse, put_sparse, record_nbytes
+from hetfl.common.compression import StateLayout, topk_count, topk_sparsify
+from hetfl.common.task import make_model, model_to_arrays
+from hetfl.common.config import validate
+from hetfl.shefl_app.core import (
+    PermutationSchedule, aggregate_deltas, hpc_partitions, make_clusters, sample_from_clusters,
+    topk_densities, workload_weights,
+)
+from hetfl.shefl_app.strategy import pack_models, unpack_models
+from flwr.app import Array, ArrayRecord
+
+from .conftest import require_fmnist
+
+
+# --- permutation schedule -------------------------------------------------------------
+@pytest.mark.parametrize("M,slots", [(5, 5), (5, 10), (3, 7), (5, 3), (1, 4), (4, 0)])
+def test_schedule_rows_are_permutations_and_columns_balanced(M, slots):
+    sched = PermutationSchedule(M, slots, seed=3)
+    for block in range(4):
+        P = sched.matrix(block)
+        assert P.shape == (slots, M)
+        for row in P:
+            assert sorted(row.tolist()) == list(range(M))  # each slot trains every model once per block
+        for col in P.T:
+            counts = np.bincount(col, minlength=M)
+            assert counts.max() - counts.min() <= 1  # balanced: C_l/M per model
+            if slots % M == 0:
+                assert set(counts.tolist()) <= {slots // M}
+
+
+def test_schedule_changes_every_M_rounds_and_is_seeded():
+    M, slots = 5, 5
+    s1, s2, s3 = PermutationSchedule(M, slots, 0), PermutationSchedule(M, slots, 0), PermutationSchedule(M, slots, 1)
+    rounds = {t: s1.models_for_round(t) for t in range(1, 4 * M + 1)}
+    assert all(np.array_equal(rounds[t], s2.models_for_round(t)) for t in rounds)  # deterministic
+    assert any(not np.array_equal(rounds[t], s3.models_for_round(t)) for t in rounds)  # seed matters
+    for b in range(4):  # within a block of M rounds, every slot sees every model
+        block = np.stack([rounds[t] for t in range(b * M + 1, (b + 1) * M + 1)], axis=1)
+        assert all(sorted(r.tolist()) == list(range(M)) for r in block)
+    blocks = [np.stack([rounds[t] for t in range(b * M + 1, (b + 1) * M + 1)]) for b in range(4)]
+    assert any(not np.array_equal(blocks[0], b) for b in blocks[1:])  # regenerated
+
+
+# --- sampling and roles --------------------------------------------------------------
+def test_clusters_and_sampling():
+    nodes = [2**63 + 17 * i for i in range(50)]  # uint64-sized ids must survive exactly
+    clusters = make_clusters(nodes, 5, seed=1)
+    assert sorted(n for c in clusters for n in c) == sorted(nodes) and {len(c) for c in clusters} == {10}
+    rng = np.random.default_rng(0)
+    picks = sample_from_clusters(clusters, rng)
+    assert all(p in c for p, c in zip(picks, clusters))
+    assert make_clusters(nodes, 5, seed=1) == clusters
+    assert len(hpc_partitions(100, 0.5, 0)) == 50 and hpc_partitions(100, 0.5, 0) == hpc_partitions(100, 0.5, 0)
+
+
+# --- coefficients (Eq. 2) --------------------------------------------------------------
+def test_balanced_equals_paper_full_at_default_setting():
+    # C_h = C_l = M = 5: each model is trained by H = 5 HPCs and L = C_l / M = 1 LPC
+    assert workload_weights(5, 1, "balanced") == pytest.approx(workload_weights(5, 1, "paper-full", M=5, C_h=5, C_l=5))
+    assert workload_weights(5, 1, "balanced") == pytest.approx((0.6, 3.0))
+
+
+@pytest.mark.parametrize("H,L", [(5, 1), (1, 5), (3, 2), (7, 3), (1, 1), (10, 4)])
+def test_balanced_gives_hpc_and_lpc_means_equal_weight(H, L):
+    a_h, a_l = workload_weights(H, L, "balanced")
+    # weight of the HPC mean and of the LPC mean in 1/(H+L) * sum a_i delta_i
+    assert a_h * H / (H + L) == pytest.approx(0.5) and a_l * L / (H + L) == pytest.approx(0.5)
+    rng = np.random.default_rng(H * 10 + L)
+    hpc, lpc = [rng.standard_normal(6) for _ in range(H)], [rng.standard_normal(6) for _ in range(L)]
+    out = aggregate_deltas(hpc, lpc, a_h, a_l)
+    assert np.allclose(out, 0.5 * np.mean(hpc, 0) + 0.5 * np.mean(lpc, 0), atol=1e-6)
+
+
+def test_missing_group_and_uniform():
+    rng = np.random.default_rng(0)
+    d = [rng.standard_normal(4) for _ in range(3)]
+    for H, L, hpc, lpc in ((3, 0, d, []), (0, 3, [], d)):
+        a_h, a_l = workload_weights(H, L, "balanced")
+        assert np.allclose(aggregate_deltas(hpc, lpc, a_h, a_l), np.mean(d, 0), atol=1e-6)
+    assert aggregate_deltas([], [], 1.0, 1.0) is None
+    assert workload_weights(4, 2, "uniform") == (1.0, 1.0)
+    assert workload_weights(5, 1, "paper-icassp", M=5) == pytest.approx((6 / 10 * 1 / 5, 3.0))
+    with pytest.raises(ValueError):
+        workload_weights(1, 1, "nope")
+
+
+def test_densities():
+    assert topk_densities(0.1, 5, 5) == (0.1, pytest.approx(0.1))  # 1:5, M=5: same density
+    assert topk_densities(0.1, 1, 5) == (0.1, pytest.approx(0.02))  # 1:1: k/M
+    assert topk_densities(0.5, 10, 5) == (0.5, 1.0)  # capped at dense
+
+
+# --- top-k and bytes ------------------------------------------------------------------------
+def test_topk_keeps_exactly_the_k_largest():
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal(10_000).astype(np.float32)
+    idx, val = topk_sparsify(v, 0.1)
+    assert len(idx) == 1000 == topk_count(10_000, 0.1)
+    assert np.abs(v[idx]).min() >= np.abs(np.delete(v, idx)).max()
+    assert np.array_equal(val, v[idx])
+    # ties resolved deterministically, exact k
+    t = np.ones(100, np.float32)
+    assert len(topk_sparsify(t, 0.1)[0]) == 10 and topk_sparsify(t, 0.1)[0].tolist() == list(range(10))
+    # per-tensor: density applied to each segment
+    idx2, _ = topk_sparsify(v, 0.1, segments=[1000, 9000])
+    assert (idx2 < 1000).sum() == 100 and (idx2 >= 1000).sum() == 900
+
+
+def test_upload_bytes_at_k_01_are_at_most_02_of_dense():
+    cfg = validate({"dataset": "fashion_mnist", "model": "cnn"})
+    state = {k: v.numpy() for k, v in model_to_arrays(make_model(cfg)).items()}
+    layout = StateLayout.of(state)
+    delta = np.random.default_rng(0).standard_normal(layout.size).astype(np.float32)
+    dense = ArrayRecord({k: Array(v) for k, v in layout.unflatten(delta, state).items()})
+    sparse = ArrayRecord()
+    put_sparse(sparse, "m0", encode_sparse(*topk_sparsify(delta, 0.1), layout.size))
+    ratio = record_nbytes(sparse) / record_nbytes(dense)
+    assert ratio <= 0.2, ratio
+    idx, val, size = decode_sparse({k.split(".")[1]: v.numpy() for k, v in sparse.items()})
+    assert size == layout.size and len(idx) == topk_count(layout.size, 0.1)
+
+
+def test_pack_unpack_models():
+    cfg = validate({"dataset": "digits", "model": "resnet8"})
+    states = [{k: v.numpy() for k, v in model_to_arrays(make_model(cfg, seed=s)).items()} for s in range(3)]
+    back = unpack_models(pack_models(states), 3)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(states, back) for k in a)
+    assert not np.array_equal(back[0]["conv1.weight"], back[1]["conv1.weight"])  # distinct inits
+    layout = StateLayout.of(states[0])
+    assert "bn1.num_batches_tracked" not in layout.keys and "bn1.running_mean" in layout.keys
+    v = layout.flatten(states[0])
+    assert all(np.array_equal(x, states[0][k]) for k, x in layout.unflatten(v, states[0]).items())
+
+
+# --- end to end -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_shefl_fmnist_end_to_end(tmp_path):
+    require_fmnist()
+    over = {
+        "method": "shefl", "dataset": "fashion_mnist", "data-source": "local", "partitioner": "dirichlet",
+        "dirichlet-alpha": 1.0, "fraction-train": 1.0, "min-available-nodes": 8, "hpc-fraction": 0.5,
+        "hpc-per-round": 2, "shefl-models": 3, "local-steps": 20, "batch-size": 32, "lr": 0.05, "momentum": 0.9,
+        "max-test-samples": 2000, "num-server-rounds": 3, "topk-density": 0.1, "resource-ratio": 3.0,
+    }
+    run_dir = launch.run(None, over, num_supernodes=8, results_dir=tmp_path, timeout=900)
+    m = json.loads((run_dir / "metrics.json").read_text())
+    rows = m["rounds"]
+    assert rows[-1]["accuracy"] > 0.45, rows[-1]  # chance 0.1
+    # 8 nodes, 4 HPC / 4 LPC; C = 8 wanted, C_h = 2 HPC clusters, C_l = min(8 - 2, 4 LPCs) = 4
+    assert m["roles"]["C_h"] == 2 and m["roles"]["C_l"] == 4
+    for r in rows[1:]:
+        assert r["replies"] == 6 and r["rejected"] == 0 and r["failures"] == 0
+        # HPCs receive all M = 3 models, LPCs one
+        assert r["bytes_down_hpc_mean"] == pytest.approx(3 * r["bytes_down_lpc_mean"], rel=0.01)
+        # every model: both HPCs; the 4 LPC slots spread over 3 models as 2/1/1 (balanced)
+        assert all(r[f"H_m{j}"] == 2 for j in range(3))
+        assert sorted(r[f"L_m{j}"] for j in range(3)) == [1, 1, 2]
+        # sparse upload, k = 0.1 for both roles (k_h = 0.1 * 3 / 3): <= 0.2 of the dense models sent
+        assert r["bytes_up"] <= 0.2 * r["bytes_down"]
+    assert all(f"acc_m{j}" in rows[-1] for j in range(3))
