@@ -15,7 +15,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data run test test-fast bench clean
+.PHONY: install data run test test-fast bench clean reproduce-shefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -45,3 +45,14 @@ bench: install data
 
 clean:
 	rm -rf .flwr results .pytest_cache
+
+# SHEFL paper comparison on FMNIST Dir(0.6): SHEFL, Fed-Ensemble, FedAvg, FedProx, 100 rounds, 3 seeds.
+# Long: hours on 2 CPU cores. ROUNDS/SEEDS/EXTRA shorten it, e.g. make reproduce-shefl ROUNDS=30 SEEDS=0
+ROUNDS ?= 100
+SEEDS ?= 0 1 2
+EXTRA ?=
+reproduce-shefl: install data
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 \
+		--presets configs/shefl/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
+		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml \
+		--set num-server-rounds=$(ROUNDS) $(EXTRA)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+LAST_SESSION: int | None = None  # pid of the most recent SuperLink, for leak checks
 
 
 def free_port() -> int:
@@ -71,17 +72,71 @@ class SuperLink:
     address: str  # host:port of the HTTP API (Control, Fleet and Runtime)
 
     def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM the process group, then SIGKILL what is left."""
-        if self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        """Stop the SuperLink and everything it started (SuperExec, ServerApp, simulation, Ray).
+
+        Flower's executors start sessions of their own and Ray's daemons process groups
+        of their own, so neither a process group nor a session covers them all. The
+        process tree is found by parent links and by session ids (which survive when a
+        parent exits and its children are re-parented), SIGTERMed, and SIGKILLed if
+        still alive after `timeout`.
+        """
+        found: set[int] = {self.proc.pid}
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            live = process_tree(found)
+            found |= set(live)
+            for pid in live:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                self.proc.poll()  # reap the SuperLink itself
+                live = process_tree(found)
+                found |= set(live)
+                if not live:
+                    break
+                time.sleep(0.2)
+            if not live:
+                break
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
+
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, session id, state) of every process (Linux /proc)."""
+    table = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp session ...
+        table[int(d.name)] = (int(f[1]), int(f[3]), f[0])
+    return table
+
+
+def process_tree(roots: set[int]) -> list[int]:
+    """Live (non-zombie) processes descending from `roots` by parent link or by session id."""
+    if not Path("/proc").is_dir():  # pragma: no cover - non-Linux: only the roots
+        return [p for p in roots if _alive(p)]
+    table = _proc_table()
+    found, changed = set(roots), True
+    while changed:
+        changed = False
+        for pid, (ppid, sid, _) in table.items():
+            if pid not in found and (ppid in found or sid in found):
+                found.add(pid)
+                changed = True
+    return sorted(p for p in found if p in table and table[p][2] != "Z")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
 
 
 def _wait_port(address: str, proc: subprocess.Popen, log_file: Path, timeout: float = 60.0) -> None:
@@ -121,6 +176,8 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
     with open(home / "superlink.stdout", "wb") as out:
         proc = subprocess.Popen(cmd, env=flwr_env(home), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     link = SuperLink(proc, home, "hetfl", address)
+    global LAST_SESSION
+    LAST_SESSION = proc.pid
     try:
         _wait_port(address, proc, log_file)
         yield link

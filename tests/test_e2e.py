@@ -40,6 +40,8 @@ def test_fedavg_fmnist_learns_and_counts_bytes(tmp_path):
         assert r["client_steps"] == pytest.approx(20) and r["client_proximal_mu"] == 0.0
     assert m["summary"]["total_bytes_down"] == sum(r["bytes_down"] for r in rows)
     assert (run_dir / "accuracy.png").exists()
+    # the SuperLink, its executors and Ray are all gone
+    assert launch.LAST_SESSION is not None and launch.process_tree({launch.LAST_SESSION}) == []
 
 
 @pytest.mark.slow

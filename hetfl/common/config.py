@@ -145,7 +145,7 @@ register_keys(
     Key("proximal-mu", float, 0.01, "FedProx proximal coefficient (method = fedprox)", min=0.0),
     Key("client-threads", int, 1, "torch threads per ClientApp process", min=1),
     # evaluation and results
-    Key("eval-batch-size", int, 1024, "batch size of centralized evaluation", min=1),
+    Key("eval-batch-size", int, 256, "batch size of centralized evaluation", min=1),
     Key("convergence-threshold", float, 0.0, "accuracy in (0,1] for the convergence round (0 = dataset default)", min=0.0, max=1.0),
     Key("results-dir", str, "results", "where results/<run-id>/ is written (relative = to the current directory)"),
     Key("run-name", str, "", "name of the results folder ('' = method-dataset-partitioner-seed-timestamp)"),

@@ -6,14 +6,13 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
 from hetfl.common.task import dataset_threshold, log, make_model, test_data
-from hetfl.common.train import Normalizer, predict_proba
+from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
 
 from .strategy import SHEFL, pack_models, unpack_models
 
@@ -53,12 +52,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         t0 = time.perf_counter()
         for model, st in zip(members, unpack_models(arrays, M), strict=True):
             set_state(model, st)
-        probs = predict_proba(members, data, norm, cfg["eval-batch-size"])  # (M, N, C)
-        y = torch.from_numpy(np.asarray(data.y))
-        mean = probs.mean(0)
-        acc = float((mean.argmax(1) == y).float().mean())
-        loss = float(-mean.clamp_min(1e-12).log().gather(1, y[:, None]).mean())
-        member_acc = {f"acc_m{m}": float((probs[m].argmax(1) == y).float().mean()) for m in range(M)}
+        loss, acc, accs = ensemble_metrics(predict_proba(members, data, norm, cfg["eval-batch-size"]), data.y)
+        member_acc = {f"acc_m{m}": a for m, a in enumerate(accs)}
         traffic = grid.take()
         per_role = {}
         for role in ("hpc", "lpc"):

@@ -1,0 +1,99 @@
+"""Run several methods x seeds on one preset family and write a table (mean +- std) and a plot.
+
+    python scripts/reproduce.py --name shefl-fmnist-dir0.6 \
+        --presets configs/shefl/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
+                  configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml \
+        --seeds 0 1 2 --supernodes 100
+
+Writes results/reproduce/<name>/{table.md,table.json,accuracy.png}; each run keeps its own
+results/reproduce/<name>/runs/<preset>-s<seed>/metrics.json. Runs that already finished
+are not repeated (delete their folder to rerun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hetfl import launch  # noqa: E402
+
+
+def label(preset: Path) -> str:
+    return f"{preset.parent.name}/{preset.stem}"
+
+
+def mean_std(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", required=True)
+    p.add_argument("--presets", nargs="+", required=True)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--supernodes", type=int, default=100)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
+    a = p.parse_args()
+    out = Path("results/reproduce") / a.name
+    runs_dir = out / "runs"
+    results: dict[str, list[dict]] = {}
+    for preset in map(Path, a.presets):
+        for seed in a.seeds:
+            name = f"{preset.parent.name}-{preset.stem}-s{seed}"
+            metrics = runs_dir / name / "metrics.json"
+            if not (metrics.exists() and json.loads(metrics.read_text())["summary"]["rounds_completed"]
+                    >= json.loads(metrics.read_text())["config"]["num-server-rounds"]):
+                launch.run(str(preset), {**launch.parse_set(a.set), "seed": seed, "run-name": name},
+                           num_supernodes=a.supernodes, results_dir=runs_dir)
+            results.setdefault(label(preset), []).append(json.loads(metrics.read_text()))
+    rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round | upload MB/round | s/round | seeds |",
+                       "| --- | --- | --- | --- | --- | --- | --- |"]
+    for lab, runs in results.items():
+        final = [100 * r["summary"]["final_accuracy"] for r in runs]
+        best = [100 * r["summary"]["best_accuracy"] for r in runs]
+        conv = [r["summary"]["convergence_round"] for r in runs]
+        up = [r["summary"]["total_bytes_up"] / 1e6 / r["summary"]["rounds_completed"] for r in runs]
+        sec = [r["summary"]["mean_round_s"] for r in runs]
+        never = sum(c is None for c in conv)
+        conv_s = mean_std([float(c) for c in conv if c is not None]) + (f" ({never} never)" if never else "")
+        table.append(f"| {lab} | {mean_std(final)} | {mean_std(best)} | {conv_s} | {mean_std(up)} | {mean_std(sec)} | {len(runs)} |")
+        rows.append({"method": lab, "final": final, "best": best, "convergence_round": conv, "upload_mb_per_round": up,
+                     "s_per_round": sec, "threshold": runs[0]["summary"]["convergence_threshold"]})
+    (out / "table.md").write_text("\n".join(table) + "\n")
+    (out / "table.json").write_text(json.dumps(rows, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for lab, runs in results.items():
+        n = min(len(r["rounds"]) for r in runs)
+        acc = np.array([[100 * row["accuracy"] for row in r["rounds"][:n]] for r in runs])
+        x = [row["round"] for row in runs[0]["rounds"][:n]]
+        ax.plot(x, acc.mean(0), label=lab)
+        ax.fill_between(x, acc.mean(0) - acc.std(0), acc.mean(0) + acc.std(0), alpha=0.2)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(a.name)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy.png", dpi=110)
+    print("\n".join(table))
+    print(f"\ntable: {out / 'table.md'}\nplot:  {out / 'accuracy.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
