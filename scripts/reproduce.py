@@ -46,8 +46,8 @@ def main() -> int:
     out = Path("results/reproduce") / a.name
     runs_dir = out / "runs"
     results: dict[str, list[dict]] = {}
-    for preset in map(Path, a.presets):
-        for seed in a.seeds:
+    for seed in a.seeds:  # seed-major: every method gets seed 0 before any gets seed 1
+        for preset in map(Path, a.presets):
             name = f"{preset.parent.name}-{preset.stem}-s{seed}"
             metrics = runs_dir / name / "metrics.json"
             if not (metrics.exists() and json.loads(metrics.read_text())["summary"]["rounds_completed"]
