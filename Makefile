@@ -47,12 +47,13 @@ clean:
 	rm -rf .flwr results .pytest_cache
 
 # SHEFL paper comparison on FMNIST Dir(0.6): SHEFL, Fed-Ensemble, FedAvg, FedProx, 100 rounds, 3 seeds.
-# Long: hours on 2 CPU cores. ROUNDS/SEEDS/EXTRA shorten it, e.g. make reproduce-shefl ROUNDS=30 SEEDS=0
+# Long: ~40 min per seed on 2 CPU cores. ROUNDS/SEEDS/EXTRA shorten it, e.g. make reproduce-shefl ROUNDS=30 SEEDS=0;
+# REPRO_FLAGS=--table-only tabulates the runs that finished.
 ROUNDS ?= 100
 SEEDS ?= 0 1 2
 EXTRA ?=
 reproduce-shefl: install data
-	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 \
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
 		--presets configs/shefl/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
 		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml \
 		--set num-server-rounds=$(ROUNDS) $(EXTRA)

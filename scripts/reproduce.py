@@ -27,6 +27,14 @@ def label(preset: Path) -> str:
     return f"{preset.parent.name}/{preset.stem}"
 
 
+def finished(metrics: Path) -> bool:
+    """A run whose metrics.json shows all configured rounds."""
+    if not metrics.exists():
+        return False
+    m = json.loads(metrics.read_text())
+    return m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
+
+
 def mean_std(xs: list[float]) -> str:
     xs = [x for x in xs if x is not None]
     if not xs:
@@ -42,6 +50,7 @@ def main() -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--supernodes", type=int, default=100)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
+    p.add_argument("--table-only", action="store_true", help="only tabulate the runs that already finished")
     a = p.parse_args()
     out = Path("results/reproduce") / a.name
     runs_dir = out / "runs"
@@ -50,8 +59,9 @@ def main() -> int:
         for preset in map(Path, a.presets):
             name = f"{preset.parent.name}-{preset.stem}-s{seed}"
             metrics = runs_dir / name / "metrics.json"
-            if not (metrics.exists() and json.loads(metrics.read_text())["summary"]["rounds_completed"]
-                    >= json.loads(metrics.read_text())["config"]["num-server-rounds"]):
+            if not finished(metrics):
+                if a.table_only:
+                    continue
                 launch.run(str(preset), {**launch.parse_set(a.set), "seed": seed, "run-name": name},
                            num_supernodes=a.supernodes, results_dir=runs_dir)
             results.setdefault(label(preset), []).append(json.loads(metrics.read_text()))

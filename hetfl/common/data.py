@@ -137,10 +137,11 @@ def _load_local_arrays(name: str, data_dir: str) -> tuple[ArrayData, ArrayData] 
     """Read the train and test splits from local files; None if not found."""
     dirs = _local_dirs(name, data_dir)
     if name in ("fashion_mnist", "mnist"):
-        files = {
-            k: _find(dirs, [f"{p}-idx{3 if k.endswith('x') else 1}-ubyte", f"{p}-idx{3 if k.endswith('x') else 1}-ubyte".replace("-idx", ".idx")])
-            for k, p in (("trx", "train-images"), ("try", "train-labels"), ("tex", "t10k-images"), ("tey", "t10k-labels"))
-        }
+        def idx_file(stem: str, dim: int) -> Path | None:  # both spellings in use: train-images-idx3-ubyte / .idx3-
+            return _find(dirs, [f"{stem}-idx{dim}-ubyte", f"{stem}.idx{dim}-ubyte"])
+
+        files = {"trx": idx_file("train-images", 3), "try": idx_file("train-labels", 1),
+                 "tex": idx_file("t10k-images", 3), "tey": idx_file("t10k-labels", 1)}
         if any(v is None for v in files.values()):
             return None
         tr = ArrayData(_read_idx(files["trx"])[:, None], _read_idx(files["try"]).astype(np.int64))
