@@ -32,3 +32,32 @@ def require_fmnist() -> None:
     """FMNIST tests need the Debian package; `make test` installs it (fail loudly, never skip)."""
     if not (FMNIST_DIR / "train-images-idx3-ubyte.gz").exists():
         pytest.fail("Fashion-MNIST missing: apt-get install -y dataset-fashion-mnist (make data)")
+
+
+TOPICS = {
+    0: ["government", "election", "minister", "parliament", "treaty", "president"],
+    1: ["match", "goal", "team", "season", "coach", "tournament"],
+    2: ["stocks", "market", "profit", "shares", "investors", "earnings"],
+    3: ["software", "chip", "internet", "computer", "startup", "device"],
+}
+
+
+def write_synthetic_ag_news(root, n_train=400, n_test=80, seed=0):
+    """A small AG-News-format corpus (class index 1-4, title, description) with topic words per class."""
+    import csv
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    d = root / "ag_news"
+    d.mkdir(parents=True, exist_ok=True)
+    filler = ["the", "a", "new", "report", "says", "after", "today", "week", "big", "plan"]
+    for name, n in (("train.csv", n_train), ("test.csv", n_test)):
+        with open(d / name, "w", newline="") as f:
+            w = csv.writer(f)
+            for i in range(n):
+                c = int(i % 4)
+                words = list(rng.choice(TOPICS[c], 3)) + list(rng.choice(filler, 5))
+                rng.shuffle(words)
+                w.writerow([c + 1, " ".join(words[:4]).title(), " ".join(words[4:]) + "."])
+    return root

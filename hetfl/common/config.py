@@ -108,7 +108,8 @@ def extend_choices(name: str, *values: Any) -> None:
 
 
 DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "ag_news", "digits")
-MODELS = ("cnn", "resnet8", "resnet18", "resnet34", "vgg16", "mobilenetv2")
+IMAGE_MODELS = ("cnn", "resnet8", "resnet18", "resnet34", "vgg16", "mobilenetv2")
+MODELS = IMAGE_MODELS + ("text",)
 
 register_keys(
     Key("method", str, "fedavg", "which method/baseline the ServerApp runs", choices=("fedavg", "fedprox")),
@@ -131,6 +132,8 @@ register_keys(
     # model
     Key("model", str, "cnn", "model architecture", choices=MODELS),
     Key("width", float, 1.0, "width multiplier of the model", min=0.0, max=4.0, min_inclusive=False),
+    Key("text-model", str, "huawei-noah/TinyBERT_General_4L_312D", "model = 'text': hub id, local directory, or 'minilm-local'"),
+    Key("text-max-length", int, 64, "model = 'text': tokens per example", min=8, max=512),
     # local training
     Key("local-steps", int, 10, "local SGD steps per round (0 = use local-epochs)", min=0),
     Key("local-epochs", int, 1, "local epochs per round when local-steps = 0", min=0),
@@ -158,10 +161,11 @@ def _cross_check_common(cfg: dict[str, Any]) -> None:
             "run-config keys 'local-steps' and 'local-epochs' are both 0; "
             "set local-steps >= 1 or local-epochs >= 1"
         )
-    if cfg["dataset"] == "ag_news" and cfg["model"] in MODELS:
+    is_text = cfg["dataset"] == "ag_news"
+    if is_text != (cfg["model"] == "text"):
         raise ConfigError(
-            "run-config key 'dataset' = 'ag_news' needs a text model; the image "
-            f"models {MODELS} cannot read text"
+            f"run-config key 'model' = {cfg['model']!r} does not fit dataset {cfg['dataset']!r}: "
+            f"text datasets need model = 'text', image datasets one of {IMAGE_MODELS}"
         )
 
 

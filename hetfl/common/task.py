@@ -53,8 +53,13 @@ def num_classes(cfg: dict[str, Any]) -> int:
 
 def make_model(cfg: dict[str, Any], width: float | None = None, seed: int | None = None) -> nn.Module:
     """The configured model, initialised deterministically from `seed` (default: the config's)."""
-    torch.manual_seed(cfg["seed"] if seed is None else seed)
+    seed = cfg["seed"] if seed is None else seed
     info = DATASETS[cfg["dataset"]]
+    if cfg["model"] == "text":
+        from .text import build_text_model
+
+        return build_text_model(cfg["text-model"], info.num_classes, seed)
+    torch.manual_seed(seed)
     return build_model(cfg["model"], info.num_classes, info.shape, cfg["width"] if width is None else width)
 
 
@@ -84,17 +89,32 @@ def node_partition(context: Context) -> tuple[int, int]:
     return pid, n
 
 
+def model_inputs(data: ArrayData, cfg: dict[str, Any]) -> ArrayData:
+    """Images as they are; texts tokenized for the configured text model (memoized per process)."""
+    if DATASETS[cfg["dataset"]].kind != "text":
+        return data
+    key = (id(data), cfg["text-model"], cfg["text-max-length"])
+    if key not in _TOKENIZED:
+        from .text import tokenize
+
+        _TOKENIZED[key] = (data, ArrayData(tokenize(data.x, cfg["text-model"], cfg["text-max-length"]), data.y))
+    return _TOKENIZED[key][1]
+
+
+_TOKENIZED: dict[tuple, tuple[ArrayData, ArrayData]] = {}  # keeps the source alive so id() stays unique
+
+
 def client_data(context: Context, cfg: dict[str, Any]) -> ArrayData:
-    """This node's training partition."""
+    """This node's training partition (tokenized for text)."""
     pid, n = node_partition(context)
-    return load_partition(DataSpec.from_config(cfg, n), pid, cfg["cache-dir"])
+    return model_inputs(load_partition(DataSpec.from_config(cfg, n), pid, cfg["cache-dir"]), cfg)
 
 
 def test_data(cfg: dict[str, Any]) -> ArrayData:
-    """The centralized test split (optionally truncated by max-test-samples)."""
+    """The centralized test split (optionally truncated by max-test-samples; tokenized for text)."""
     data = load_test(cfg["dataset"], cfg["data-source"], cfg["data-dir"], cfg["cache-dir"], cfg["partition-seed"])
     m = cfg["max-test-samples"]
-    return ArrayData(data.x[:m], data.y[:m]) if m else data
+    return model_inputs(ArrayData(data.x[:m], data.y[:m]) if m else data, cfg)
 
 
 def round_lr(cfg: dict[str, Any], server_round: int) -> float:

@@ -21,15 +21,18 @@ from .data import DATASETS, ArrayData
 
 
 class Normalizer:
-    """uint8 NCHW -> float32 normalised tensors for one dataset."""
+    """uint8 NCHW -> float32 normalised tensors for one dataset (token ids of text pass through)."""
 
     def __init__(self, dataset: str) -> None:
         info = DATASETS[dataset]
-        c = len(info.mean)
-        self.mean = torch.tensor(info.mean, dtype=torch.float32).view(1, c, 1, 1) * 255.0
-        self.std = torch.tensor(info.std, dtype=torch.float32).view(1, c, 1, 1) * 255.0
+        self.text = info.kind == "text"
+        c = max(1, len(info.mean))
+        self.mean = torch.tensor(info.mean or (0.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
+        self.std = torch.tensor(info.std or (1.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
 
     def __call__(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        if self.text:
+            return torch.as_tensor(x)
         t = torch.as_tensor(x).float()
         return (t - self.mean) / self.std
 
