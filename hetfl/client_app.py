@@ -1,7 +1,8 @@
 """The one ClientApp: each method registers its message handlers here.
 
-Message types: ``train`` (FedAvg/FedProx local training); ``train.shefl`` and
-``query.shefl`` (SHEFL, Fed-Ensemble).
+Message types: ``train`` (FedAvg/FedProx local training; FENS aggregator rounds from
+Flower's FedAdam), ``train.shefl``/``query.shefl`` (SHEFL, Fed-Ensemble),
+``train.fens_local``/``train.fens_logits`` (FENS phases 1-2).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from hetfl.baselines import client_app as baselines
+from hetfl.common.task import config_of
+from hetfl.fens_app import client_app as fens
 from hetfl.shefl_app import client_app as shefl
 
 app = ClientApp()
@@ -17,8 +20,22 @@ app = ClientApp()
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """FedAvg / FedProx local training."""
+    """Plain `train` messages from Flower's strategies: FedAvg/FedProx local training, or FENS aggregator steps (FedAdam)."""
+    if config_of(context)["method"] == "fens":
+        return fens.train_aggregator(msg, context)
     return baselines.train(msg, context)
+
+
+@app.train("fens_local")
+def fens_local(msg: Message, context: Context) -> Message:
+    """FENS phase 1: one-shot local training and upload."""
+    return fens.local(msg, context)
+
+
+@app.train("fens_logits")
+def fens_logits(msg: Message, context: Context) -> Message:
+    """FENS: receive the INT8 ensemble, cache its logits on the aggregator split."""
+    return fens.logits(msg, context)
 
 
 @app.train("shefl")

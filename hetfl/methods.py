@@ -22,7 +22,13 @@ def _shefl(grid, context, cfg):
     return run(grid, context, cfg)
 
 
-SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "shefl": _shefl}
+def _fens(grid, context, cfg):
+    from hetfl.fens_app.server_app import run
+
+    return run(grid, context, cfg)
+
+
+SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "shefl": _shefl, "fens": _fens}
 
 
 def server_for(method: str) -> ServerFn:

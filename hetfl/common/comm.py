@@ -53,6 +53,16 @@ class Traffic:
     failures: int = 0
     comm_s: float = 0.0  # wall time spent inside send_and_receive
 
+    def add(self, other: Traffic) -> Traffic:
+        """Fold another period into this one (e.g. several phases reported as one round)."""
+        for mine, theirs in ((self.down, other.down), (self.up, other.up)):
+            for node, b in theirs.items():
+                mine[node] = mine.get(node, 0) + b
+        self.replies += other.replies
+        self.failures += other.failures
+        self.comm_s += other.comm_s
+        return self
+
     @property
     def bytes_down(self) -> int:
         return sum(self.down.values())

@@ -79,3 +79,49 @@ class StateLayout:
             out[k] = vec[pos : pos + n].reshape(shape).astype(np.asarray(base[k]).dtype)
             pos += n
         return out
+
+
+def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-output-channel INT8 post-training quantization (FENS B.3): q = round(w / s), s = max|w| / 127.
+
+    `w` has the output channel first (PyTorch layout); returns (int8 array of w's shape,
+    float32 scales of shape (out_channels,)). All-zero channels get scale 1.
+    """
+    w = np.asarray(w, dtype=np.float32)
+    flat = w.reshape(w.shape[0], -1)
+    scale = np.abs(flat).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    q = np.clip(np.rint(flat / scale[:, None]), -127, 127).astype(np.int8)
+    return q.reshape(w.shape), scale.astype(np.float32)
+
+
+def dequantize_int8(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`quantize_int8` (up to rounding: |error| <= scale / 2)."""
+    q = np.asarray(q)
+    return (q.reshape(q.shape[0], -1).astype(np.float32) * np.asarray(scale, np.float32)[:, None]).reshape(q.shape)
+
+
+def quantize_state(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """INT8 for every float tensor with >= 2 dims (conv/linear weights); 1-D tensors (biases, BN) and ints stay as they are.
+
+    Keys: `<name>` holds the int8 or original array, `<name>.__scale` the per-channel scales.
+    """
+    out: dict[str, np.ndarray] = {}
+    for k, v in state.items():
+        v = np.asarray(v)
+        if np.issubdtype(v.dtype, np.floating) and v.ndim >= 2:
+            out[k], out[f"{k}.__scale"] = quantize_int8(v)
+        else:
+            out[k] = v
+    return out
+
+
+def dequantize_state(qstate: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inverse of :func:`quantize_state`: float32 weights again."""
+    out = {}
+    for k, v in qstate.items():
+        if k.endswith(".__scale"):
+            continue
+        scale = qstate.get(f"{k}.__scale")
+        out[k] = dequantize_int8(v, scale) if scale is not None else np.asarray(v)
+    return out

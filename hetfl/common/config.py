@@ -187,4 +187,5 @@ def validate(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 # Method packages declare their own keys next to their code; importing them here makes
 # the schema complete wherever the config is validated (ServerApp, ClientApp, launcher).
+import hetfl.fens_app.keys  # noqa: E402,F401
 import hetfl.shefl_app.keys  # noqa: E402,F401

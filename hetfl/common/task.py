@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -147,3 +148,13 @@ def centralized_evaluator(cfg: dict[str, Any]) -> Callable[[nn.Module], tuple[fl
 def dataset_threshold(cfg: dict[str, Any]) -> float:
     """Convergence threshold: the config's, else the dataset's (SHEFL: MNIST 90, FMNIST 80, ...)."""
     return cfg["convergence-threshold"] or DATASETS[cfg["dataset"]].threshold
+
+
+def wait_for_nodes(grid, min_nodes: int, timeout: float = 600.0) -> list[int]:
+    """Block until at least `min_nodes` SuperNodes are connected; return their ids (sorted)."""
+    deadline = time.monotonic() + timeout
+    while len(nodes := sorted(grid.get_node_ids())) < min_nodes:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(nodes)} nodes connected; min-available-nodes = {min_nodes}")
+        time.sleep(1.0)
+    return nodes

@@ -37,13 +37,13 @@ class Normalizer:
         return (t - self.mean) / self.std
 
 
-def _to_device(model: nn.Module, device: str | torch.device, image: bool) -> nn.Module:
+def prepare_model(model: nn.Module, device: str | torch.device, image: bool) -> nn.Module:
     """Move to device; image models use channels-last memory (1.4x faster training, 3x faster inference on CPU)."""
     model.to(device)
     return model.to(memory_format=torch.channels_last) if image else model
 
 
-def _batch(x: torch.Tensor, normalize: Normalizer, device: str | torch.device) -> torch.Tensor:
+def prepare_batch(x: torch.Tensor, normalize: Normalizer, device: str | torch.device) -> torch.Tensor:
     xb = normalize(x).to(device)
     return xb.contiguous(memory_format=torch.channels_last) if xb.dim() == 4 else xb
 
@@ -112,7 +112,7 @@ def train(
     n = len(data)
     if n == 0:
         return TrainResult(float("nan"), 0, 0, 0.0)
-    _to_device(model, device, np.ndim(data.x) == 4).train()
+    prepare_model(model, device, np.ndim(data.x) == 4).train()
     total = num_steps(n, batch_size, steps, epochs)
     opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total) if lr_schedule == "cosine" else None
@@ -122,7 +122,7 @@ def train(
     y_all = torch.from_numpy(np.ascontiguousarray(data.y))
     loss_sum, done = 0.0, 0
     for idx in _batches(n, batch_size, steps, epochs, gen):
-        x = _batch(x_all[idx], normalize, device)
+        x = prepare_batch(x_all[idx], normalize, device)
         y = y_all[idx].to(device)
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x), y)
@@ -139,17 +139,21 @@ def train(
 
 
 @torch.no_grad()
+def member_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256,
+                  device: str | torch.device = "cpu") -> torch.Tensor:
+    """Logits of each model on each sample: tensor (num_models, N, C)."""
+    for m in models:
+        prepare_model(m, device, np.ndim(data.x) == 4).eval()
+    x_all = torch.from_numpy(np.ascontiguousarray(data.x))
+    outs = [torch.stack([m(prepare_batch(x_all[pos : pos + batch_size], normalize, device)) for m in models]).cpu()
+            for pos in range(0, len(data), batch_size)]
+    return torch.cat(outs, dim=1)
+
+
 def predict_proba(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256,
                   device: str | torch.device = "cpu") -> torch.Tensor:
     """Softmax outputs of each model: tensor (num_models, N, C)."""
-    outs = []
-    for m in models:
-        _to_device(m, device, np.ndim(data.x) == 4).eval()
-    x_all = torch.from_numpy(np.ascontiguousarray(data.x))
-    for pos in range(0, len(data), batch_size):
-        x = _batch(x_all[pos : pos + batch_size], normalize, device)
-        outs.append(torch.stack([F.softmax(m(x), dim=1) for m in models]).cpu())
-    return torch.cat(outs, dim=1)
+    return F.softmax(member_logits(models, data, normalize, batch_size, device), dim=-1)
 
 
 def evaluate(model: nn.Module, data: ArrayData, normalize: Normalizer, batch_size: int = 256,

@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
-from hetfl.common.task import dataset_threshold, log, make_model, test_data
+from hetfl.common.task import dataset_threshold, log, make_model, test_data, wait_for_nodes
 from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
 
 from .strategy import SHEFL, pack_models, unpack_models
@@ -21,12 +21,7 @@ QUERY = "query.shefl"
 
 def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> dict[int, str]:
     """Wait for min-available-nodes nodes and ask each for its device class (hpc | lpc)."""
-    deadline = time.monotonic() + timeout
-    while len(list(grid.get_node_ids())) < cfg["min-available-nodes"]:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"fewer than min-available-nodes={cfg['min-available-nodes']} nodes connected")
-        time.sleep(1.0)
-    nodes = list(grid.get_node_ids())
+    nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
     msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=QUERY, dst_node_id=n) for n in nodes]
     roles = {}
     for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]):

@@ -1,0 +1,80 @@
+"""FENS client: phase 1 local training (once), caching the ensemble's logits, phase 2 aggregator steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from hetfl.common.compression import dequantize_state, quantize_state
+from hetfl.common.data import ArrayData, label_histogram
+from hetfl.common.models import get_state, set_state
+from hetfl.common.task import client_data, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes
+from hetfl.common.train import Normalizer, train
+
+from .aggregators import make_aggregator
+from .core import ensemble_logits, split_indices, subset
+
+OWN, CACHE = "fens-own-model", "fens-logits"
+
+
+def _splits(context: Context, cfg: dict) -> tuple[ArrayData, ArrayData]:
+    data = client_data(context, cfg)
+    pid = node_partition(context)[0]
+    local_idx, agg_idx = split_indices(len(data), cfg["fens-local-fraction"], cfg["seed"] * 100_003 + pid)
+    return subset(data, local_idx), subset(data, agg_idx)
+
+
+def local(msg: Message, context: Context) -> Message:
+    """Phase 1: train the local model to completion on the 90% split; upload it once with label counts."""
+    cfg = config_of(context)
+    local_data, _ = _splits(context, cfg)
+    model = make_model(cfg)  # the seeded initial model: identical on every client, no download
+    res = local_train(model, local_data, cfg, server_round=1, seed_offset=node_partition(context)[0])
+    arrays = model_to_arrays(model)
+    context.state[OWN] = arrays
+    counts = label_histogram(local_data.y, num_classes(cfg)).tolist()
+    metrics = MetricRecord({"num-examples": len(local_data), "train_loss": res.loss, "train_s": res.seconds,
+                            "label_counts": counts})
+    return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+
+
+def logits(msg: Message, context: Context) -> Message:
+    """Receive the (INT8) ensemble, compute its logits on the 10% split once and cache them in the node state."""
+    cfg = config_of(context)
+    conf = msg.content["config"]
+    M, own = int(conf["num-models"]), int(conf["own-index"])
+    ens = msg.content["ensemble"]
+    states: list[dict[str, np.ndarray]] = [{} for _ in range(M)]
+    for key, arr in ens.items():
+        j, name = key.split(".", 1)
+        states[int(j[1:])][name] = arr.numpy()
+    if own >= 0 and not states[own]:  # not sent: use the local copy, quantized like the others
+        st = {k: v.numpy() for k, v in context.state[OWN].items()}
+        states[own] = quantize_state(st) if bool(conf["quantized"]) else st
+    models = []
+    for st in states:
+        m = make_model(cfg)
+        set_state(m, dequantize_state(st) if bool(conf["quantized"]) else st)
+        models.append(m)
+    _, agg_data = _splits(context, cfg)
+    torch.set_num_threads(cfg["client-threads"])
+    z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]))
+    context.state[CACHE] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
+    return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(agg_data)})}), reply_to=msg)
+
+
+def train_aggregator(msg: Message, context: Context) -> Message:
+    """Phase 2 (one FedAdam round): a few SGD steps of the aggregator on the cached logits."""
+    cfg = config_of(context)
+    cache = context.state[CACHE]
+    data = ArrayData(cache["z"].numpy(), cache["y"].numpy())
+    _, M, C = data.x.shape
+    agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"])
+    set_state(agg, {k: v.numpy() for k, v in msg.content["arrays"].items()})
+    rnd = int(msg.content["config"]["server-round"])
+    res = train(agg, data, torch.as_tensor, steps=cfg["agg-local-steps"], batch_size=cfg["agg-batch-size"],
+                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_partition(context)[0])
+    arrays = ArrayRecord({k: Array(v) for k, v in get_state(agg).items()})
+    metrics = MetricRecord({"num-examples": len(data), "train_loss": res.loss})
+    return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)

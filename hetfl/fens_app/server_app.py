@@ -1,0 +1,131 @@
+"""FENS server: one-shot local training, INT8 ensemble download, FedAdam training of the aggregator.
+
+Phases (FENS Sec. 2, Alg. 1-2): (1) every client trains its model (initialised from the
+run seed, so nothing is downloaded) on 90% of its data and uploads it once; the server quantizes the models FP32 -> INT8 (per-output-channel
+symmetric weights, biases/BN in FP32) and (2) sends the ensemble to every client, which
+caches the ensemble's logits on its 10% split; (3) Flower's FedAdam trains the
+aggregator for num-server-rounds rounds on those cached logits. The central test split
+is halved into validation and test; accuracy is reported on the test half.
+Rounds in metrics.json: round 0 = after phases 1-2 (its bytes are the upload and the
+ensemble download), rounds 1..R = aggregator rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from hetfl.common.comm import MeteredGrid
+from hetfl.common.compression import dequantize_state, quantize_state
+from hetfl.common.data import ArrayData
+from hetfl.common.models import get_state, set_state
+from hetfl.common.results import RunRecorder
+from hetfl.common.task import dataset_threshold, log, make_model, num_classes, test_data, wait_for_nodes
+from hetfl.common.train import Normalizer
+
+from .aggregators import STATIC, make_aggregator
+from .core import ensemble_logits
+from .strategy import AggregatorFedAdam
+
+LOCAL, LOGITS = "train.fens_local", "train.fens_logits"
+
+
+def _agg_metrics(agg: torch.nn.Module, z: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    with torch.no_grad():
+        out = agg.eval()(torch.as_tensor(z))
+        labels = torch.as_tensor(y)
+        return float(F.cross_entropy(out, labels)), float((out.argmax(1) == labels).float().mean())
+
+
+def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run FENS end to end and return the summary."""
+    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    nodes = wait_for_nodes(grid, cfg["min-available-nodes"])
+    timeout = cfg["round-timeout"]
+    # ---- phase 1: one-shot local training ---------------------------------------------
+    t0 = time.perf_counter()
+    init = RecordDict({"config": ConfigRecord({"server-round": 0})})  # clients build the seeded initial model
+    replies = [r for r in grid.send_and_receive([Message(init, message_type=LOCAL, dst_node_id=n) for n in nodes], timeout=timeout)
+               if not r.has_error()]
+    replies.sort(key=lambda r: r.metadata.src_node_id)
+    states, kept = [], []
+    for r in replies:
+        st = {k: v.numpy() for k, v in r.content["arrays"].items()}
+        if all(np.all(np.isfinite(v)) for v in st.values() if np.issubdtype(v.dtype, np.floating)):
+            states.append(st)
+            kept.append(r)
+        else:  # a diverged or malformed model would turn every ensemble prediction into NaN
+            log.warning("FENS: rejected the local model of node %d (NaN/inf weights)", r.metadata.src_node_id)
+    rejected = len(replies) - len(kept)
+    replies = kept
+    if not replies:
+        raise RuntimeError("FENS: no client returned a usable local model")
+    counts = np.array([r.content["metrics"]["label_counts"] for r in replies], dtype=np.int64)
+    members = [r.metadata.src_node_id for r in replies]
+    M, C = len(states), num_classes(cfg)
+    phase1 = grid.take()
+    log.info("FENS phase 1: %d local models in %.1fs (%.1f MB up)", M, time.perf_counter() - t0, phase1.bytes_up / 1e6)
+    # ---- ensemble download (INT8) and logit caching ------------------------------------------
+    sent = [quantize_state(s) for s in states] if cfg["fens-quantize"] else states
+    ens_models = []
+    for st in sent:
+        m = make_model(cfg)
+        set_state(m, dequantize_state(st) if cfg["fens-quantize"] else st)
+        ens_models.append(m)
+    msgs = []
+    for n in nodes:
+        own = members.index(n) if n in members else -1
+        rec = ArrayRecord({f"e{j}.{k}": Array(np.asarray(v)) for j, st in enumerate(sent)
+                           if not (cfg["fens-exclude-own"] and j == own) for k, v in st.items()})
+        conf = ConfigRecord({"num-models": M, "own-index": own if cfg["fens-exclude-own"] else -1,
+                             "quantized": cfg["fens-quantize"]})
+        msgs.append(Message(RecordDict({"ensemble": rec, "config": conf}), message_type=LOGITS, dst_node_id=n))
+    ready = [r for r in grid.send_and_receive(msgs, timeout=timeout) if not r.has_error()]
+    download = grid.take()
+    # ---- server-side evaluation data: logits of the ensemble on validation / test halves ------
+    data, norm = test_data(cfg), Normalizer(cfg["dataset"])
+    half = len(data) // 2
+    z_all = ensemble_logits(ens_models, data, norm, cfg["eval-batch-size"])
+    z_val, y_val, z_test, y_test = z_all[:half], data.y[:half], z_all[half:], data.y[half:]
+    member_acc = (z_test.argmax(2) == y_test[:, None]).mean(0)
+    recorder.extra["phases"] = {
+        "upload_bytes": phase1.bytes_up, "phase1_request_bytes": phase1.bytes_down,
+        "ensemble_download_bytes": download.bytes_down, "clients_ready": len(ready), "num_models": M, "rejected_models": rejected,
+        "member_test_accuracy": member_acc.tolist(),
+    }
+    baselines = {}
+    for name in STATIC:
+        agg = make_aggregator(name, M, C, label_counts=counts)
+        baselines[name] = _agg_metrics(agg, z_test, y_test)[1]
+    recorder.extra["static_aggregators_test_accuracy"] = baselines
+    log.info("FENS: members' test accuracy %.3f-%.3f; average %.4f, weighted average %.4f",
+             member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"])
+    # ---- phase 2: FedAdam on the aggregator --------------------------------------------------
+    agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"], label_counts=counts)
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        set_state(agg, {k: v.numpy() for k, v in arrays.items()})
+        loss, acc = _agg_metrics(agg, z_test, y_test)
+        _, val_acc = _agg_metrics(agg, z_val, y_val)
+        traffic = grid.take()
+        if server_round == 0:  # this row carries phases 1-2
+            traffic.add(phase1).add(download)
+        recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, val_accuracy=val_acc,
+                        comm_s=traffic.comm_s, replies=traffic.replies, failures=traffic.failures)
+        return MetricRecord({"accuracy": acc, "loss": loss})
+
+    arrays = ArrayRecord({k: Array(v) for k, v in get_state(agg).items()})
+    if cfg["aggregator"] in STATIC or not agg.trainable:
+        evaluate_fn(0, arrays)
+    else:
+        strategy = AggregatorFedAdam(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=1,
+                           min_available_nodes=cfg["min-available-nodes"], eta=cfg["agg-server-lr"],
+                           eta_l=cfg["agg-client-lr"], beta_1=0.9, beta_2=0.99, tau=1e-9)
+        strategy.start(grid=grid, initial_arrays=arrays, num_rounds=cfg["num-server-rounds"], timeout=timeout,
+                       evaluate_fn=evaluate_fn)
+    return recorder.finish()

@@ -1,0 +1,100 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord
+
+from hetfl import launch
+from hetfl.common.comm import record_nbytes
+from hetfl.common.compression import dequantize_int8, dequantize_state, quantize_int8, quantize_state
+from hetfl.common.config import validate
+from hetfl.common.data import ArrayData, DataSpec, load_partition
+from hetfl.common.models import get_state
+from hetfl.common.task import make_model
+from hetfl.common.train import Normalizer, member_logits
+from hetfl.fens_app.aggregators import AGGREGATORS, label_count_weights, make_aggregator
+from hetfl.fens_app.core import ensemble_logits, split_indices
+
+from .conftest import require_fmnist
+
+
+def test_split_is_deterministic_and_disjoint():
+    a, b = split_indices(1000, 0.9, seed=3)
+    a2, b2 = split_indices(1000, 0.9, seed=3)
+    assert np.array_equal(a, a2) and np.array_equal(b, b2)
+    assert len(a) == 900 and len(b) == 100 and not set(a) & set(b) and set(a) | set(b) == set(range(1000))
+    assert not np.array_equal(split_indices(1000, 0.9, seed=4)[1], b)
+
+
+def test_int8_roundtrip_error_and_bytes():
+    cfg = validate({"dataset": "digits", "model": "resnet8"})
+    state = get_state(make_model(cfg))
+    q = quantize_state(state)
+    back = dequantize_state(q)
+    for k, v in state.items():
+        if v.ndim >= 2:
+            scale = np.abs(v.reshape(v.shape[0], -1)).max(1) / 127
+            err = np.abs(back[k] - v).reshape(v.shape[0], -1).max(1)
+            assert np.all(err <= scale / 2 + 1e-7), k  # at most half a quantization step
+            assert q[k].dtype == np.int8
+        else:
+            assert np.array_equal(back[k], v)
+    fp32 = record_nbytes(ArrayRecord({k: Array(v) for k, v in state.items()}))
+    int8 = record_nbytes(ArrayRecord({k: Array(np.asarray(v)) for k, v in q.items()}))
+    assert int8 <= 0.27 * fp32, int8 / fp32
+    w = np.zeros((3, 4), np.float32)
+    qz, s = quantize_int8(w)
+    assert np.array_equal(dequantize_int8(qz, s), w)
+
+
+def test_aggregator_shapes_and_average_is_mean_logits():
+    M, C, N = 4, 10, 7
+    z = torch.randn(N, M, C)
+    counts = np.random.default_rng(0).integers(0, 50, (M, C))
+    for name in AGGREGATORS:
+        agg = make_aggregator(name, M, C, hidden=40, label_counts=counts)
+        assert agg(z).shape == (N, C), name
+    assert torch.allclose(make_aggregator("average", M, C)(z), z.mean(dim=1), atol=1e-6)
+    # trainable per-class/linear start as averaging
+    assert torch.allclose(make_aggregator("per-class", M, C)(z), z.mean(dim=1), atol=1e-6)
+    assert torch.allclose(make_aggregator("linear", M, C)(z), z.mean(dim=1), atol=1e-6)
+    w = label_count_weights(np.array([[3, 0, 0], [1, 0, 2]]))
+    assert np.allclose(w, [[0.75, 0.5, 0.0], [0.25, 0.5, 1.0]])  # nobody holds class 1: uniform
+    with pytest.raises(ValueError, match="label counts"):
+        make_aggregator("weighted-average", M, C)
+    assert sum(p.numel() for p in make_aggregator("nn", 20, 10, 40).parameters()) == 200 * 40 + 40 + 40 * 10 + 10
+
+
+def test_cached_logits_equal_recomputed():
+    cfg = validate({"dataset": "digits", "model": "cnn", "data-source": "local"})
+    data = load_partition(DataSpec(dataset="digits", source="local", partitioner="iid", num_partitions=2), 0)
+    models = [make_model(cfg, seed=s) for s in range(3)]
+    z = ensemble_logits(models, data, Normalizer("digits"), batch_size=50)
+    assert z.shape == (len(data), 3, 10) and z.dtype == np.float32
+    # what a client caches is what the models compute, batch size does not matter
+    again = member_logits(models, data, Normalizer("digits"), batch_size=len(data)).permute(1, 0, 2).numpy()
+    assert np.allclose(z, again, atol=1e-5)
+    with torch.no_grad():
+        x = (torch.as_tensor(data.x[:5]).float() - 255 * 0.3031) / (255 * 0.3763)
+        assert np.allclose(z[:5, 1], models[1].eval()(x).numpy(), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_fens_nn_aggregator_beats_averaging_on_non_iid_fmnist(tmp_path):
+    require_fmnist()
+    over = {"max-test-samples": 2000, "local-epochs": 1, "num-server-rounds": 20, "min-available-nodes": 8}
+    run_dir = launch.run("configs/quickstart-fens.toml", over, num_supernodes=8, results_dir=tmp_path, timeout=900)
+    m = json.loads((run_dir / "metrics.json").read_text())
+    avg = m["static_aggregators_test_accuracy"]["average"]
+    final = m["summary"]["final_accuracy"]
+    assert final > avg + 0.05, (final, avg)  # alpha = 0.05: the trained aggregator wins clearly
+    ph = m["phases"]
+    assert ph["num_models"] == 8 and ph["clients_ready"] == 8 and ph["rejected_models"] == 0
+    one_fp32 = ph["upload_bytes"] / 8
+    assert ph["ensemble_download_bytes"] <= 0.27 * 8 * 8 * one_fp32  # 8 clients x 8 INT8 models
+    agg_rounds = [r for r in m["rounds"] if r["round"] > 0]
+    n_params = 8 * 10 * 40 + 40 + 40 * 10 + 10
+    for r in agg_rounds:
+        assert r["bytes_down"] <= 8 * (4 * n_params + 4096) < 8 * 8 * n_params  # float32 aggregator, not float64
+    assert launch.process_tree({launch.LAST_SESSION}) == []
