@@ -15,7 +15,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data run test test-fast bench clean reproduce-shefl
+.PHONY: install data run test test-fast bench clean reproduce-shefl reproduce-fens
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -57,3 +57,11 @@ reproduce-shefl: install data
 		--presets configs/shefl/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
 		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml \
 		--set num-server-rounds=$(ROUNDS) $(EXTRA)
+
+# FENS comparison on FMNIST (20 clients, Dir 0.01/0.05/0.1): FENS (NN aggregator) with FedENS, weighted averaging
+# and one-shot FedAvg evaluated on the same local models, and iterative FedAdam; 3 seeds each.
+reproduce-fens: install data
+	for a in 0.01 0.05 0.1; do \
+	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 $(REPRO_FLAGS) \
+	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
+	done

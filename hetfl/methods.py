@@ -28,7 +28,7 @@ def _fens(grid, context, cfg):
     return run(grid, context, cfg)
 
 
-SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "shefl": _shefl, "fens": _fens}
+SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "fedadam": _baselines, "shefl": _shefl, "fens": _fens}
 
 
 def server_for(method: str) -> ServerFn:

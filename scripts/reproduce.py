@@ -65,19 +65,27 @@ def main() -> int:
                 launch.run(str(preset), {**launch.parse_set(a.set), "seed": seed, "run-name": name},
                            num_supernodes=a.supernodes, results_dir=runs_dir)
             results.setdefault(label(preset), []).append(json.loads(metrics.read_text()))
-    rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round | upload MB/round | s/round | seeds |",
-                       "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round | upload MB/round | total client comm. (MB) | s/round | seeds |",
+                       "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for lab, runs in results.items():
         final = [100 * r["summary"]["final_accuracy"] for r in runs]
         best = [100 * r["summary"]["best_accuracy"] for r in runs]
         conv = [r["summary"]["convergence_round"] for r in runs]
         up = [r["summary"]["total_bytes_up"] / 1e6 / r["summary"]["rounds_completed"] for r in runs]
         sec = [r["summary"]["mean_round_s"] for r in runs]
+        total = [(r["summary"]["total_bytes_down"] + r["summary"]["total_bytes_up"]) / 1e6 for r in runs]
         never = sum(c is None for c in conv)
         conv_s = mean_std([float(c) for c in conv if c is not None]) + (f" ({never} never)" if never else "")
-        table.append(f"| {lab} | {mean_std(final)} | {mean_std(best)} | {conv_s} | {mean_std(up)} | {mean_std(sec)} | {len(runs)} |")
+        table.append(f"| {lab} | {mean_std(final)} | {mean_std(best)} | {conv_s} | {mean_std(up)} | {mean_std(total)} | {mean_std(sec)} | {len(runs)} |")
         rows.append({"method": lab, "final": final, "best": best, "convergence_round": conv, "upload_mb_per_round": up,
-                     "s_per_round": sec, "threshold": runs[0]["summary"]["convergence_threshold"]})
+                     "total_comm_mb": total, "s_per_round": sec, "threshold": runs[0]["summary"]["convergence_threshold"]})
+        # FENS runs also evaluate the one-shot baselines on the same local models; their clients only upload
+        for name in sorted(runs[0].get("static_aggregators_test_accuracy", {})):
+            acc = [100 * r["static_aggregators_test_accuracy"][name] for r in runs]
+            upload = [r["phases"]["upload_bytes"] / 1e6 for r in runs]
+            label_ = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "oneshot-fedavg": "one-shot FedAvg"}[name]
+            table.append(f"| {lab}: {label_} | {mean_std(acc)} | {mean_std(acc)} | n/a | n/a | {mean_std(upload)} | n/a | {len(runs)} |")
+            rows.append({"method": f"{lab}: {label_}", "final": acc, "total_comm_mb": upload})
     (out / "table.md").write_text("\n".join(table) + "\n")
     (out / "table.json").write_text(json.dumps(rows, indent=2))
     import matplotlib

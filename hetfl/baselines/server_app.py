@@ -1,6 +1,6 @@
-"""Server side of the FedAvg / FedProx baselines (McMahan et al. 2017; Li et al. 2020).
+"""Server side of the FedAvg / FedProx / FedAdam baselines (McMahan et al. 2017; Li et al. 2020; Reddi et al. 2021).
 
-Flower's own `FedAvg` / `FedProx` strategies do sampling and weighted averaging; this
+Flower's own `FedAvg` / `FedProx` / `FedAdam` strategies do sampling and aggregation; this
 module only adds centralized evaluation, byte accounting and the results writer.
 """
 
@@ -13,6 +13,7 @@ from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
+from hetfl.baselines.strategy import FedAdamF32
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.results import RunRecorder
 from hetfl.common.task import (
@@ -25,7 +26,7 @@ from hetfl.common.task import (
 
 
 def make_strategy(cfg: dict[str, Any], train_metrics: dict[str, float] | None = None) -> FedAvg:
-    """The Flower strategy for `method` (fedavg | fedprox), with centralized evaluation only.
+    """The Flower strategy for `method` (fedavg | fedprox | fedadam), with centralized evaluation only.
 
     The weighted-average client train metrics of the latest round are copied into `train_metrics`.
     """
@@ -46,6 +47,8 @@ def make_strategy(cfg: dict[str, Any], train_metrics: dict[str, float] | None = 
     )
     if cfg["method"] == "fedprox":
         return FedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
+    if cfg["method"] == "fedadam":
+        return FedAdamF32(eta=cfg["server-lr"], eta_l=cfg["lr"], **kwargs)
     return FedAvg(**kwargs)
 
 

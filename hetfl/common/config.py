@@ -112,7 +112,7 @@ IMAGE_MODELS = ("cnn", "resnet8", "resnet18", "resnet34", "vgg16", "mobilenetv2"
 MODELS = IMAGE_MODELS + ("text",)
 
 register_keys(
-    Key("method", str, "fedavg", "which method/baseline the ServerApp runs", choices=("fedavg", "fedprox")),
+    Key("method", str, "fedavg", "which method/baseline the ServerApp runs", choices=("fedavg", "fedprox", "fedadam")),
     Key("seed", int, 0, "seed for sampling, initialisation and local shuffling", min=0),
     Key("num-server-rounds", int, 3, "number of federated rounds", min=1),
     Key("fraction-train", float, 0.1, "fraction of connected nodes sampled per round", min=0.0, max=1.0, min_inclusive=False),
@@ -146,6 +146,7 @@ register_keys(
     Key("lr-decay-every", int, 10, "rounds between lr decays", min=1),
     Key("lr-schedule", str, "constant", "lr schedule inside one local run", choices=("constant", "cosine")),
     Key("proximal-mu", float, 0.01, "FedProx proximal coefficient (method = fedprox)", min=0.0),
+    Key("server-lr", float, 0.01, "FedAdam server learning rate eta (method = fedadam)", min=0.0, min_inclusive=False),
     Key("client-threads", int, 1, "torch threads per ClientApp process", min=1),
     # evaluation and results
     Key("eval-batch-size", int, 256, "batch size of centralized evaluation", min=1),

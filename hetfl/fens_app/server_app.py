@@ -26,7 +26,7 @@ from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
 from hetfl.common.task import dataset_threshold, log, make_model, num_classes, test_data, wait_for_nodes
-from hetfl.common.train import Normalizer
+from hetfl.common.train import Normalizer, evaluate
 
 from .aggregators import STATIC, make_aggregator
 from .core import ensemble_logits
@@ -102,9 +102,16 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     for name in STATIC:
         agg = make_aggregator(name, M, C, label_counts=counts)
         baselines[name] = _agg_metrics(agg, z_test, y_test)[1]
+    # one-shot FedAvg on the same local models: the data-size-weighted average of their weights
+    sizes = np.array([float(r.content["metrics"]["num-examples"]) for r in replies])
+    avg_state = {k: (sum(w * st[k].astype(np.float64) for w, st in zip(sizes / sizes.sum(), states, strict=True))).astype(states[0][k].dtype)
+                 for k in states[0]}
+    oneshot = make_model(cfg)
+    set_state(oneshot, avg_state)
+    baselines["oneshot-fedavg"] = float(evaluate(oneshot, ArrayData(data.x[half:], data.y[half:]), norm, cfg["eval-batch-size"])[1])
     recorder.extra["static_aggregators_test_accuracy"] = baselines
-    log.info("FENS: members' test accuracy %.3f-%.3f; average %.4f, weighted average %.4f",
-             member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"])
+    log.info("FENS: members' test accuracy %.3f-%.3f; FedENS (average) %.4f, weighted average %.4f, one-shot FedAvg %.4f",
+             member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"], baselines["oneshot-fedavg"])
     # ---- phase 2: FedAdam on the aggregator --------------------------------------------------
     agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"], label_counts=counts)
 
