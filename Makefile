@@ -35,6 +35,7 @@ run: install data
 	$(BIN)/python -m hetfl.launch configs/quickstart.toml --supernodes 20
 
 test: install data
+	$(BIN)/ruff check --select F,E9 hetfl tests scripts
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: install

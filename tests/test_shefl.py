@@ -1,5 +1,4 @@
 import json
-from collections import Counter
 
 import numpy as np
 import pytest

@@ -10,7 +10,7 @@ from hetfl import launch
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.data import DataSpec, load_partition, load_test
 from hetfl.common.task import make_model, model_inputs
-from hetfl.common.text import build_text_model, tokenize
+from hetfl.common.text import tokenize
 from hetfl.common.train import Normalizer, evaluate, train
 
 from .conftest import write_synthetic_ag_news

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from collections.abc import Iterable
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, Message
 from flwr.serverapp import Grid
 
 try:  # the object tree Flower 1.41 puts on the wire
