@@ -8,8 +8,8 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 
 from hetfl.common.compression import dequantize_state, quantize_state
 from hetfl.common.data import ArrayData, label_histogram
-from hetfl.common.models import get_state, set_state
-from hetfl.common.task import client_data, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes
+from hetfl.common.models import set_state
+from hetfl.common.task import arrays_to_model, client_data, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import make_aggregator
@@ -70,11 +70,9 @@ def train_aggregator(msg: Message, context: Context) -> Message:
     cache = context.state[CACHE]
     data = ArrayData(cache["z"].numpy(), cache["y"].numpy())
     _, M, C = data.x.shape
-    agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"])
-    set_state(agg, {k: v.numpy() for k, v in msg.content["arrays"].items()})
+    agg = arrays_to_model(make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"]), msg.content["arrays"])
     rnd = int(msg.content["config"]["server-round"])
     res = train(agg, data, torch.as_tensor, steps=cfg["agg-local-steps"], batch_size=cfg["agg-batch-size"],
                 lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_partition(context)[0])
-    arrays = ArrayRecord({k: Array(v) for k, v in get_state(agg).items()})
     metrics = MetricRecord({"num-examples": len(data), "train_loss": res.loss})
-    return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+    return Message(RecordDict({"arrays": model_to_arrays(agg), "metrics": metrics}), reply_to=msg)

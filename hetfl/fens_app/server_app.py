@@ -17,15 +17,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.compression import dequantize_state, quantize_state
 from hetfl.common.data import ArrayData
-from hetfl.common.models import get_state, set_state
+from hetfl.common.models import set_state
 from hetfl.common.results import RunRecorder
-from hetfl.common.task import dataset_threshold, log, make_model, num_classes, test_data, wait_for_nodes
+from hetfl.common.task import arrays_to_model, dataset_threshold, log, make_model, model_to_arrays, num_classes, test_data, wait_for_nodes
 from hetfl.common.train import Normalizer, evaluate
 
 from .aggregators import STATIC, make_aggregator
@@ -33,13 +32,6 @@ from .core import ensemble_logits
 from .strategy import AggregatorFedAdam
 
 LOCAL, LOGITS = "train.fens_local", "train.fens_logits"
-
-
-def _agg_metrics(agg: torch.nn.Module, z: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    with torch.no_grad():
-        out = agg.eval()(torch.as_tensor(z))
-        labels = torch.as_tensor(y)
-        return float(F.cross_entropy(out, labels)), float((out.argmax(1) == labels).float().mean())
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -91,8 +83,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
     half = len(data) // 2
     z_all = ensemble_logits(ens_models, data, norm, cfg["eval-batch-size"])
-    z_val, y_val, z_test, y_test = z_all[:half], data.y[:half], z_all[half:], data.y[half:]
-    member_acc = (z_test.argmax(2) == y_test[:, None]).mean(0)
+    val_z, test_z = ArrayData(z_all[:half], data.y[:half]), ArrayData(z_all[half:], data.y[half:])
+    member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
         "upload_bytes": phase1.bytes_up, "phase1_request_bytes": phase1.bytes_down,
         "ensemble_download_bytes": download.bytes_down, "clients_ready": len(ready), "num_models": M, "rejected_models": rejected,
@@ -101,7 +93,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     baselines = {}
     for name in STATIC:
         agg = make_aggregator(name, M, C, label_counts=counts)
-        baselines[name] = _agg_metrics(agg, z_test, y_test)[1]
+        baselines[name] = evaluate(agg, test_z, torch.as_tensor)[1]
     # one-shot FedAvg on the same local models: the data-size-weighted average of their weights
     sizes = np.array([float(r.content["metrics"]["num-examples"]) for r in replies])
     avg_state = {k: (sum(w * st[k].astype(np.float64) for w, st in zip(sizes / sizes.sum(), states, strict=True))).astype(states[0][k].dtype)
@@ -116,9 +108,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"], label_counts=counts)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        set_state(agg, {k: v.numpy() for k, v in arrays.items()})
-        loss, acc = _agg_metrics(agg, z_test, y_test)
-        _, val_acc = _agg_metrics(agg, z_val, y_val)
+        arrays_to_model(agg, arrays)
+        loss, acc = evaluate(agg, test_z, torch.as_tensor)
+        _, val_acc = evaluate(agg, val_z, torch.as_tensor)
         traffic = grid.take()
         if server_round == 0:  # this row carries phases 1-2
             traffic.add(phase1).add(download)
@@ -126,7 +118,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
                         comm_s=traffic.comm_s, replies=traffic.replies, failures=traffic.failures)
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    arrays = ArrayRecord({k: Array(v) for k, v in get_state(agg).items()})
+    arrays = model_to_arrays(agg)
     if cfg["aggregator"] in STATIC or not agg.trainable:
         evaluate_fn(0, arrays)
     else:
