@@ -6,8 +6,8 @@
         --seeds 0 1 2 --supernodes 100
 
 Writes results/reproduce/<name>/{table.md,table.json,accuracy.png}; each run keeps its own
-results/reproduce/<name>/runs/<preset>-s<seed>/metrics.json. Runs that already finished
-are not repeated (delete their folder to rerun).
+results/reproduce/<name>/runs/<preset>-s<seed>/metrics.json. Runs that already finished with
+the same preset values and overrides are not repeated.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import json
 import statistics
 import sys
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,12 +28,13 @@ def label(preset: Path) -> str:
     return f"{preset.parent.name}/{preset.stem}"
 
 
-def finished(metrics: Path) -> bool:
-    """A run whose metrics.json shows all configured rounds."""
+def finished(metrics: Path, wanted: dict | None = None) -> bool:
+    """A run whose metrics.json shows all configured rounds (and, if given, the wanted config values)."""
     if not metrics.exists():
         return False
     m = json.loads(metrics.read_text())
-    return m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
+    same = all(m["config"].get(k) == v for k, v in (wanted or {}).items() if k not in ("run-name", "results-dir"))
+    return same and m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
 
 
 def mean_std(xs: list[float]) -> str:
@@ -59,11 +61,12 @@ def main() -> int:
         for preset in map(Path, a.presets):
             name = f"{preset.parent.name}-{preset.stem}-s{seed}"
             metrics = runs_dir / name / "metrics.json"
-            if not finished(metrics):
+            overrides = {**launch.parse_set(a.set), "seed": seed, "run-name": name}
+            wanted = {**tomllib.loads(preset.read_text()), **overrides}
+            if not finished(metrics, wanted):
                 if a.table_only:
                     continue
-                launch.run(str(preset), {**launch.parse_set(a.set), "seed": seed, "run-name": name},
-                           num_supernodes=a.supernodes, results_dir=runs_dir)
+                launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
             results.setdefault(label(preset), []).append(json.loads(metrics.read_text()))
     rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round | upload MB/round | total client comm. (MB) | s/round | seeds |",
                        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
