@@ -233,6 +233,9 @@ def _to_hf(name: str, split: ArrayData):
 def _from_hf(name: str, ds) -> ArrayData:
     """Convert a (hub or local) datasets.Dataset split to ArrayData (NCHW uint8)."""
     info = DATASETS[name]
+    if len(ds) == 0:  # e.g. Dirichlet(0.01) leaves some partitions empty
+        return ArrayData(np.zeros((0, *info.shape), np.uint8) if info.kind != "text" else np.zeros(0, object),
+                         np.zeros(0, np.int64))
     cols = ds.with_format("numpy")[:]
     y = np.asarray(cols[info.label_col], np.int64)
     if info.kind == "text":

@@ -146,8 +146,8 @@ def member_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Norma
         prepare_model(m, device, np.ndim(data.x) == 4).eval()
     x_all = torch.from_numpy(np.ascontiguousarray(data.x))
     outs = [torch.stack([m(prepare_batch(x_all[pos : pos + batch_size], normalize, device)) for m in models]).cpu()
-            for pos in range(0, len(data), batch_size)]
-    return torch.cat(outs, dim=1)
+            for pos in range(0, max(len(data), 1), batch_size)]  # an empty split still yields shape (M, 0, C)
+    return torch.cat(outs, dim=1)[:, : len(data)]
 
 
 def predict_proba(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256,

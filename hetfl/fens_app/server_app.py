@@ -48,7 +48,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     states, kept = [], []
     for r in replies:
         st = {k: v.numpy() for k, v in r.content["arrays"].items()}
-        if all(np.all(np.isfinite(v)) for v in st.values() if np.issubdtype(v.dtype, np.floating)):
+        if int(r.content["metrics"]["num-examples"]) == 0:  # e.g. Dir(0.01) leaves some clients without data
+            log.warning("FENS: node %d has no local training data; its (untrained) model is left out", r.metadata.src_node_id)
+        elif all(np.all(np.isfinite(v)) for v in st.values() if np.issubdtype(v.dtype, np.floating)):
             states.append(st)
             kept.append(r)
         else:  # a diverged or malformed model would turn every ensemble prediction into NaN
