@@ -95,3 +95,12 @@ def test_fmnist_local_idx():
     assert all(len(p) == 600 for p in parts)  # 400 shards of 150
     labels = [len(np.unique(p.y)) for p in parts]
     assert max(labels) <= 8 and np.mean(labels) <= 5, labels  # pathological: ~4 classes each
+
+
+def test_empty_partitions_load_as_empty_arrays():
+    s = spec(alpha=0.01, min_partition_size=0, num_partitions=30)
+    parts = all_parts(s)
+    empty = [p for p in parts if len(p) == 0]
+    assert empty, [len(p) for p in parts]  # Dirichlet(0.01) over 30 clients leaves some without data
+    assert all(p.x.shape == (0, 1, 8, 8) and p.x.dtype == np.uint8 and p.y.shape == (0,) for p in empty)
+    assert sum(len(p) for p in parts) == len(D.local_datasetdict("digits")["train"])
