@@ -12,7 +12,7 @@ from hetfl.shefl_app.core import (
     PermutationSchedule, aggregate_deltas, hpc_partitions, make_clusters, sample_from_clusters,
     topk_densities, workload_weights,
 )
-from hetfl.shefl_app.strategy import pack_models, unpack_models
+from hetfl.common.task import pack_models, unpack_models
 from flwr.app import Array, ArrayRecord
 
 from .conftest import require_fmnist
@@ -132,6 +132,8 @@ def test_pack_unpack_models():
     back = unpack_models(pack_models(states), 3)
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(states, back) for k in a)
     assert not np.array_equal(back[0]["conv1.weight"], back[1]["conv1.weight"])  # distinct inits
+    skipped = unpack_models(pack_models(states, skip=1), 3)  # FENS: a client's own model is not sent
+    assert skipped[1] == {} and all(np.array_equal(skipped[2][k], states[2][k]) for k in states[2])
     layout = StateLayout.of(states[0])
     assert "bn1.num_batches_tracked" not in layout.keys and "bn1.running_mean" in layout.keys
     v = layout.flatten(states[0])

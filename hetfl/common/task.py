@@ -75,6 +75,20 @@ def arrays_to_model(model: nn.Module, arrays: ArrayRecord) -> nn.Module:
     return model
 
 
+def pack_models(states: list[dict[str, np.ndarray]], skip: int | None = None) -> ArrayRecord:
+    """Several model states -> one ArrayRecord with keys m<j>.<name> (model `skip` left out)."""
+    return ArrayRecord({f"m{j}.{k}": Array(np.asarray(v)) for j, st in enumerate(states) if j != skip for k, v in st.items()})
+
+
+def unpack_models(arrays: ArrayRecord, num_models: int) -> list[dict[str, np.ndarray]]:
+    """Inverse of :func:`pack_models`; a model that was left out comes back as an empty dict."""
+    states: list[dict[str, np.ndarray]] = [{} for _ in range(num_models)]
+    for key, arr in arrays.items():
+        j, name = key.split(".", 1)
+        states[int(j[1:])][name] = arr.numpy()
+    return states
+
+
 def node_partition(context: Context) -> tuple[int, int]:
     """(partition-id, num-partitions) from the node config (simulation and deployment alike)."""
     nc = context.node_config

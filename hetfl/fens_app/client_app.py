@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
-from hetfl.common.compression import dequantize_state, quantize_state
+from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData, label_histogram
-from hetfl.common.models import set_state
-from hetfl.common.task import arrays_to_model, client_data, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes
+from hetfl.common.task import arrays_to_model, client_data, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes, unpack_models
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import make_aggregator
-from .core import ensemble_logits, split_indices, subset
+from .core import build_members, ensemble_logits, split_indices, subset
 
 OWN, CACHE = "fens-own-model", "fens-logits"
 
@@ -44,19 +42,11 @@ def logits(msg: Message, context: Context) -> Message:
     cfg = config_of(context)
     conf = msg.content["config"]
     M, own = int(conf["num-models"]), int(conf["own-index"])
-    ens = msg.content["ensemble"]
-    states: list[dict[str, np.ndarray]] = [{} for _ in range(M)]
-    for key, arr in ens.items():
-        j, name = key.split(".", 1)
-        states[int(j[1:])][name] = arr.numpy()
+    states = unpack_models(msg.content["ensemble"], M)
     if own >= 0 and not states[own]:  # not sent: use the local copy, quantized like the others
         st = {k: v.numpy() for k, v in context.state[OWN].items()}
         states[own] = quantize_state(st) if bool(conf["quantized"]) else st
-    models = []
-    for st in states:
-        m = make_model(cfg)
-        set_state(m, dequantize_state(st) if bool(conf["quantized"]) else st)
-        models.append(m)
+    models = build_members(cfg, states, bool(conf["quantized"]))
     _, agg_data = _splits(context, cfg)
     torch.set_num_threads(cfg["client-threads"])
     z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]))

@@ -7,7 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 from torch import nn
 
+from hetfl.common.compression import dequantize_state
 from hetfl.common.data import ArrayData
+from hetfl.common.models import set_state
+from hetfl.common.task import make_model
 from hetfl.common.train import Normalizer, member_logits
 
 
@@ -20,6 +23,16 @@ def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
 
 def subset(data: ArrayData, idx: np.ndarray) -> ArrayData:
     return ArrayData(data.x[idx], data.y[idx])
+
+
+def build_members(cfg: dict, states: Sequence[dict[str, np.ndarray]], quantized: bool) -> list[nn.Module]:
+    """The ensemble's models from their (INT8-quantized or FP32) states."""
+    members = []
+    for st in states:
+        m = make_model(cfg)
+        set_state(m, dequantize_state(st) if quantized else st)
+        members.append(m)
+    return members
 
 
 def ensemble_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256) -> np.ndarray:

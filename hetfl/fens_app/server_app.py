@@ -17,18 +17,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.comm import MeteredGrid
-from hetfl.common.compression import dequantize_state, quantize_state
+from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData
 from hetfl.common.models import set_state
 from hetfl.common.results import RunRecorder
-from hetfl.common.task import arrays_to_model, dataset_threshold, log, make_model, model_to_arrays, num_classes, test_data, wait_for_nodes
+from hetfl.common.task import arrays_to_model, dataset_threshold, log, make_model, model_to_arrays, num_classes, pack_models, test_data, wait_for_nodes
 from hetfl.common.train import Normalizer, evaluate
 
 from .aggregators import STATIC, make_aggregator
-from .core import ensemble_logits
+from .core import build_members, ensemble_logits
 from .strategy import AggregatorFedAdam
 
 LOCAL, LOGITS = "train.fens_local", "train.fens_logits"
@@ -66,16 +66,11 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     log.info("FENS phase 1: %d local models in %.1fs (%.1f MB up)", M, time.perf_counter() - t0, phase1.bytes_up / 1e6)
     # ---- ensemble download (INT8) and logit caching ------------------------------------------
     sent = [quantize_state(s) for s in states] if cfg["fens-quantize"] else states
-    ens_models = []
-    for st in sent:
-        m = make_model(cfg)
-        set_state(m, dequantize_state(st) if cfg["fens-quantize"] else st)
-        ens_models.append(m)
+    ens_models = build_members(cfg, sent, cfg["fens-quantize"])
     msgs = []
     for n in nodes:
         own = members.index(n) if n in members else -1
-        rec = ArrayRecord({f"e{j}.{k}": Array(np.asarray(v)) for j, st in enumerate(sent)
-                           if not (cfg["fens-exclude-own"] and j == own) for k, v in st.items()})
+        rec = pack_models(sent, skip=own if cfg["fens-exclude-own"] and own >= 0 else None)
         conf = ConfigRecord({"num-models": M, "own-index": own if cfg["fens-exclude-own"] else -1,
                              "quantized": cfg["fens-quantize"]})
         msgs.append(Message(RecordDict({"ensemble": rec, "config": conf}), message_type=LOGITS, dst_node_id=n))

@@ -11,10 +11,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
-from hetfl.common.task import dataset_threshold, log, make_model, test_data, wait_for_nodes
+from hetfl.common.task import dataset_threshold, log, make_model, pack_models, test_data, unpack_models, wait_for_nodes
 from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
 
-from .strategy import SHEFL, pack_models, unpack_models
+from .strategy import SHEFL
 
 QUERY = "query.shefl"
 

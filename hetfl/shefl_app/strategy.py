@@ -22,25 +22,12 @@ from flwr.serverapp.strategy import Strategy
 
 from hetfl.common.comm import decode_sparse, get_sparse
 from hetfl.common.compression import StateLayout
+from hetfl.common.task import pack_models, unpack_models
 
 from .core import PermutationSchedule, RoundPlan, aggregate_deltas, make_clusters, sample_from_clusters, topk_densities, workload_weights
 
 log = logging.getLogger("hetfl")
 MESSAGE_TYPE = "train.shefl"
-
-
-def pack_models(states: list[dict[str, np.ndarray]]) -> ArrayRecord:
-    """M model states -> one ArrayRecord with keys m<j>.<name>."""
-    return ArrayRecord({f"m{j}.{k}": Array(np.asarray(v)) for j, st in enumerate(states) for k, v in st.items()})
-
-
-def unpack_models(arrays: ArrayRecord, num_models: int) -> list[dict[str, np.ndarray]]:
-    """Inverse of :func:`pack_models`."""
-    states: list[dict[str, np.ndarray]] = [{} for _ in range(num_models)]
-    for key, arr in arrays.items():
-        j, name = key.split(".", 1)
-        states[int(j[1:])][name] = arr.numpy()
-    return states
 
 
 class SHEFL(Strategy):
