@@ -15,7 +15,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data run test test-fast bench clean reproduce-shefl reproduce-fens
+.PHONY: install data run test test-fast bench clean reproduce-shefl reproduce-fens reproduce-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -65,4 +65,18 @@ reproduce-fens: install data
 	for a in 0.01 0.05 0.1; do \
 	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 $(REPRO_FLAGS) \
 	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
+	done
+
+# AdaptiveFL comparison on FMNIST (CNN, 100 clients, 10% per round, 4:3:3 devices), Dir(0.6) and Dir(0.3), 3 seeds:
+# AdaptiveFL vs HeteroFL vs All-Large vs Decoupled (+ the +Random/+Greed waste ablation on Dir 0.6).
+# AFL_ROUNDS/SEEDS/AFL_EXTRA shorten it, e.g. make reproduce-adaptivefl AFL_ROUNDS=20 SEEDS=0.
+AFL_ROUNDS ?= 50
+AFL_EXTRA ?=
+reproduce-adaptivefl: install data
+	for a in 0.6 0.3; do \
+	  $(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir$$a-r$(AFL_ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
+	    --presets configs/adaptivefl/fmnist-dir$$a.toml configs/heterofl/fmnist-dir$$a.toml \
+	              configs/all-large/fmnist-dir$$a.toml configs/decoupled/fmnist-dir$$a.toml \
+	              $$( [ $$a = 0.6 ] && echo configs/adaptivefl/fmnist-dir0.6-random.toml configs/adaptivefl/fmnist-dir0.6-greed.toml ) \
+	    --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA) || exit 1; \
 	done

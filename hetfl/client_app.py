@@ -2,7 +2,8 @@
 
 Message types: ``train`` (FedAvg/FedProx local training; FENS aggregator rounds from
 Flower's FedAdam), ``train.shefl``/``query.shefl`` (SHEFL, Fed-Ensemble),
-``train.fens_local``/``train.fens_logits`` (FENS phases 1-2).
+``train.fens_local``/``train.fens_logits`` (FENS phases 1-2), ``train.adaptivefl``/
+``query.adaptivefl`` (AdaptiveFL and its HeteroFL/All-Large/Decoupled variants).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from hetfl.adaptivefl_app import client_app as adaptivefl
 from hetfl.baselines import client_app as baselines
 from hetfl.common.task import config_of
 from hetfl.fens_app import client_app as fens
@@ -48,3 +50,15 @@ def shefl_train(msg: Message, context: Context) -> Message:
 def shefl_query(msg: Message, context: Context) -> Message:
     """SHEFL: report this node's device class (hpc | lpc)."""
     return shefl.query(msg, context)
+
+
+@app.train("adaptivefl")
+def adaptivefl_train(msg: Message, context: Context) -> Message:
+    """AdaptiveFL: prune the received submodel to this device's capacity, train it, return it."""
+    return adaptivefl.train(msg, context)
+
+
+@app.query("adaptivefl")
+def adaptivefl_query(msg: Message, context: Context) -> Message:
+    """AdaptiveFL baselines (HeteroFL, Decoupled): report this device's tier."""
+    return adaptivefl.query(msg, context)

@@ -28,7 +28,14 @@ def _fens(grid, context, cfg):
     return run(grid, context, cfg)
 
 
-SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "fedadam": _baselines, "shefl": _shefl, "fens": _fens}
+def _adaptivefl(grid, context, cfg):
+    from hetfl.adaptivefl_app.server_app import run
+
+    return run(grid, context, cfg)
+
+
+SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "fedadam": _baselines, "shefl": _shefl, "fens": _fens,
+                              "adaptivefl": _adaptivefl}
 
 
 def server_for(method: str) -> ServerFn:

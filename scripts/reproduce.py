@@ -89,6 +89,19 @@ def main() -> int:
             label_ = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "oneshot-fedavg": "one-shot FedAvg"}[name]
             table.append(f"| {lab}: {label_} | {mean_std(acc)} | {mean_std(acc)} | n/a | n/a | {mean_std(upload)} | n/a | {len(runs)} |")
             rows.append({"method": f"{lab}: {label_}", "final": acc, "total_comm_mb": upload})
+    # AdaptiveFL family: full (L1) and avg (L1, M1, S1) accuracy, communication waste (Table 2, Sec. 4.4)
+    hetero = {lab: runs for lab, runs in results.items() if "acc_avg" in runs[0]["rounds"][-1]}
+    if hetero:
+        table += ["", "| method | full acc. (%) | avg acc. (%) | L1 / M1 / S1 (%) | comm. waste (%) | seeds |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for lab, runs in hetero.items():
+            last = [r["rounds"][-1] for r in runs]
+            full = [100 * x["acc_L1"] for x in last]
+            avg = [100 * x["acc_avg"] for x in last]
+            levels = " / ".join(f"{statistics.mean(100 * x[f'acc_{k}'] for x in last):.2f}" for k in ("L1", "M1", "S1"))
+            waste = [100 * x["cum_waste_rate"] for x in last]
+            table.append(f"| {lab} | {mean_std(full)} | {mean_std(avg)} | {levels} | {mean_std(waste)} | {len(runs)} |")
+            rows.append({"method": lab, "full": full, "avg": avg, "waste": waste})
     (out / "table.md").write_text("\n".join(table) + "\n")
     (out / "table.json").write_text(json.dumps(rows, indent=2))
     import matplotlib

@@ -190,3 +190,4 @@ def validate(run_config: Mapping[str, Any]) -> dict[str, Any]:
 # the schema complete wherever the config is validated (ServerApp, ClientApp, launcher).
 import hetfl.fens_app.keys  # noqa: E402,F401
 import hetfl.shefl_app.keys  # noqa: E402,F401
+import hetfl.adaptivefl_app.keys  # noqa: E402,F401

@@ -1,8 +1,10 @@
 """Model zoo (torchvision style): CNN, ResNet-8/18/34 (CIFAR stem), VGG16 (CIFAR), MobileNetV2.
 
 Every constructor takes ``num_classes``, ``in_channels`` and a ``width`` multiplier that
-scales hidden channels/units (never the input or the number of classes), so the same
-code builds the full model and the width-reduced models AdaptiveFL/HeteroFL need.
+scales hidden channels/units (never the input or the number of classes). CNN, VGG and
+ResNet also take ``widths``: the explicit output width of each hidden layer in order
+(:func:`hidden_widths` gives the full model's), so AdaptiveFL/HeteroFL build real
+smaller submodels whose tensors are leading slices of the full model's.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ class CNN(nn.Module):
     """The 2-conv + 2-hidden-layer CNN used for MNIST/FMNIST by SHEFL and Fed-Ensemble."""
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, image_size: int = 28, width: float = 1.0,
-                 channels: tuple[int, int] = (32, 64), hidden: tuple[int, int] = (512, 128)) -> None:
+                 channels: tuple[int, int] = (32, 64), hidden: tuple[int, int] = (512, 128),
+                 widths: tuple[int, ...] | None = None) -> None:
         super().__init__()
-        c1, c2 = (_w(c, width) for c in channels)
-        h1, h2 = (_w(h, width) for h in hidden)
+        c1, c2, h1, h2 = widths if widths is not None else [_w(c, width) for c in (*channels, *hidden)]
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, c1, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
             nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
@@ -48,39 +50,53 @@ class BasicBlock(nn.Module):
     expansion = 1
 
     def __init__(self, in_planes: int, planes: int, stride: int = 1,
-                 norm: Callable[[int], nn.Module] = nn.BatchNorm2d) -> None:
+                 norm: Callable[[int], nn.Module] = nn.BatchNorm2d, project: bool | None = None) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
         self.bn1 = norm(planes)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
         self.bn2 = norm(planes)
         self.relu = nn.ReLU(inplace=True)
+        self.planes = planes
         self.shortcut = nn.Sequential()
-        if stride != 1 or in_planes != planes:
+        # `project` follows the full model's structure; a width-pruned identity block whose
+        # input is wider than its output adds the leading input channels (a leading slice of
+        # the identity), so submodels stay exact slices of the full model.
+        if project if project is not None else (stride != 1 or in_planes != planes):
             self.shortcut = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride, bias=False), norm(planes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        return self.relu(out + self.shortcut(x))
+        short = self.shortcut(x)
+        if short.shape[1] != self.planes:
+            short = short[:, : self.planes]
+        return self.relu(out + short)
 
 
 class ResNet(nn.Module):
     """ResNet with the CIFAR stem (3x3 conv, stride 1, no max-pool)."""
 
     def __init__(self, blocks: tuple[int, ...], planes: tuple[int, ...], num_classes: int = 10,
-                 in_channels: int = 3, width: float = 1.0, norm: Callable[[int], nn.Module] = nn.BatchNorm2d) -> None:
+                 in_channels: int = 3, width: float = 1.0, norm: Callable[[int], nn.Module] = nn.BatchNorm2d,
+                 widths: tuple[int, ...] | None = None) -> None:
         super().__init__()
-        planes = tuple(_w(p, width) for p in planes)
-        self.conv1 = nn.Conv2d(in_channels, planes[0], 3, 1, 1, bias=False)
-        self.bn1 = norm(planes[0])
+        # hidden layers: the stem, then one width per basic block (its conv1, conv2 and shortcut)
+        full = [planes[0]] + [p for n, p in zip(blocks, planes, strict=True) for _ in range(n)]
+        w = list(widths) if widths is not None else [_w(c, width) for c in full]
+        if len(w) != len(full):
+            raise ValueError(f"ResNet widths: {len(w)} given, {len(full)} hidden layers")
+        self.conv1 = nn.Conv2d(in_channels, w[0], 3, 1, 1, bias=False)
+        self.bn1 = norm(w[0])
         self.relu = nn.ReLU(inplace=True)
-        layers, in_planes = [], planes[0]
-        for i, (n, p) in enumerate(zip(blocks, planes, strict=True)):
+        layers, in_planes, k = [], w[0], 1
+        for i, n in enumerate(blocks):
             stage = []
             for j in range(n):
-                stage.append(BasicBlock(in_planes, p, stride=2 if (i > 0 and j == 0) else 1, norm=norm))
-                in_planes = p
+                stride = 2 if (i > 0 and j == 0) else 1
+                project = stride != 1 or full[k - 1] != full[k]
+                stage.append(BasicBlock(in_planes, w[k], stride=stride, norm=norm, project=project))
+                in_planes, k = w[k], k + 1
             layers.append(nn.Sequential(*stage))
         self.layers = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
@@ -113,34 +129,37 @@ class VGG(nn.Module):
     """VGG16 for 32x32 inputs with batch norm and the 512-4096-4096-C classifier (AdaptiveFL)."""
 
     def __init__(self, cfg: tuple = VGG16_CFG, num_classes: int = 10, in_channels: int = 3, width: float = 1.0,
-                 image_size: int = 32, hidden: int = 4096) -> None:
+                 image_size: int = 32, hidden: int = 4096, widths: tuple[int, ...] | None = None) -> None:
         super().__init__()
+        full = [v for v in cfg if v != "M"] + [hidden, hidden]  # hidden layers: convs, then 2 FC
+        w = list(widths) if widths is not None else [_w(c, width) for c in full]
+        if len(w) != len(full):
+            raise ValueError(f"VGG widths: {len(w)} given, {len(full)} hidden layers")
         layers: list[nn.Module] = []
-        c = in_channels
-        pools = 0
+        c, k, pools = in_channels, 0, 0
         for v in cfg:
             if v == "M":
                 layers.append(nn.MaxPool2d(2))
                 pools += 1
             else:
-                out = _w(v, width)
+                out = w[k]
+                k += 1
                 layers += [nn.Conv2d(c, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU(inplace=True)]
                 c = out
         self.features = nn.Sequential(*layers)
         spatial = max(1, image_size // 2**pools)
-        h = _w(hidden, width)
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(c * spatial * spatial, h), nn.ReLU(inplace=True),
-            nn.Linear(h, h), nn.ReLU(inplace=True), nn.Linear(h, num_classes),
+            nn.Flatten(), nn.Linear(c * spatial * spatial, w[-2]), nn.ReLU(inplace=True),
+            nn.Linear(w[-2], w[-1]), nn.ReLU(inplace=True), nn.Linear(w[-1], num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
 
 
-def vgg16(num_classes: int = 10, in_channels: int = 3, width: float = 1.0, image_size: int = 32) -> VGG:
+def vgg16(num_classes: int = 10, in_channels: int = 3, width: float = 1.0, image_size: int = 32, **kw) -> VGG:
     """VGG16 (CIFAR variant)."""
-    return VGG(VGG16_CFG, num_classes, in_channels, width, image_size)
+    return VGG(VGG16_CFG, num_classes, in_channels, width, image_size, **kw)
 
 
 def mobilenetv2(num_classes: int = 10, in_channels: int = 3, width: float = 1.0) -> nn.Module:
@@ -153,22 +172,48 @@ def mobilenetv2(num_classes: int = 10, in_channels: int = 3, width: float = 1.0)
     return m
 
 
-def build_model(name: str, num_classes: int, in_shape: tuple[int, int, int], width: float = 1.0) -> nn.Module:
-    """Build a model by its run-config name for inputs of shape (C, H, W)."""
+PRUNABLE = ("cnn", "resnet8", "resnet18", "resnet34", "vgg16")  # models that take per-layer `widths`
+
+
+def build_model(name: str, num_classes: int, in_shape: tuple[int, int, int], width: float = 1.0,
+                widths: tuple[int, ...] | None = None) -> nn.Module:
+    """Build a model by its run-config name for inputs of shape (C, H, W); `widths` sets each hidden layer."""
     c, h, _ = in_shape
+    kw = {} if widths is None else {"widths": tuple(widths)}
+    if widths is not None and name not in PRUNABLE:
+        raise ValueError(f"model {name!r} does not take per-layer widths; use one of {PRUNABLE}")
     if name == "cnn":
-        return CNN(num_classes, c, h, width)
+        return CNN(num_classes, c, h, width, **kw)
     if name == "resnet8":
-        return resnet8(num_classes, c, width)
+        return resnet8(num_classes, c, width, **kw)
     if name == "resnet18":
-        return resnet18(num_classes, c, width)
+        return resnet18(num_classes, c, width, **kw)
     if name == "resnet34":
-        return resnet34(num_classes, c, width)
+        return resnet34(num_classes, c, width, **kw)
     if name == "vgg16":
-        return vgg16(num_classes, c, width, image_size=h)
+        return vgg16(num_classes, c, width, image_size=h, **kw)
     if name == "mobilenetv2":
         return mobilenetv2(num_classes, c, width)
     raise ValueError(f"unknown model {name!r}")
+
+
+def pruned_widths(full: tuple[int, ...], ratio: float, start: int) -> tuple[int, ...]:
+    """AdaptiveFL Sec. 3.2: layers k <= start keep width d_k, layers k > start keep floor(d_k * ratio) (>= 1)."""
+    return tuple(d if k <= start else max(1, int(d * ratio)) for k, d in enumerate(full, 1))
+
+
+def hidden_widths(name: str) -> tuple[int, ...]:
+    """Output widths of the full model's hidden layers, in forward order (layer k = index k-1)."""
+    if name == "cnn":
+        return (32, 64, 512, 128)
+    if name == "vgg16":
+        return tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096)
+    stages = {"resnet8": ((1, 1, 1), (64, 128, 256)), "resnet18": ((2, 2, 2, 2), (64, 128, 256, 512)),
+              "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512))}
+    if name in stages:
+        blocks, planes = stages[name]
+        return (planes[0],) + tuple(p for n, p in zip(blocks, planes, strict=True) for _ in range(n))
+    raise ValueError(f"model {name!r} has no per-layer widths; use one of {PRUNABLE}")
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,0 +1,281 @@
+"""AdaptiveFL's math as pure functions: submodel pool, slicing, client-side pruning, Alg. 2, RL selection.
+
+Reading of the paper (notes/adaptivefl.md settles the garbled parts):
+
+* Pool R = [S_p..S_1, M_p..M_1, L_1] (pool index 0 .. 2p): level ratio r_w, start layer I;
+  layers k <= I keep full width, layers k > I keep floor(d_k * r_w) channels (floor reproduces
+  Table 1's VGG16 counts exactly). Index j = 1 has the largest start layer (largest model).
+* Client-side pruning (Sec. 3.2, argmax size s.t. size <= Gamma, I >= tau) picks among pool
+  members that are *contained* in the received model (every layer no wider), because a device
+  can only keep parameters it received; e.g. M3 (I=4) can shrink to S3 but not to S1 (I=8).
+* RL tables (Alg. 1 lines 12-26) and rewards (Sec. 3.3) exactly as in the note; a device that
+  cannot fit even the smallest contained model returns nothing (an extension: the paper assumes
+  the smallest model always fits); its resource scores are all penalised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hetfl.common.models import build_model, count_parameters, hidden_widths, pruned_widths
+
+TYPES = ("S", "M", "L")
+TIERS = ("weak", "medium", "strong")
+DEFAULT_STARTS = {"cnn": (2, 1), "resnet8": (2, 1), "resnet18": (6, 4, 2), "resnet34": (10, 6, 2), "vgg16": (8, 6, 4)}
+
+
+@dataclass(frozen=True)
+class PoolEntry:
+    """One submodel of the pool: name (e.g. 'M2'), type (S/M/L), ratio r_w, start layer I, widths, #params."""
+
+    name: str
+    type: str
+    ratio: float
+    start: int
+    widths: tuple[int, ...]
+    size: int
+
+    def contains(self, other: PoolEntry) -> bool:
+        """True when `other` is a slice of this model (no layer wider)."""
+        return all(o <= s for o, s in zip(other.widths, self.widths, strict=True))
+
+
+class SubmodelPool:
+    """Sec. 3.2 / Table 1: the model pool R = {S_p..S_1, M_p..M_1, L_1}, ordered by strictly increasing size."""
+
+    def __init__(self, model: str, num_classes: int, in_shape: tuple[int, int, int],
+                 ratios: Sequence[float] = (0.66, 0.40), starts: Sequence[int] | None = None, tau: int = 1) -> None:
+        self.model, self.num_classes, self.in_shape = model, num_classes, tuple(in_shape)
+        self.full = hidden_widths(model)
+        starts = tuple(DEFAULT_STARTS[model] if not starts else starts)
+        if len(ratios) != 2 or not 1.0 > ratios[0] > ratios[1] > 0.0:
+            raise ValueError(f"adaptivefl-ratios = {tuple(ratios)}: expected two ratios 1 > r_M > r_S > 0")
+        if list(starts) != sorted(set(starts), reverse=True):
+            raise ValueError(f"adaptivefl-starts = {starts}: expected distinct start layers in decreasing order")
+        if min(starts) < tau or max(starts) >= len(self.full):
+            raise ValueError(f"adaptivefl-starts = {starts}: each start layer I must satisfy tau = {tau} <= I < "
+                             f"{len(self.full)} (the {model} has {len(self.full)} hidden layers)")
+        self.p, self.tau, self.ratios, self.starts = len(starts), tau, tuple(ratios), starts
+        entries = []
+        for t, r in (("S", ratios[1]), ("M", ratios[0])):
+            for j in range(self.p, 0, -1):  # S_p .. S_1
+                w = pruned_widths(self.full, r, starts[j - 1])
+                entries.append(PoolEntry(f"{t}{j}", t, r, starts[j - 1], w, self.size_of(w)))
+        entries.append(PoolEntry("L1", "L", 1.0, len(self.full), self.full, self.size_of(self.full)))
+        sizes = [e.size for e in entries]
+        if any(a >= b for a, b in zip(sizes, sizes[1:])):
+            raise ValueError("submodel sizes are not strictly increasing along the pool: "
+                             + ", ".join(f"{e.name}={e.size}" for e in entries) + "; change adaptivefl-starts/-ratios")
+        self.entries: list[PoolEntry] = entries
+
+    def size_of(self, widths: tuple[int, ...]) -> int:
+        """#parameters of this architecture with the given hidden widths (built on the meta device)."""
+        with torch.device("meta"):
+            return count_parameters(build_model(self.model, self.num_classes, self.in_shape, widths=widths))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, i: int) -> PoolEntry:
+        return self.entries[i]
+
+    @property
+    def largest(self) -> int:
+        return len(self.entries) - 1
+
+    def index(self, name: str) -> int:
+        return [e.name for e in self.entries].index(name)
+
+    def type_index(self, i: int) -> int:
+        """0, 1, 2 for S, M, L."""
+        return TYPES.index(self.entries[i].type)
+
+    def build(self, i: int) -> torch.nn.Module:
+        """A real (smaller) nn.Module for pool member i."""
+        return build_model(self.model, self.num_classes, self.in_shape, widths=self.entries[i].widths)
+
+    def shapes(self, i: int) -> dict[str, tuple[int, ...]]:
+        """State-dict shapes of pool member i (parameters and buffers)."""
+        with torch.device("meta"):
+            return {k: tuple(v.shape) for k, v in self.build(i).state_dict().items()}
+
+    def tier_capacity(self, tier: str) -> int:
+        """Sec. 4.1 device classes: weak = size(S_1), medium = size(M_1), strong = size(L_1)."""
+        return self.entries[self.index({"weak": "S1", "medium": "M1", "strong": "L1"}[tier])].size
+
+    def fit(self, received: int, capacity: float) -> int | None:
+        """Sec. 3.2 resource-aware pruning: the largest pool member inside `received` with size <= capacity."""
+        best = None
+        for i, e in enumerate(self.entries):
+            if e.size <= capacity and self.entries[received].contains(e) and e.start >= self.tau:
+                best = i if best is None or e.size > self.entries[best].size else best
+        return best
+
+    def table(self) -> str:
+        """Per-level parameter counts (compare with Table 1)."""
+        full = self.entries[-1].size
+        rows = [f"{e.name:>3}  r_w={e.ratio:.2f}  I={e.start if e.type != 'L' else 'N/A':>3}  "
+                f"{e.size / 1e6:7.2f}M  ratio {e.size / full:.2f}" for e in reversed(self.entries)]
+        return "\n".join(rows)
+
+
+def slice_state(state: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Sec. 3.2: W[:d*r][:n*r] - the leading slice of every tensor (copies)."""
+    return {k: np.array(state[k][tuple(slice(0, s) for s in shape)]) for k, shape in shapes.items()}
+
+
+def aggregate_submodels(global_state: dict[str, np.ndarray], states: Sequence[dict[str, np.ndarray]],
+                        weights: Sequence[float]) -> dict[str, np.ndarray]:
+    """Algorithm 2: per element, the weighted mean over the submodels covering it; uncovered elements keep their value."""
+    out = {}
+    for k, g in global_state.items():
+        acc = np.zeros(g.shape, np.float64)
+        w = np.zeros(g.shape, np.float64)
+        for st, n in zip(states, weights, strict=True):
+            if k not in st:
+                continue
+            sl = tuple(slice(0, s) for s in st[k].shape)
+            acc[sl] += np.asarray(st[k], np.float64) * n
+            w[sl] += n
+        new = np.where(w > 0, acc / np.maximum(w, 1e-300), g)
+        out[k] = np.rint(new).astype(g.dtype) if np.issubdtype(g.dtype, np.integer) else new.astype(g.dtype)
+    return out
+
+
+def waste_rate(sent_sizes: Sequence[int], back_sizes: Sequence[int]) -> float:
+    """Sec. 4 communication waste: 1 - sum(size returned) / sum(size sent) (0 when nothing was sent)."""
+    total = float(sum(sent_sizes))
+    return 1.0 - float(sum(back_sizes)) / total if total else 0.0
+
+
+# --- RL-based client selection (Alg. 1 lines 1-2 and 12-26, Sec. 3.3) ---------------------------
+
+
+def init_tables(num_clients: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 1 lines 1-2: Tc (3 x |C|) and Tr ((2p+1) x |C|), all ones."""
+    return np.ones((3, num_clients)), np.ones((2 * p + 1, num_clients))
+
+
+def update_tables(Tc: np.ndarray, Tr: np.ndarray, c: int, sent: int, back: int | None, p: int,
+                  type_of: Sequence[int]) -> None:
+    """Alg. 1 lines 12-26 (in place) for client column c after sending pool index `sent` and getting `back`.
+
+    ``type_of[i]`` is the type (0 S, 1 M, 2 L) of pool index i; the largest index is L_1.
+    ``back = None`` (nothing fit, an extension) counts the curiosity of the sent type once and
+    penalises every resource score with the growing penalty from the smallest model up.
+    """
+    top = Tr.shape[0] - 1
+    Tc[type_of[sent], c] += 1
+    if back is None:
+        for tau, t in enumerate(range(0, top + 1)):
+            Tr[t, c] = max(Tr[t, c] - (tau + 1), 0.0)
+        return
+    Tc[type_of[back], c] += 1
+    if back == sent:  # lines 15-18: trained as sent
+        Tr[sent:, c] += 1
+        Tr[top, c] += p - 1
+    else:  # lines 20-25: pruned to `back`
+        Tr[back, c] += p
+        for tau, t in enumerate(range(back, top + 1)):
+            Tr[t, c] = max(Tr[t, c] - tau, 0.0)
+
+
+def resource_reward(Tr: np.ndarray, m: int, p: int, type_of: Sequence[int]) -> np.ndarray:
+    """Sec. 3.3 R_s(m, c) for all clients: sum_{k in type(m)} sum_{t=k..L1} Tr[t] / (p * sum_k Tr[k])."""
+    ks = [k for k in range(Tr.shape[0]) if type_of[k] == type_of[m]]
+    num = sum(Tr[k:].sum(axis=0) for k in ks)
+    den = p * Tr.sum(axis=0)
+    return np.divide(num, den, out=np.zeros(Tr.shape[1]), where=den > 0)
+
+
+def curiosity_reward(Tc: np.ndarray, m: int, type_of: Sequence[int]) -> np.ndarray:
+    """Sec. 3.3 R_c(m, c) = 1 / sqrt(Tc[type(m)][c]) (MBIE-EB)."""
+    return 1.0 / np.sqrt(Tc[type_of[m]])
+
+
+def rewards(Tc: np.ndarray, Tr: np.ndarray, m: int, p: int, type_of: Sequence[int], mode: str = "rl") -> np.ndarray:
+    """R(m, c) = min(0.5, R_s) * R_c ('rl'); ablations 'curiosity' (R_c only) and 'resource' (min(0.5, R_s))."""
+    if mode == "curiosity":
+        return curiosity_reward(Tc, m, type_of)
+    rs = np.minimum(0.5, resource_reward(Tr, m, p, type_of))
+    return rs if mode == "resource" else rs * curiosity_reward(Tc, m, type_of)
+
+
+def selection_probabilities(R: np.ndarray, excluded: Sequence[int] = ()) -> np.ndarray | None:
+    """P(m, c) = R(m, c) / sum_j R(m, j) over clients not yet chosen; None when every reward is 0."""
+    R = np.array(R, dtype=np.float64)
+    R[list(excluded)] = 0.0
+    total = R.sum()
+    return R / total if total > 0 else None
+
+
+class ClientSelector:
+    """Alg. 1 ClientSel + table updates over node ids (columns are added as nodes appear)."""
+
+    MODES = ("rl", "curiosity", "resource", "random")
+
+    def __init__(self, pool: SubmodelPool, mode: str = "rl", seed: int = 0) -> None:
+        if mode not in self.MODES:
+            raise ValueError(f"selector mode {mode!r}; expected one of {self.MODES}")
+        self.pool, self.mode, self.p = pool, mode, pool.p
+        self.type_of = [pool.type_index(i) for i in range(len(pool))]
+        self.nodes: list[int] = []
+        self.Tc, self.Tr = init_tables(0, self.p)
+        self.rng = np.random.default_rng([seed, 0xADA])
+
+    def _column(self, node: int) -> int:
+        if node not in self.nodes:
+            self.nodes.append(node)
+            tc, tr = init_tables(1, self.p)
+            self.Tc, self.Tr = np.hstack([self.Tc, tc]), np.hstack([self.Tr, tr])
+        return self.nodes.index(node)
+
+    def select(self, m: int, candidates: Sequence[int], chosen: Sequence[int] = ()) -> int | None:
+        """One client for pool index m among `candidates`, never one in `chosen` or with zero reward."""
+        cols = [self._column(n) for n in candidates]
+        excluded = [i for i, n in enumerate(candidates) if n in set(chosen)]
+        if self.mode == "random":
+            R = np.ones(len(cols))
+        else:
+            R = rewards(self.Tc, self.Tr, m, self.p, self.type_of, self.mode)[cols]
+        P = selection_probabilities(R, excluded)
+        if P is None:
+            return None
+        return int(candidates[int(self.rng.choice(len(cols), p=P))])
+
+    def update(self, node: int, sent: int, back: int | None) -> None:
+        """Record that `node` returned pool index `back` (None: nothing) for `sent`."""
+        c = self._column(node)  # may grow the tables: look them up afterwards
+        update_tables(self.Tc, self.Tr, c, sent, back, self.p, self.type_of)
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Tables and node ids (for checkpoints)."""
+        return {"Tc": self.Tc.copy(), "Tr": self.Tr.copy(), "nodes": np.array([str(n) for n in self.nodes])}
+
+    def load(self, st: dict[str, np.ndarray]) -> None:
+        self.Tc, self.Tr = np.array(st["Tc"]), np.array(st["Tr"])
+        self.nodes = [int(n) for n in st["nodes"]]
+
+
+def assign_tiers(num_partitions: int, proportions: Sequence[float], seed: int) -> list[str]:
+    """Sec. 4.1 device heterogeneity: tiers weak/medium/strong in the given proportions (default 4:3:3), shuffled."""
+    props = np.asarray(proportions, np.float64)
+    counts = np.floor(props / props.sum() * num_partitions).astype(int)
+    for i in np.argsort(-(props / props.sum() * num_partitions - counts))[: num_partitions - counts.sum()]:
+        counts[i] += 1
+    tiers = [t for t, n in zip(TIERS, counts, strict=True) for _ in range(n)]
+    order = np.random.default_rng([seed, 0x7E]).permutation(num_partitions)
+    return [tiers[i] for i in order]
+
+
+def fluctuate(capacity: float, fluctuation: float, seed: int, server_round: int, pid: int) -> float:
+    """Uncertain environments: this round's capacity = Gamma * U(1 - f, 1 + f) (deterministic per seed/round/node)."""
+    if fluctuation <= 0:
+        return capacity
+    u = np.random.default_rng([seed, server_round, pid, 0xF1]).uniform(1.0 - fluctuation, 1.0 + fluctuation)
+    return math.floor(capacity * u)

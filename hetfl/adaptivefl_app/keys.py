@@ -1,0 +1,51 @@
+"""Run-config keys of AdaptiveFL and its baselines (HeteroFL, All-Large, Decoupled are variants)."""
+
+from hetfl.common.config import ConfigError, Key, extend_choices, register_keys
+
+VARIANTS = ("adaptivefl", "heterofl", "all-large", "decoupled")
+SELECTION = ("rl", "curiosity", "resource", "random")
+
+
+def parse_floats(cfg: dict, key: str, sep: str = ",") -> tuple[float, ...]:
+    """A run-config list such as '0.66,0.40' or '4:3:3' as floats, with an error naming the key."""
+    text = str(cfg[key]).strip()
+    if not text:
+        return ()
+    try:
+        return tuple(float(v) for v in text.split(sep))
+    except ValueError:
+        raise ConfigError(f"run-config key '{key}' = {cfg[key]!r}: expected numbers separated by '{sep}'") from None
+
+
+def _check(cfg: dict) -> None:
+    if cfg["method"] != "adaptivefl":
+        return
+    ratios = parse_floats(cfg, "adaptivefl-ratios")
+    if len(ratios) != 2 or not 1.0 > ratios[0] > ratios[1] > 0.0:
+        raise ConfigError(f"run-config key 'adaptivefl-ratios' = {cfg['adaptivefl-ratios']!r}: expected 'r_M,r_S' "
+                          "with 1 > r_M > r_S > 0 (paper: '0.66,0.40')")
+    starts = parse_floats(cfg, "adaptivefl-starts")
+    if any(s != int(s) or s < 0 for s in starts):
+        raise ConfigError(f"run-config key 'adaptivefl-starts' = {cfg['adaptivefl-starts']!r}: expected "
+                          "non-negative layer indices such as '8,6,4' ('' = the model's default)")
+    props = parse_floats(cfg, "device-proportions", ":")
+    if len(props) != 3 or min(props) < 0 or sum(props) <= 0:
+        raise ConfigError(f"run-config key 'device-proportions' = {cfg['device-proportions']!r}: expected "
+                          "'weak:medium:strong' with non-negative numbers, e.g. '4:3:3'")
+    if cfg["model"] not in ("cnn", "resnet8", "resnet18", "resnet34", "vgg16"):
+        raise ConfigError(f"run-config key 'model' = {cfg['model']!r}: AdaptiveFL prunes cnn, resnet8, resnet18, "
+                          "resnet34 or vgg16")
+
+
+extend_choices("method", "adaptivefl")
+register_keys(
+    Key("adaptivefl-variant", str, "adaptivefl", "AdaptiveFL or a baseline built from the same code", choices=VARIANTS),
+    Key("adaptivefl-selection", str, "rl", "AdaptiveFL: client selection (rl = curiosity x resource; ablations +C, +S, +Random)", choices=SELECTION),
+    Key("adaptivefl-dispatch", str, "random", "AdaptiveFL: model per slot: random pool member, or always the largest (+Greed)", choices=("random", "largest")),
+    Key("adaptivefl-ratios", str, "0.66,0.40", "AdaptiveFL: width ratios r_w of the M and S levels"),
+    Key("adaptivefl-starts", str, "", "AdaptiveFL: start layers I_1 > .. > I_p ('' = model default; one value = coarse-grained)"),
+    Key("adaptivefl-tau", int, 1, "AdaptiveFL: shallow-layer threshold tau (I >= tau)", min=0),
+    Key("device-proportions", str, "4:3:3", "AdaptiveFL: weak:medium:strong devices (simulation)"),
+    Key("capacity-fluctuation", float, 0.0, "AdaptiveFL: per-round capacity = Gamma * U(1 - f, 1 + f) (uncertain environments)", min=0.0, max=0.9),
+    cross_check=_check,
+)

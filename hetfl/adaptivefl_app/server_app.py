@@ -1,0 +1,71 @@
+"""AdaptiveFL server: build the global model, run the strategy, evaluate the full model and each level."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from hetfl.common.comm import MeteredGrid
+from hetfl.common.models import get_state, set_state
+from hetfl.common.results import RunRecorder
+from hetfl.common.task import dataset_threshold, log, make_model, pack_models, test_data, unpack_models, wait_for_nodes
+from hetfl.common.train import Normalizer, evaluate
+
+from .core import slice_state
+from .strategy import LEVELS, AdaptiveFL
+from .task import pool_of
+
+QUERY = "query.adaptivefl"
+
+
+def discover_tiers(grid: MeteredGrid, cfg: dict[str, Any]) -> dict[int, str]:
+    """HeteroFL/Decoupled baselines only: ask every node for its device tier (they assume known tiers)."""
+    nodes = wait_for_nodes(grid, cfg["min-available-nodes"])
+    msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=QUERY, dst_node_id=n) for n in nodes]
+    tiers = {int(r.metadata.src_node_id): str(r.content["config"]["tier"])
+             for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]) if not r.has_error()}
+    log.info("device tiers: %s", {t: sum(v == t for v in tiers.values()) for t in ("weak", "medium", "strong")})
+    return tiers
+
+
+def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run the configured variant for num-server-rounds with per-level evaluation after every round."""
+    pool = pool_of(cfg)
+    log.info("submodel pool (%s):\n%s", cfg["model"], pool.table())
+    variant = cfg["adaptivefl-variant"]
+    tiers = discover_tiers(grid, cfg) if variant in ("heterofl", "decoupled") else None
+    if tiers is None:
+        wait_for_nodes(grid, cfg["min-available-nodes"])
+    strategy = AdaptiveFL(cfg, pool, tiers)
+    full = get_state(make_model(cfg))
+    if variant == "decoupled":  # separate models, each initialised from the same full model's slices
+        initial = [slice_state(full, pool.shapes(pool.index(level))) for level in LEVELS]
+    else:
+        initial = [full]
+    models = {level: pool.build(pool.index(level)) for level in LEVELS}
+    data, norm = test_data(cfg), Normalizer(cfg["dataset"])
+    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size} for e in pool.entries]
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        t0 = time.perf_counter()
+        states = unpack_models(arrays, strategy.num_models)
+        accs, losses = {}, {}
+        for slot, level in enumerate(LEVELS):
+            src = states[slot] if variant == "decoupled" else states[0]
+            model = models[level]
+            set_state(model, slice_state(src, pool.shapes(pool.index(level))))
+            losses[level], accs[level] = evaluate(model, data, norm, cfg["eval-batch-size"])
+        traffic = grid.take()
+        avg = sum(accs.values()) / len(accs)
+        recorder.record(server_round, accs["L1"], losses["L1"], traffic.bytes_down, traffic.bytes_up,
+                        eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s, replies=traffic.replies,
+                        failures=traffic.failures, **{f"acc_{k}": v for k, v in accs.items()}, acc_avg=avg,
+                        **(strategy.last_round if server_round else {}))
+        return MetricRecord({"accuracy": accs["L1"], "loss": losses["L1"], "acc_avg": avg})
+
+    strategy.start(grid=grid, initial_arrays=pack_models(initial), num_rounds=cfg["num-server-rounds"],
+                   timeout=cfg["round-timeout"], evaluate_fn=evaluate_fn)
+    return recorder.finish()

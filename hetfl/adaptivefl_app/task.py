@@ -1,0 +1,77 @@
+"""AdaptiveFL glue shared by its server and client: the pool of a run config, a node's device capacity."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from flwr.app import Context
+
+from hetfl.common.data import DATASETS
+from hetfl.common.task import node_partition
+
+from hetfl.common.models import pruned_widths
+
+from .core import TIERS, SubmodelPool, assign_tiers
+from .keys import parse_floats
+
+
+@lru_cache(maxsize=8)
+def _pool(model: str, num_classes: int, shape: tuple[int, int, int], ratios: tuple[float, ...],
+          starts: tuple[int, ...], tau: int) -> SubmodelPool:
+    return SubmodelPool(model, num_classes, shape, ratios, starts or None, tau)
+
+
+def reference_pool(cfg: dict[str, Any]) -> SubmodelPool:
+    """AdaptiveFL's pool for the run config; it also defines the devices' tier capacities for every variant."""
+    info = DATASETS[cfg["dataset"]]
+    starts = tuple(int(s) for s in parse_floats(cfg, "adaptivefl-starts"))
+    return _pool(cfg["model"], info.num_classes, tuple(info.shape), parse_floats(cfg, "adaptivefl-ratios"),
+                 starts, cfg["adaptivefl-tau"])
+
+
+def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
+    """The pool the run's variant dispatches from (same on server and clients).
+
+    HeteroFL (Diao et al. 2021) scales every hidden layer by one ratio per level (start layer 0);
+    its two ratios are the largest uniform widths whose models fit the weak and medium tiers'
+    capacities, so that all variants run on the same devices.
+    """
+    ref = reference_pool(cfg)
+    if cfg["adaptivefl-variant"] != "heterofl":
+        return ref
+    info = DATASETS[cfg["dataset"]]
+    ratios = tuple(uniform_ratio(ref, ref.tier_capacity(t)) for t in ("medium", "weak"))
+    return _pool(cfg["model"], info.num_classes, tuple(info.shape), ratios, (0,), 0)
+
+
+def uniform_ratio(pool: SubmodelPool, capacity: float) -> float:
+    """Largest width ratio r (2 decimals) with every hidden layer scaled by r and size <= capacity."""
+    lo, hi = 1, 99  # in hundredths
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if pool.size_of(pruned_widths(pool.full, mid / 100, 0)) <= capacity:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo / 100
+
+
+def device_capacity(context: Context, cfg: dict[str, Any]) -> tuple[str, float]:
+    """(tier, Gamma in parameters): node config 'capacity' (weak | medium | strong | #params) in deployment,
+    else the simulated tier of this partition (device-proportions). Tier capacities: S1, M1, L1 of
+    the reference pool."""
+    pool = reference_pool(cfg)
+    declared = context.node_config.get("capacity")
+    if declared is not None:
+        if str(declared) in TIERS:
+            return str(declared), float(pool.tier_capacity(str(declared)))
+        try:
+            gamma = float(declared)
+        except ValueError:
+            raise ValueError(f"node config capacity={declared!r}; expected one of {TIERS} or a number of parameters") from None
+        fits = [t for t in TIERS if pool.tier_capacity(t) <= gamma]
+        return (fits[-1] if fits else "weak"), gamma
+    pid, n = node_partition(context)
+    tier = assign_tiers(n, parse_floats(cfg, "device-proportions", ":"), cfg["seed"])[pid]
+    return tier, float(pool.tier_capacity(tier))

@@ -1,0 +1,276 @@
+"""AdaptiveFL: pool slicing, client-side pruning, Algorithm 2, RL tables and selection, strategy checks, e2e."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from .conftest import require_fmnist
+from hetfl import launch
+from hetfl.adaptivefl_app import core
+from hetfl.adaptivefl_app.core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state
+from hetfl.adaptivefl_app.strategy import AdaptiveFL
+from hetfl.adaptivefl_app.task import pool_of
+from hetfl.common.config import ConfigError, validate
+from hetfl.common.models import build_model, get_state, set_state
+
+CNN = ("cnn", 10, (1, 28, 28))
+ADAPTIVE_FL = {"method": "adaptivefl", "dataset": "fashion_mnist", "model": "cnn"}
+
+
+@pytest.fixture(scope="module")
+def cnn_pool():
+    return SubmodelPool(*CNN)
+
+
+# --- pool and slicing -------------------------------------------------------------------------
+
+def test_vgg16_pool_matches_table1():
+    pool = SubmodelPool("vgg16", 10, (3, 32, 32), (0.66, 0.40), (8, 6, 4))
+    got = {e.name: e.size for e in pool.entries}
+    table1 = {"L1": 33.65, "M1": 16.81, "M2": 15.41, "M3": 14.84, "S1": 8.39, "S2": 6.48, "S3": 5.67}  # millions
+    for name, millions in table1.items():  # the paper rounds some and truncates others (S1 = 8,397,xxx)
+        assert abs(got[name] / 1e6 - millions) < 0.01, (name, got[name])
+    assert [e.name for e in pool.entries] == ["S3", "S2", "S1", "M3", "M2", "M1", "L1"]
+
+
+@pytest.mark.parametrize("model,shape", [("cnn", (1, 28, 28)), ("resnet18", (3, 32, 32)), ("vgg16", (3, 32, 32))])
+def test_sizes_strictly_increase_along_pool(model, shape):
+    pool = SubmodelPool(model, 10, shape)
+    sizes = [e.size for e in pool.entries]
+    assert all(a < b for a, b in zip(sizes, sizes[1:]))
+    assert pool.entries[-1].size == sum(p.numel() for p in build_model(model, 10, shape).parameters())
+
+
+@pytest.mark.parametrize("model,shape", [("cnn", (1, 28, 28)), ("resnet18", (3, 16, 16))])
+def test_submodels_are_leading_slices_and_run(model, shape):
+    torch.manual_seed(0)
+    pool = SubmodelPool(model, 10, shape)
+    full = get_state(build_model(model, 10, shape))
+    x = torch.randn(2, *shape)
+    for i, entry in enumerate(pool.entries):
+        sub = pool.build(i)  # a real smaller nn.Module
+        st = slice_state(full, pool.shapes(i))
+        set_state(sub, st)  # keys and shapes match the module
+        for k, v in get_state(sub).items():
+            assert np.array_equal(v, full[k][tuple(slice(0, s) for s in v.shape)]), (entry.name, k)
+        sub.eval()
+        assert sub(x).shape == (2, 10)
+        assert sum(p.numel() for p in sub.parameters()) == entry.size
+    assert pool.entries[-1].widths == pool.full
+
+
+def test_shallow_layers_never_pruned(cnn_pool):
+    for e in cnn_pool.entries:
+        assert e.widths[: cnn_pool.tau] == cnn_pool.full[: cnn_pool.tau]
+        assert all(w == d for w, d in zip(e.widths[: e.start], cnn_pool.full))
+    with pytest.raises(ValueError, match="tau"):
+        SubmodelPool(*CNN, starts=(2, 0), tau=1)
+
+
+def test_unordered_pool_is_rejected():
+    with pytest.raises(ValueError, match="strictly increasing"):
+        SubmodelPool(*CNN, starts=(3, 1))  # S1 (I=3) is larger than M2 (I=1)
+
+
+# --- Algorithm 2 ------------------------------------------------------------------------------
+
+def test_aggregation_of_full_models_equals_fedavg():
+    rng = np.random.default_rng(0)
+    g = {"w": rng.normal(size=(4, 3)).astype(np.float32), "b": rng.normal(size=4).astype(np.float32)}
+    clients = [{k: rng.normal(size=v.shape).astype(np.float32) for k, v in g.items()} for _ in range(3)]
+    n = [10.0, 30.0, 60.0]
+    out = aggregate_submodels(g, clients, n)
+    for k in g:
+        assert np.allclose(out[k], sum(c[k] * w for c, w in zip(clients, n)) / sum(n), atol=1e-6)
+
+
+def test_uncovered_parameters_keep_their_values_and_overlaps_are_weighted():
+    g = {"w": np.full((4, 4), 7.0, np.float32), "n": np.array(3, np.int64)}
+    small = {"w": np.ones((1, 2), np.float32), "n": np.array(5, np.int64)}
+    mid = {"w": np.full((2, 3), 4.0, np.float32), "n": np.array(9, np.int64)}
+    out = aggregate_submodels(g, [small, mid], [1.0, 3.0])
+    assert out["w"][0, 0] == pytest.approx((1 * 1 + 4 * 3) / 4)  # covered by both
+    assert out["w"][1, 2] == pytest.approx(4.0)  # only mid
+    assert np.all(out["w"][2:, :] == 7.0) and np.all(out["w"][:, 3:] == 7.0)  # nobody: unchanged
+    assert out["n"] == 8 and out["n"].dtype == np.int64
+    assert out["w"].dtype == np.float32
+
+
+# --- client-side pruning (Sec. 3.2) -------------------------------------------------------------
+
+def test_fit_picks_the_largest_contained_model_that_fits(cnn_pool):
+    sizes = [e.size for e in cnn_pool.entries]
+    caps = sorted(set(sizes) | {s - 1 for s in sizes} | {s + 1 for s in sizes} | {0, 10**9})
+    for sent in range(len(cnn_pool)):
+        for cap in caps:
+            ok = [i for i, e in enumerate(cnn_pool.entries) if e.size <= cap and cnn_pool[sent].contains(e)]
+            want = max(ok, key=lambda i: sizes[i]) if ok else None
+            assert cnn_pool.fit(sent, cap) == want
+    assert cnn_pool.fit(cnn_pool.largest, sizes[-1]) == cnn_pool.largest  # fits: no pruning
+    assert cnn_pool.fit(cnn_pool.largest, cnn_pool.tier_capacity("weak")) == cnn_pool.index("S1")
+    assert cnn_pool.fit(cnn_pool.index("M2"), cnn_pool.tier_capacity("weak")) == cnn_pool.index("S2")  # S1 not inside M2
+
+
+def test_client_prunes_to_its_capacity_and_server_learns_only_from_the_reply(task_identity):
+    require_fmnist()
+    run_config = {**ADAPTIVE_FL, "data-source": "local", "local-steps": 2, "batch-size": 8}
+    cfg = validate(run_config)
+    pool = pool_of(cfg)
+    full = get_state(build_model("cnn", 10, (1, 28, 28)))
+    msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in full.items()}),
+                              "config": ConfigRecord({"server-round": 1, "pool-index": pool.largest, "slot": 0, "prune": True})}),
+                  message_type="train.adaptivefl", dst_node_id=1)
+    from hetfl.adaptivefl_app import client_app
+
+    for capacity, want in (("weak", "S1"), ("medium", "M1"), ("strong", "L1"), (str(pool.entries[0].size - 1), None)):
+        ctx = Context(1, 1, {"partition-id": 0, "num-partitions": 10, "capacity": capacity}, RecordDict(), run_config)
+        reply = client_app.train(msg, ctx)
+        m = reply.content["metrics"]
+        if want is None:
+            assert m["trained"] == 0 and len(reply.content["arrays"]) == 0
+        else:
+            assert pool[int(m["pool-index"])].name == want
+            assert {k: tuple(v.shape) for k, v in reply.content["arrays"].items()} == pool.shapes(pool.index(want))
+
+
+# --- RL tables and selection (Alg. 1 lines 12-26, Sec. 3.3) ----------------------------------
+
+P3_TYPES = [0, 0, 0, 1, 1, 1, 2]  # S3 S2 S1 M3 M2 M1 L1
+
+
+def test_table_update_when_trained_as_sent():
+    Tc, Tr = core.init_tables(2, 3)
+    core.update_tables(Tc, Tr, 1, sent=4, back=4, p=3, type_of=P3_TYPES)  # M2 trained as M2
+    assert Tc[:, 1].tolist() == [1, 3, 1]  # type M counted for sent and back
+    assert Tr[:, 1].tolist() == [1, 1, 1, 1, 2, 2, 2 + 2]  # +1 from M2 up to L1, L1 += p - 1
+    assert Tr[:, 0].tolist() == [1] * 7 and Tc[:, 0].tolist() == [1, 1, 1]
+
+
+def test_table_update_when_pruned():
+    Tc, Tr = core.init_tables(1, 3)
+    Tr[:, 0] = [1, 1, 1, 5, 5, 5, 5]
+    core.update_tables(Tc, Tr, 0, sent=6, back=2, p=3, type_of=P3_TYPES)  # L1 sent, S1 back
+    assert Tc[:, 0].tolist() == [2, 1, 2]
+    # Tr[S1] += p -> 4, then penalties 0, 1, 2, 3, 4 from S1 up to L1, floored at 0
+    assert Tr[:, 0].tolist() == [1, 1, 4 - 0, 5 - 1, 5 - 2, 5 - 3, 5 - 4]
+    Tr[:, 0] = [1, 1, 1, 1, 1, 1, 1]
+    core.update_tables(Tc, Tr, 0, sent=6, back=2, p=3, type_of=P3_TYPES)
+    assert Tr[:, 0].tolist() == [1, 1, 4, 0, 0, 0, 0]
+
+
+def test_rewards_by_hand():
+    Tc, Tr = core.init_tables(1, 3)
+    # all ones: S numerator 7 + 6 + 5, M 4 + 3 + 2, L 1; denominator p * 7 = 21
+    assert core.resource_reward(Tr, 0, 3, P3_TYPES)[0] == pytest.approx(18 / 21)
+    assert core.resource_reward(Tr, 4, 3, P3_TYPES)[0] == pytest.approx(9 / 21)
+    assert core.resource_reward(Tr, 6, 3, P3_TYPES)[0] == pytest.approx(1 / 21)
+    Tc[1, 0] = 4
+    assert core.rewards(Tc, Tr, 4, 3, P3_TYPES)[0] == pytest.approx(min(0.5, 9 / 21) / 2)
+    assert core.rewards(Tc, Tr, 0, 3, P3_TYPES)[0] == pytest.approx(0.5)  # capped at 0.5, Tc[S] = 1
+    assert core.rewards(Tc, Tr, 4, 3, P3_TYPES, "curiosity")[0] == pytest.approx(0.5)
+    assert core.rewards(Tc, Tr, 4, 3, P3_TYPES, "resource")[0] == pytest.approx(9 / 21)
+
+
+def test_selection_probabilities_sum_to_one_and_skip_zero_rewards():
+    R = np.array([0.2, 0.0, 0.5, 0.3])
+    P = core.selection_probabilities(R, excluded=[3])
+    assert P.sum() == pytest.approx(1.0) and P[1] == 0 and P[3] == 0
+    assert core.selection_probabilities(np.zeros(3)) is None
+
+
+def test_selector_never_picks_zero_reward_or_repeats(cnn_pool):
+    sel = ClientSelector(cnn_pool, "rl", seed=1)
+    nodes = [11, 12, 13, 14]
+    L1 = cnn_pool.largest
+    for n in (11, 12):  # weak devices: L1 came back as S1 -> no resource score for L1 left
+        sel.update(n, L1, cnn_pool.index("S1"))
+    assert core.rewards(sel.Tc, sel.Tr, L1, sel.p, sel.type_of)[:2].tolist() == [0.0, 0.0]
+    picks = [sel.select(L1, nodes) for _ in range(300)]
+    assert set(picks) == {13, 14}
+    assert sel.select(L1, nodes, chosen=[13, 14]) is None  # only zero-reward clients left
+    assert sel.select(0, nodes, chosen=[11, 12, 13]) == 14  # a client is chosen at most once per round
+
+
+# --- strategy ---------------------------------------------------------------------------------
+
+def _reply(task_identity_node, content):
+    msg = Message(RecordDict({"config": ConfigRecord({})}), message_type="train.adaptivefl", dst_node_id=task_identity_node)
+    return Message(content, reply_to=msg)
+
+
+def _content(state, index, n=10, trained=1):
+    return RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in state.items()}),
+                       "metrics": MetricRecord({"trained": trained, "num-examples": n, "pool-index": index, "train_loss": 0.1})})
+
+
+def test_strategy_rejects_malformed_updates(task_identity, cnn_pool):
+    strat = AdaptiveFL(validate(ADAPTIVE_FL), cnn_pool)
+    full = get_state(build_model(*CNN))
+    m1 = cnn_pool.index("M1")
+    good = slice_state(full, cnn_pool.shapes(m1))
+    assert strat.check_reply(_reply(1, _content(good, m1)), cnn_pool.largest)[0] == m1
+    bad_shape = {**good, "classifier.1.bias": np.zeros(3, np.float32)}
+    nan = {k: v.copy() for k, v in good.items()}
+    nan["classifier.1.weight"][0, 0] = np.nan
+    for content, sent, match in (
+        (_content(bad_shape, m1), cnn_pool.largest, "shape"),
+        (_content(nan, m1), cnn_pool.largest, "NaN"),
+        (_content(good, m1), cnn_pool.index("M2"), "not a submodel"),  # bigger than what was sent
+        (_content(good, 99), cnn_pool.largest, "out of range"),
+        (_content({k: v for k, v in good.items() if k != "classifier.1.bias"}, m1), cnn_pool.largest, "keys"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            strat.check_reply(_reply(1, content), sent)
+
+
+def test_invalid_adaptivefl_config_names_the_key():
+    with pytest.raises(ConfigError, match="adaptivefl-ratios"):
+        validate({**ADAPTIVE_FL, "adaptivefl-ratios": "0.4,0.66"})
+    with pytest.raises(ConfigError, match="device-proportions"):
+        validate({**ADAPTIVE_FL, "device-proportions": "4:3"})
+    with pytest.raises(ConfigError, match="model"):
+        validate({**ADAPTIVE_FL, "model": "mobilenetv2", "dataset": "cifar10"})
+
+
+def test_tiers_follow_proportions():
+    tiers = core.assign_tiers(100, (4, 3, 3), seed=0)
+    assert [tiers.count(t) for t in core.TIERS] == [40, 30, 30]
+    assert core.assign_tiers(100, (4, 3, 3), seed=1) != tiers
+
+
+def test_heterofl_levels_fit_the_tiers():
+    cfg = validate({**ADAPTIVE_FL, "adaptivefl-variant": "heterofl"})
+    ref, pool = pool_of(validate(ADAPTIVE_FL)), pool_of(cfg)
+    assert pool.p == 1 and all(e.start == 0 for e in pool.entries[:-1])
+    assert pool[pool.index("S1")].size <= ref.tier_capacity("weak")
+    assert pool[pool.index("M1")].size <= ref.tier_capacity("medium")
+
+
+# --- end to end -------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_adaptivefl_fmnist_end_to_end(tmp_path):
+    require_fmnist()
+    over = {
+        **ADAPTIVE_FL, "data-source": "local", "dirichlet-alpha": 1.0, "fraction-train": 0.5, "min-available-nodes": 10,
+        "local-steps": 20, "batch-size": 32, "lr": 0.05, "momentum": 0.9, "max-test-samples": 2000,
+        "num-server-rounds": 3, "device-proportions": "4:3:3",
+    }
+    run_dir = launch.run(None, over, num_supernodes=10, results_dir=tmp_path, timeout=900)
+    m = json.loads((run_dir / "metrics.json").read_text())
+    rows = m["rounds"]
+    assert [p["name"] for p in m["pool"]] == ["S2", "S1", "M2", "M1", "L1"]
+    assert rows[-1]["accuracy"] > 0.3 and rows[-1]["acc_avg"] > 0.25, rows[-1]  # chance: 0.1
+    for r in rows[1:]:
+        assert r["replies"] == 5 and r["rejected"] == 0 and r["failed"] == 0
+        assert 0.0 <= r["waste_rate"] < 1.0
+        assert r["params_back"] <= r["params_sent"]
+        assert r["acc_avg"] == pytest.approx((r["acc_L1"] + r["acc_M1"] + r["acc_S1"]) / 3)
+    # 4 weak devices of 10: over 3 rounds something came back pruned
+    assert sum(r["pruned"] for r in rows[1:]) > 0
+    assert (run_dir / "accuracy.png").exists()
