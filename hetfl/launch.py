@@ -154,8 +154,12 @@ def _wait_port(address: str, proc: subprocess.Popen, log_file: Path, timeout: fl
 
 
 @contextlib.contextmanager
-def superlink(home: Path | None = None, simulation: bool = True, extra_args: list[str] | None = None) -> Iterator[SuperLink]:
-    """Start a SuperLink on free loopback ports (own process group); stop it on exit."""
+def superlink(home: Path | None = None, simulation: bool = True, extra_args: list[str] | None = None,
+              tls: bool = False) -> Iterator[SuperLink]:
+    """Start a SuperLink on free loopback ports (own process group); stop it on exit.
+
+    With `tls`, `extra_args` carry --ssl-* files and the connection trusts `<home>/certs/ca.crt`.
+    """
     own_home = home is None
     home = Path(tempfile.mkdtemp(prefix="hetfl-flwr-")) if home is None else home
     home.mkdir(parents=True, exist_ok=True)
@@ -163,15 +167,16 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
     address = f"127.0.0.1:{free_port()}"
     log_file = home / "superlink.log"
     cmd = [
-        _bin("flower-superlink"), "--insecure", "--isolation", "subprocess",
+        _bin("flower-superlink"), *([] if tls else ["--insecure"]), "--isolation", "subprocess",
         "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
         "--health-server-address", f"127.0.0.1:{free_port()}",
         "--database", str(home / "state.db"), "--log-file", str(log_file),
         "--disable-runtime-dependency-installation",
     ] + (["--simulation"] if simulation else []) + (extra_args or [])
+    security = f'root-certificates = "{home / "certs" / "ca.crt"}"\n' if tls else "insecure = true\n"
     (home / "config.toml").write_text(
         '[superlink]\ndefault = "hetfl"\n\n[superlink.hetfl]\n'
-        f'address = "{address}"\ninsecure = true\n'
+        f'address = "{address}"\n{security}'
     )
     with open(home / "superlink.stdout", "wb") as out:
         proc = subprocess.Popen(cmd, env=flwr_env(home), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -198,13 +203,17 @@ def write_run_config(path: Path, config_file: str | None, overrides: dict[str, A
 
 
 def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides: dict[str, Any],
-             num_supernodes: int, client_cpus: float = 1.0, timeout: float | None = None,
+             num_supernodes: int | None, client_cpus: float = 1.0, timeout: float | None = None,
              log_path: Path | None = None) -> int:
-    """Submit a run to `link` and stream its logs until it ends; returns flwr's exit code."""
-    fed = f"num-supernodes={num_supernodes} client-resources-num-cpus={client_cpus:g} client-resources-num-gpus=0"
+    """Submit a run to `link` and stream its logs until it ends; returns flwr's exit code.
+
+    `num_supernodes` sets the simulated federation; None for a deployment SuperLink.
+    """
     run_config = write_run_config(link.home / f"run-config-{time.time_ns()}.toml", config_file, overrides)
-    cmd = [_bin("flwr"), "run", str(app_dir), link.connection, "--stream",
-           "--federation-config", fed, "--run-config", str(run_config)]
+    cmd = [_bin("flwr"), "run", str(app_dir), link.connection, "--stream", "--run-config", str(run_config)]
+    if num_supernodes is not None:
+        fed = f"num-supernodes={num_supernodes} client-resources-num-cpus={client_cpus:g} client-resources-num-gpus=0"
+        cmd += ["--federation-config", fed]
     with open(log_path, "wb") if log_path else contextlib.nullcontext() as logf:
         proc = subprocess.Popen(cmd, env=flwr_env(link.home), cwd=app_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
@@ -222,6 +231,14 @@ def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def setup_signals() -> None:
+    """Turn SIGTERM into KeyboardInterrupt so that context managers stop what they started."""
+    def _raise(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _raise)
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -258,8 +275,9 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
     metrics = run_dir / "metrics.json"
     if rc != 0 or not metrics.exists():
         raise RuntimeError(f"run failed (flwr exit {rc}); no {metrics}")
-    summary = json.loads(metrics.read_text())["summary"]
-    if summary["rounds_completed"] < json.loads(metrics.read_text())["config"]["num-server-rounds"]:
+    summary, config = json.loads(metrics.read_text())["summary"], json.loads(metrics.read_text())["config"]
+    wanted = min(config["num-server-rounds"], config.get("stop-after-round") or config["num-server-rounds"])
+    if summary["rounds_completed"] < wanted:
         raise RuntimeError(f"run stopped after {summary['rounds_completed']} rounds; see the log above")
     return run_dir
 

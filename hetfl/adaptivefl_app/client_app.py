@@ -12,9 +12,12 @@ from .task import device_capacity, pool_of
 
 
 def query(msg: Message, context: Context) -> Message:
-    """Report the device tier (only the HeteroFL/Decoupled baselines ask)."""
-    tier, _ = device_capacity(context, config_of(context))
-    return Message(RecordDict({"config": ConfigRecord({"tier": tier})}), reply_to=msg)
+    """Report the client id (partition id); the device tier only to the HeteroFL/Decoupled baselines."""
+    cfg = config_of(context)
+    answer = {"client-id": node_partition(context)[0]}
+    if cfg["adaptivefl-variant"] in ("heterofl", "decoupled"):
+        answer["tier"] = device_capacity(context, cfg)[0]
+    return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
 
 
 def train(msg: Message, context: Context) -> Message:

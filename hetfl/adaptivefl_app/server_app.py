@@ -10,6 +10,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
+from hetfl.common.rounds import run_rounds
 from hetfl.common.task import dataset_threshold, log, make_model, pack_models, test_data, unpack_models, wait_for_nodes
 from hetfl.common.train import Normalizer, evaluate
 
@@ -20,14 +21,23 @@ from .task import pool_of
 QUERY = "query.adaptivefl"
 
 
-def discover_tiers(grid: MeteredGrid, cfg: dict[str, Any]) -> dict[int, str]:
-    """HeteroFL/Decoupled baselines only: ask every node for its device tier (they assume known tiers)."""
+def discover_clients(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[dict[int, int], dict[int, str]]:
+    """Ask every node for its client id (partition id); the HeteroFL/Decoupled baselines also get the
+    device tier (they assume known tiers; AdaptiveFL's server never asks)."""
     nodes = wait_for_nodes(grid, cfg["min-available-nodes"])
     msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=QUERY, dst_node_id=n) for n in nodes]
-    tiers = {int(r.metadata.src_node_id): str(r.content["config"]["tier"])
-             for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]) if not r.has_error()}
-    log.info("device tiers: %s", {t: sum(v == t for v in tiers.values()) for t in ("weak", "medium", "strong")})
-    return tiers
+    clients, tiers = {}, {}
+    for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]):
+        if r.has_error():
+            continue
+        conf = r.content["config"]
+        clients[int(r.metadata.src_node_id)] = int(conf["client-id"])
+        if "tier" in conf:
+            tiers[int(conf["client-id"])] = str(conf["tier"])
+    if tiers:
+        log.info("device tiers: %s", {t: sum(v == t for v in tiers.values()) for t in ("weak", "medium", "strong")})
+    log.info("%d clients answered (%d nodes connected)", len(clients), len(nodes))
+    return clients, tiers
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -35,10 +45,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     pool = pool_of(cfg)
     log.info("submodel pool (%s):\n%s", cfg["model"], pool.table())
     variant = cfg["adaptivefl-variant"]
-    tiers = discover_tiers(grid, cfg) if variant in ("heterofl", "decoupled") else None
-    if tiers is None:
-        wait_for_nodes(grid, cfg["min-available-nodes"])
-    strategy = AdaptiveFL(cfg, pool, tiers)
+    clients, tiers = discover_clients(grid, cfg)
+    strategy = AdaptiveFL(cfg, pool, clients, tiers)
     full = get_state(make_model(cfg))
     if variant == "decoupled":  # separate models, each initialised from the same full model's slices
         initial = [slice_state(full, pool.shapes(pool.index(level))) for level in LEVELS]
@@ -66,6 +74,5 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
                         **(strategy.last_round if server_round else {}))
         return MetricRecord({"accuracy": accs["L1"], "loss": losses["L1"], "acc_avg": avg})
 
-    strategy.start(grid=grid, initial_arrays=pack_models(initial), num_rounds=cfg["num-server-rounds"],
-                   timeout=cfg["round-timeout"], evaluate_fn=evaluate_fn)
+    run_rounds(grid, strategy, pack_models(initial), cfg, recorder, evaluate_fn)
     return recorder.finish()

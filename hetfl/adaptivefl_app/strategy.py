@@ -37,14 +37,23 @@ TIER_LEVEL = {"weak": "S1", "medium": "M1", "strong": "L1"}
 
 
 class AdaptiveFL(Strategy):
-    """AdaptiveFL (Alg. 1) over the connected nodes; `tiers` only for the heterofl/decoupled baselines."""
+    """AdaptiveFL (Alg. 1) over the known clients.
 
-    def __init__(self, cfg: dict[str, Any], pool: SubmodelPool, tiers: dict[int, str] | None = None) -> None:
+    `clients` maps node id -> client id (the node's partition id, a stable identity across
+    restarts, so RL tables and sampling are reproducible and survive a resume); `tiers`
+    (client id -> weak/medium/strong) only for the heterofl/decoupled baselines.
+    """
+
+    checks_replies = True  # validates and rejects malformed updates itself
+
+    def __init__(self, cfg: dict[str, Any], pool: SubmodelPool, clients: dict[int, int] | None = None,
+                 tiers: dict[int, str] | None = None) -> None:
         self.cfg, self.pool = cfg, pool
         self.variant = cfg["adaptivefl-variant"]
         if self.variant in ("heterofl", "decoupled") and not tiers:
-            raise ValueError(f"adaptivefl-variant = {self.variant!r} needs the device tiers of the nodes")
+            raise ValueError(f"adaptivefl-variant = {self.variant!r} needs the device tiers of the clients")
         self.tiers = tiers or {}
+        self.clients = dict(clients or {})
         mode = "random" if self.variant != "adaptivefl" else cfg["adaptivefl-selection"]
         self.selector = ClientSelector(pool, mode, cfg["seed"])
         self.rng = np.random.default_rng([cfg["seed"], 0xAF])
@@ -57,7 +66,7 @@ class AdaptiveFL(Strategy):
     # --- planning ---------------------------------------------------------------------------
 
     def plan(self, nodes: list[int]) -> list[tuple[int, int, int]]:
-        """(node, model slot, pool index) for this round's K slots."""
+        """(client, model slot, pool index) for this round's K slots over the online client ids `nodes`."""
         K = max(1, int(len(nodes) * self.cfg["fraction-train"]))
         if self.variant == "adaptivefl":
             return self._plan_adaptivefl(nodes, K)
@@ -98,10 +107,17 @@ class AdaptiveFL(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._states = unpack_models(arrays, self.num_models)
-        nodes = sorted(int(n) for n in grid.get_node_ids())
+        online = {int(n) for n in grid.get_node_ids()}
+        # plan over client ids (stable), send to the node currently serving each client
+        node_of = {c: n for n, c in self.clients.items() if n in online}
+        unknown = online - set(self.clients)
+        if unknown:
+            log.warning("round %d: %d connected nodes are not known clients (joined after start); not sampled",
+                        server_round, len(unknown))
         self.sent = {}
         messages = []
-        for node, slot, m in self.plan(nodes):
+        for client, slot, m in self.plan(sorted(node_of)):
+            node = node_of[client]
             sub = slice_state(self._states[slot], self.pool.shapes(m))
             conf = ConfigRecord({"server-round": server_round, "pool-index": m, "slot": slot,
                                  "prune": self.variant != "all-large"})
@@ -151,7 +167,7 @@ class AdaptiveFL(Strategy):
             if r.has_error():
                 failed += 1
                 back_sizes.append(0)
-                self.selector.update(node, m, None)
+                self.selector.update(self.clients[node], m, None)
                 continue
             try:
                 back, state, weight = self.check_reply(r, m)
@@ -160,7 +176,7 @@ class AdaptiveFL(Strategy):
                 back_sizes.append(0)
                 log.warning("round %d: rejected update from node %d: %s", server_round, node, err)
                 continue
-            self.selector.update(node, m, back)
+            self.selector.update(self.clients[node], m, back)
             if back is None:
                 untrained += 1
                 back_sizes.append(0)
@@ -173,7 +189,7 @@ class AdaptiveFL(Strategy):
         for node in lost:
             sent_sizes.append(self.pool[self.sent[node][1]].size)
             back_sizes.append(0)
-            self.selector.update(node, self.sent[node][1], None)
+            self.selector.update(self.clients[node], self.sent[node][1], None)
         new = []
         for slot, st in enumerate(self._states):
             updates = [u for u in got[slot] if u[1] > 0]
@@ -195,6 +211,17 @@ class AdaptiveFL(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """RL tables, sampling RNG and waste totals (for checkpoints)."""
+        return {"selector": self.selector.state(), "selector_rng": self.selector.rng.bit_generator.state,
+                "rng": self.rng.bit_generator.state, "totals": (self.total_sent, self.total_back)}
+
+    def load_state_dict(self, st: dict[str, Any]) -> None:
+        self.selector.load(st["selector"])
+        self.selector.rng.bit_generator.state = st["selector_rng"]
+        self.rng.bit_generator.state = st["rng"]
+        self.total_sent, self.total_back = st["totals"]
 
     def summary(self) -> None:
         log.info("AdaptiveFL variant %s, selection %s, pool:\n%s", self.variant, self.selector.mode, self.pool.table())

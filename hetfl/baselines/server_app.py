@@ -16,12 +16,14 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from hetfl.baselines.strategy import FedAdamF32
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.results import RunRecorder
+from hetfl.common.rounds import run_rounds
 from hetfl.common.task import (
     arrays_to_model,
     centralized_evaluator,
     dataset_threshold,
     make_model,
     model_to_arrays,
+    wait_for_nodes,
 )
 
 
@@ -42,7 +44,9 @@ def make_strategy(cfg: dict[str, Any], train_metrics: dict[str, float] | None = 
         fraction_train=cfg["fraction-train"],
         fraction_evaluate=0.0,
         min_train_nodes=1,
-        min_available_nodes=cfg["min-available-nodes"],
+        # the ServerApp waits for min-available-nodes once before round 1; afterwards a round goes on
+        # with whoever is connected (Flower would otherwise block forever when a node dies)
+        min_available_nodes=1,
         train_metrics_aggr_fn=aggregate_metrics,
     )
     if cfg["method"] == "fedprox":
@@ -59,6 +63,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     train_metrics: dict[str, float] = {}
 
+    strategy = make_strategy(cfg, train_metrics)
+
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         t0 = time.perf_counter()
         loss, acc = evaluate(arrays_to_model(model, arrays))
@@ -66,16 +72,11 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         recorder.record(
             server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
             eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s,
-            replies=traffic.replies, failures=traffic.failures, **train_metrics,
+            replies=traffic.replies, failures=traffic.failures, rejected=getattr(strategy, "rejected", 0), **train_metrics,
         )
         train_metrics.clear()
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    make_strategy(cfg, train_metrics).start(
-        grid=grid,
-        initial_arrays=model_to_arrays(model),
-        num_rounds=cfg["num-server-rounds"],
-        timeout=cfg["round-timeout"],
-        evaluate_fn=evaluate_fn,
-    )
+    wait_for_nodes(grid, cfg["min-available-nodes"])
+    run_rounds(grid, strategy, model_to_arrays(model), cfg, recorder, evaluate_fn)
     return recorder.finish()

@@ -23,3 +23,10 @@ class FedAdamF32(FedAdam):
         if arrays is not None and dtypes:
             arrays = ArrayRecord({k: Array(np.asarray(v.numpy(), dtype=dtypes.get(k))) for k, v in arrays.items()})
         return arrays, metrics
+
+    def state_dict(self) -> dict:
+        """Adam moments and the current model (for checkpoints)."""
+        return {"m_t": self.m_t, "v_t": self.v_t, "current": self.current_arrays}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]

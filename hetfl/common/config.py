@@ -153,6 +153,10 @@ register_keys(
     Key("convergence-threshold", float, 0.0, "accuracy in (0,1] for the convergence round (0 = dataset default)", min=0.0, max=1.0),
     Key("results-dir", str, "results", "where results/<run-id>/ is written (relative = to the current directory)"),
     Key("run-name", str, "", "name of the results folder ('' = method-dataset-partitioner-seed-timestamp)"),
+    # fault tolerance
+    Key("checkpoint", bool, True, "write results/<run-name>/checkpoint.pkl after every round"),
+    Key("resume", bool, False, "continue run-name from its checkpoint (same config) instead of round 1"),
+    Key("stop-after-round", int, 0, "end the run after this round, keeping its checkpoint (0 = run all rounds)", min=0),
 )
 
 

@@ -83,6 +83,18 @@ class RunRecorder:
         self.write()
         return row
 
+    def state_dict(self) -> dict[str, Any]:
+        """History and counters (for checkpoints)."""
+        return {"rounds": list(self.rounds), "extra": dict(self.extra), "cum_down": self._cum_down, "cum_up": self._cum_up,
+                "elapsed": time.perf_counter() - self._t_start}
+
+    def load_state_dict(self, st: dict[str, Any]) -> None:
+        """Continue a checkpointed history (wall time keeps counting from the saved elapsed time)."""
+        self.rounds, self.extra = list(st["rounds"]), {**st["extra"], **self.extra}
+        self._cum_down, self._cum_up = st["cum_down"], st["cum_up"]
+        self._t_start = time.perf_counter() - st["elapsed"]
+        self._t_last = time.perf_counter()
+
     def summary(self) -> dict[str, Any]:
         """Final/best accuracy, convergence round, total bytes and time."""
         accs = [(r["round"], r["accuracy"]) for r in self.rounds]

@@ -24,6 +24,7 @@ from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData
 from hetfl.common.models import set_state
 from hetfl.common.results import RunRecorder
+from hetfl.common.rounds import run_rounds
 from hetfl.common.task import arrays_to_model, dataset_threshold, log, make_model, model_to_arrays, num_classes, pack_models, test_data, wait_for_nodes
 from hetfl.common.train import Normalizer, evaluate
 
@@ -120,8 +121,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         evaluate_fn(0, arrays)
     else:
         strategy = AggregatorFedAdam(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=1,
-                           min_available_nodes=cfg["min-available-nodes"], eta=cfg["agg-server-lr"],
+                           min_available_nodes=1, eta=cfg["agg-server-lr"],  # nodes were awaited in phase 1
                            eta_l=cfg["agg-client-lr"], beta_1=0.9, beta_2=0.99, tau=1e-9)
-        strategy.start(grid=grid, initial_arrays=arrays, num_rounds=cfg["num-server-rounds"], timeout=timeout,
-                       evaluate_fn=evaluate_fn)
+        run_rounds(grid, strategy, arrays, cfg, recorder, evaluate_fn)
     return recorder.finish()

@@ -29,7 +29,8 @@ def device_class(context: Context, cfg: dict[str, Any]) -> str:
 def query(msg: Message, context: Context) -> Message:
     """Answer the server's device-class query."""
     cfg = config_of(context)
-    return Message(RecordDict({"config": ConfigRecord({"device-class": device_class(context, cfg)})}), reply_to=msg)
+    answer = {"device-class": device_class(context, cfg), "client-id": node_partition(context)[0]}
+    return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
 
 
 def _residual(context: Context, m: int, size: int) -> np.ndarray:

@@ -19,15 +19,17 @@ def hpc_partitions(num_partitions: int, hpc_fraction: float, seed: int) -> set[i
 
 
 def make_clusters(node_ids: list[int], num_clusters: int, seed: int) -> list[list[int]]:
-    """Split nodes into `num_clusters` near-equal clusters at random (Alg. 1 line 3, cluster-based sampling)."""
+    """Split nodes into `num_clusters` near-equal clusters at random (Alg. 1 line 3, cluster-based sampling).
+
+    The split depends on the order of `node_ids` (the server passes them ordered by client id)."""
     if num_clusters == 0:
         return []
     if len(node_ids) < num_clusters:
         raise ValueError(f"{len(node_ids)} nodes cannot form {num_clusters} clusters")
     rng = np.random.default_rng([seed, 0xC1])
-    ids = sorted(int(n) for n in node_ids)  # node ids are uint64: permute positions, never the values
+    ids = [int(n) for n in node_ids]  # in the caller's order; uint64 ids: permute positions, never the values
     order = rng.permutation(len(ids))
-    return [sorted(ids[i] for i in chunk) for chunk in np.array_split(order, num_clusters)]
+    return [[ids[i] for i in sorted(chunk)] for chunk in np.array_split(order, num_clusters)]
 
 
 def sample_from_clusters(clusters: list[list[int]], rng: np.random.Generator) -> list[int]:

@@ -11,6 +11,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
+from hetfl.common.rounds import run_rounds
 from hetfl.common.task import dataset_threshold, log, make_model, pack_models, test_data, unpack_models, wait_for_nodes
 from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
 
@@ -19,25 +20,30 @@ from .strategy import SHEFL
 QUERY = "query.shefl"
 
 
-def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> dict[int, str]:
-    """Wait for min-available-nodes nodes and ask each for its device class (hpc | lpc)."""
+def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> tuple[dict[int, str], dict[int, int]]:
+    """Wait for min-available-nodes nodes and ask each for its device class (hpc | lpc) and client id.
+
+    The client id (partition id) orders the nodes, so clusters and sampling do not depend on
+    Flower's random node ids: runs are reproducible and a resumed run continues identically.
+    """
     nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
     msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=QUERY, dst_node_id=n) for n in nodes]
-    roles = {}
+    roles, clients = {}, {}
     for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]):
         if not r.has_error():
             roles[r.metadata.src_node_id] = str(r.content["config"]["device-class"])
+            clients[r.metadata.src_node_id] = int(r.content["config"].get("client-id", len(clients)))
     log.info("device classes: %d HPC, %d LPC (%d nodes did not answer)",
              sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()), len(nodes) - len(roles))
-    return roles
+    return roles, clients
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run SHEFL for num-server-rounds with ensemble evaluation after every round."""
     M = cfg["shefl-models"]
     members = [make_model(cfg, seed=cfg["seed"] * 1000 + m) for m in range(M)]  # distinct inits
-    roles = discover_roles(grid, cfg)
-    strategy = SHEFL(cfg, roles)
+    roles, clients = discover_roles(grid, cfg)
+    strategy = SHEFL(cfg, roles, clients)
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),
@@ -61,7 +67,6 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
                         failures=traffic.failures, **member_acc, **per_role, **(strategy.last_round if server_round else {}))
         return MetricRecord({"accuracy": acc, "loss": loss, **member_acc})
 
-    strategy.start(grid=grid, initial_arrays=pack_models([get_state(m) for m in members]),
-                   num_rounds=cfg["num-server-rounds"], timeout=cfg["round-timeout"], evaluate_fn=evaluate_fn)
+    run_rounds(grid, strategy, pack_models([get_state(m) for m in members]), cfg, recorder, evaluate_fn)
     return recorder.finish()
 

@@ -33,11 +33,14 @@ MESSAGE_TYPE = "train.shefl"
 class SHEFL(Strategy):
     """SHEFL (Algorithm 1) over nodes whose device class the server learned by query."""
 
-    def __init__(self, cfg: dict[str, Any], roles: dict[int, str]) -> None:
+    checks_replies = True  # validates and rejects malformed updates itself
+
+    def __init__(self, cfg: dict[str, Any], roles: dict[int, str], clients: dict[int, int] | None = None) -> None:
         self.cfg = cfg
         self.M = cfg["shefl-models"]
-        hpc = sorted(n for n, r in roles.items() if r == "hpc")
-        lpc = sorted(n for n, r in roles.items() if r != "hpc")
+        order = (lambda n: (clients[n], n)) if clients else (lambda n: n)  # by client id when known
+        hpc = sorted((n for n, r in roles.items() if r == "hpc"), key=order)
+        lpc = sorted((n for n, r in roles.items() if r != "hpc"), key=order)
         C = max(1, int(len(roles) * cfg["fraction-train"]))
         self.C_h = min(cfg["hpc-per-round"], len(hpc), C)
         self.C_l = min(C - self.C_h, len(lpc))
@@ -53,6 +56,13 @@ class SHEFL(Strategy):
         self._states: list[dict[str, np.ndarray]] | None = None
         self.layout: StateLayout | None = None
         self.last_round: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sampling RNG (the schedule and clusters are functions of the seed and the nodes)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, st: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = st["rng"]
 
     def summary(self) -> None:
         log.info(

@@ -1,0 +1,165 @@
+"""Deployment Engine: real SuperLink + SuperNodes on loopback, fault tolerance, malformed updates, resume."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from hetfl import cluster, launch
+from hetfl.common.comm import encode_sparse, put_sparse
+from hetfl.common.config import validate
+from hetfl.common.rounds import drop_malformed
+from hetfl.shefl_app.strategy import SHEFL
+
+from .conftest import require_fmnist
+
+FMNIST = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "batch-size": 32, "lr": 0.05,
+          "momentum": 0.9, "max-test-samples": 1000, "num-server-rounds": 2}
+
+
+def _reply(content: RecordDict, node: int = 7) -> Message:
+    msg = Message(RecordDict({"config": ConfigRecord({})}), message_type="train", dst_node_id=node)
+    return Message(content, reply_to=msg)
+
+
+# --- malformed updates -----------------------------------------------------------------------
+
+def test_dense_replies_with_wrong_shapes_or_nan_are_dropped(task_identity):
+    ref = ArrayRecord({"w": Array(np.zeros((3, 2), np.float32)), "b": Array(np.zeros(3, np.float32))})
+    good = RecordDict({"arrays": ArrayRecord({"w": Array(np.ones((3, 2), np.float32)), "b": Array(np.ones(3, np.float32))}),
+                       "metrics": MetricRecord({"num-examples": 5})})
+    bad = [
+        {"w": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)},  # wrong shape
+        {"w": np.full((3, 2), np.nan, np.float32), "b": np.ones(3, np.float32)},  # NaN
+        {"w": np.full((3, 2), np.inf, np.float32), "b": np.ones(3, np.float32)},  # inf
+        {"w": np.ones((3, 2), np.float32)},  # missing array
+    ]
+    replies = [_reply(good)] + [_reply(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in b.items()}),
+                                                   "metrics": MetricRecord({"num-examples": 5})})) for b in bad]
+    kept, rejected = drop_malformed(replies, ref, 1)
+    assert rejected == 4 and len(kept) == 1 and kept[0] is replies[0]
+
+
+def test_shefl_rejects_malformed_sparse_deltas(task_identity):
+    cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 1, "fraction-train": 1.0})
+    strat = SHEFL(cfg, {1: "hpc", 2: "lpc", 3: "lpc"})
+    states = [{"w": np.zeros(10, np.float32)}, {"w": np.zeros(10, np.float32)}]
+    from hetfl.common.task import pack_models
+
+    strat.configure_train(1, pack_models(states), ConfigRecord(), type("G", (), {})())  # plan: HPC 1, LPCs 2 and 3
+    lpc_nodes = [n for n, (role, _) in strat.sent.items() if role == "lpc"]
+
+    def content(idx, val, size=10):
+        rec = ArrayRecord()
+        for m in strat.sent[lpc_nodes[0]][1]:
+            put_sparse(rec, f"m{m}", encode_sparse(np.asarray(idx), np.asarray(val, np.float32), size))
+        return RecordDict({"deltas": rec, "metrics": MetricRecord({"train_loss": 0.1})})
+
+    bad = [content([0, 1], [np.nan, 1.0]), content([0, 1], [1.0, 1.0], size=11)]
+    rec = content([0, 12], [1.0, 1.0], size=13)  # then the header claims size 10: a position out of range
+    replies = [_reply(c, lpc_nodes[0]) for c in bad]
+    for r, n in ((rec, lpc_nodes[0]),):
+        for k, v in list(r["deltas"].items()):
+            if k.endswith(".hdr"):
+                hdr = v.numpy().copy()
+                hdr[0] = 10  # claims size 10, positions reach 12
+                r["deltas"][k] = Array(hdr)
+        replies.append(_reply(r, n))
+    new, metrics = strat.aggregate_train(1, replies)
+    assert metrics["rejected"] == 3
+    from hetfl.common.task import unpack_models
+
+    assert all(np.array_equal(s["w"], np.zeros(10, np.float32)) for s in unpack_models(new, 2))  # nothing applied
+
+
+# --- real SuperLink + SuperNodes -------------------------------------------------------------
+
+@pytest.mark.slow
+def test_deployment_runs_every_method_on_four_supernodes(tmp_path):
+    """One SuperLink and 4 SuperNodes as processes on 127.0.0.1; each method runs 2 rounds unchanged
+    (FedAvg runs in the same topology in the kill test)."""
+    require_fmnist()
+    runs = {
+        "shefl": {"method": "shefl", "fraction-train": 1.0, "local-steps": 10, "shefl-models": 2, "hpc-per-round": 1},
+        "adaptivefl": {"method": "adaptivefl", "fraction-train": 1.0, "local-steps": 10},
+        "fens": {"method": "fens", "local-steps": 30, "agg-local-steps": 2},
+    }
+    with cluster.local_cluster(4, tmp_path / "flwr") as c:
+        assert [cfg["capacity"] for cfg in c.configs.values()] == ["weak", "weak", "medium", "strong"]
+        for name, over in runs.items():
+            run_dir = cluster.submit(c, None, {**FMNIST, **over, "run-name": name}, results_dir=tmp_path, timeout=600)
+            m = json.loads((run_dir / "metrics.json").read_text())
+            assert m["summary"]["rounds_completed"] == 2, name
+            assert m["rounds"][-1]["accuracy"] > 0.2, (name, m["rounds"][-1])
+            assert m["rounds"][-1]["bytes_up"] > 0 and m["rounds"][-1]["bytes_down"] > 0
+            if name == "shefl":  # node configs declared 2 HPCs and 2 LPCs
+                assert m["roles"]["hpc"] == 2 and m["roles"]["lpc"] == 2
+            if name == "adaptivefl":  # weak devices (node config capacity) sent back pruned models
+                assert m["rounds"][-1]["replies"] == 4
+        pids = c.pids()
+        assert pids  # still running until the context ends
+    assert launch.process_tree(set(pids)) == []  # nothing left behind
+
+
+@pytest.mark.slow
+def test_killed_supernode_mid_run_the_run_completes(tmp_path):
+    """Kill one of 4 SuperNodes during round 2: the round aggregates the 3 replies that arrive, the run ends.
+
+    The SuperLink answers for the dead node with 'Node Unavailable' once it misses heartbeats
+    (about 60 s); the round-timeout is the upper bound.
+    """
+    require_fmnist()
+    over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 3,
+            "round-timeout": 150.0, "run-name": "kill"}
+    with cluster.local_cluster(4, tmp_path / "flwr") as c:
+        metrics = tmp_path / "kill" / "metrics.json"
+        killed = {}
+
+        def killer():
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:  # round 1 recorded -> round 2 is training: kill node 3
+                if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 2:
+                    c.kill_node(3)
+                    killed["at"] = time.monotonic()
+                    return
+                time.sleep(0.2)
+
+        t = threading.Thread(target=killer)
+        t.start()
+        run_dir = cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
+        t.join()
+    m = json.loads((run_dir / "metrics.json").read_text())
+    rows = m["rounds"]
+    assert "at" in killed and m["summary"]["rounds_completed"] == 3
+    ok = [r["replies"] for r in rows]  # successful replies per round
+    assert ok[1] == 4 and ok[2] == 3 and ok[3] == 3, ok
+    # round 2: the SuperLink answers for the dead node ('Node Unavailable'); round 3 samples only live nodes
+    assert rows[1]["failures"] == 0 and rows[2]["failures"] == 1 and rows[3]["failures"] == 0
+    assert rows[-1]["accuracy"] > rows[1]["accuracy"]  # the 3 remaining updates were applied
+
+
+@pytest.mark.slow
+def test_resume_after_round_2_equals_uninterrupted_run(tmp_path):
+    """AdaptiveFL: stop after round 2, resume to round 4 == 4 rounds straight (models, RL tables, history)."""
+    require_fmnist()
+    base = {**FMNIST, "method": "adaptivefl", "fraction-train": 0.5, "min-available-nodes": 6, "local-steps": 5,
+            "num-server-rounds": 4, "max-test-samples": 500}
+    full = launch.run(None, {**base, "run-name": "full"}, num_supernodes=6, results_dir=tmp_path, timeout=600)
+    launch.run(None, {**base, "run-name": "part", "stop-after-round": 2}, num_supernodes=6, results_dir=tmp_path, timeout=600)
+    assert json.loads((tmp_path / "part" / "metrics.json").read_text())["summary"]["rounds_completed"] == 2
+    part = launch.run(None, {**base, "run-name": "part", "resume": True}, num_supernodes=6, results_dir=tmp_path, timeout=600)
+    a, b = (pickle.loads((d / "checkpoint.pkl").read_bytes()) for d in (full, part))
+    assert a["round"] == b["round"] == 4
+    for k in a["arrays"]:
+        assert np.array_equal(a["arrays"][k], b["arrays"][k]), k
+    for t in ("Tc", "Tr"):
+        assert np.array_equal(a["strategy"]["selector"][t], b["strategy"]["selector"][t])
+    ra, rb = (json.loads((d / "metrics.json").read_text())["rounds"] for d in (full, part))
+    assert [r["accuracy"] for r in ra] == [r["accuracy"] for r in rb]
+    assert [r["params_back"] for r in ra[1:]] == [r["params_back"] for r in rb[1:]]
