@@ -15,7 +15,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data run test test-fast bench clean reproduce-shefl reproduce-fens reproduce-adaptivefl
+.PHONY: install data run test test-fast bench clean cluster reproduce-shefl reproduce-fens reproduce-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -43,6 +43,11 @@ test-fast: install
 
 bench: install data
 	$(BIN)/python scripts/bench_round.py --rounds 6
+
+# Deployment Engine on this machine: SuperLink + NODES SuperNodes on 127.0.0.1 (Ctrl-C stops them all).
+NODES ?= 4
+cluster: install data
+	$(BIN)/python -m hetfl.cluster --nodes $(NODES) --home $(CURDIR)/.flwr/cluster $(CLUSTER_FLAGS)
 
 clean:
 	rm -rf .flwr results .pytest_cache

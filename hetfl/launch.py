@@ -234,11 +234,13 @@ def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides:
 
 
 def setup_signals() -> None:
-    """Turn SIGTERM into KeyboardInterrupt so that context managers stop what they started."""
+    """Turn SIGTERM and SIGINT into KeyboardInterrupt so that context managers stop what they started
+    (SIGINT is ignored by default in processes started in the background by a shell)."""
     def _raise(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _raise)
+    signal.signal(signal.SIGINT, _raise)
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

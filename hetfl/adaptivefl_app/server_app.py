@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import dataset_threshold, log, make_model, pack_models, test_data, unpack_models, wait_for_nodes
+from hetfl.common.task import dataset_threshold, log, make_model, pack_models, query_nodes, test_data, unpack_models
 from hetfl.common.train import Normalizer, evaluate
 
 from .core import slice_state
@@ -24,19 +24,12 @@ QUERY = "query.adaptivefl"
 def discover_clients(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[dict[int, int], dict[int, str]]:
     """Ask every node for its client id (partition id); the HeteroFL/Decoupled baselines also get the
     device tier (they assume known tiers; AdaptiveFL's server never asks)."""
-    nodes = wait_for_nodes(grid, cfg["min-available-nodes"])
-    msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=QUERY, dst_node_id=n) for n in nodes]
-    clients, tiers = {}, {}
-    for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]):
-        if r.has_error():
-            continue
-        conf = r.content["config"]
-        clients[int(r.metadata.src_node_id)] = int(conf["client-id"])
-        if "tier" in conf:
-            tiers[int(conf["client-id"])] = str(conf["tier"])
+    answers, asked = query_nodes(grid, cfg, QUERY)
+    clients = {n: int(a["client-id"]) for n, a in answers.items()}
+    tiers = {int(a["client-id"]): str(a["tier"]) for a in answers.values() if "tier" in a}
     if tiers:
         log.info("device tiers: %s", {t: sum(v == t for v in tiers.values()) for t in ("weak", "medium", "strong")})
-    log.info("%d clients answered (%d nodes connected)", len(clients), len(nodes))
+    log.info("%d clients answered (%d nodes asked)", len(clients), asked)
     return clients, tiers
 
 

@@ -164,6 +164,17 @@ def dataset_threshold(cfg: dict[str, Any]) -> float:
     return cfg["convergence-threshold"] or DATASETS[cfg["dataset"]].threshold
 
 
+def query_nodes(grid, cfg: dict[str, Any], message_type: str, timeout: float = 600.0) -> tuple[dict[int, Any], int]:
+    """Wait for min-available-nodes, send each node a `message_type` query; ({node: reply config}, #nodes asked)."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
+    msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=message_type, dst_node_id=n) for n in nodes]
+    answers = {int(r.metadata.src_node_id): r.content["config"]
+               for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]) if not r.has_error()}
+    return answers, len(nodes)
+
+
 def wait_for_nodes(grid, min_nodes: int, timeout: float = 600.0) -> list[int]:
     """Block until at least `min_nodes` SuperNodes are connected; return their ids (sorted)."""
     deadline = time.monotonic() + timeout

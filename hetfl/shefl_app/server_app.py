@@ -6,13 +6,13 @@ import time
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import dataset_threshold, log, make_model, pack_models, test_data, unpack_models, wait_for_nodes
+from hetfl.common.task import dataset_threshold, log, make_model, pack_models, query_nodes, test_data, unpack_models
 from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
 
 from .strategy import SHEFL
@@ -26,15 +26,11 @@ def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.
     The client id (partition id) orders the nodes, so clusters and sampling do not depend on
     Flower's random node ids: runs are reproducible and a resumed run continues identically.
     """
-    nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
-    msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=QUERY, dst_node_id=n) for n in nodes]
-    roles, clients = {}, {}
-    for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]):
-        if not r.has_error():
-            roles[r.metadata.src_node_id] = str(r.content["config"]["device-class"])
-            clients[r.metadata.src_node_id] = int(r.content["config"].get("client-id", len(clients)))
+    answers, asked = query_nodes(grid, cfg, QUERY, timeout)
+    roles = {n: str(a["device-class"]) for n, a in answers.items()}
+    clients = {n: int(a["client-id"]) for n, a in answers.items()}
     log.info("device classes: %d HPC, %d LPC (%d nodes did not answer)",
-             sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()), len(nodes) - len(roles))
+             sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()), asked - len(roles))
     return roles, clients
 
 
