@@ -15,7 +15,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data run test test-fast bench clean cluster reproduce-shefl reproduce-fens reproduce-adaptivefl
+.PHONY: install data compose-cli run test test-fast bench clean cluster reproduce-shefl reproduce-fens reproduce-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -31,10 +31,18 @@ data:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
 	else echo "Fashion-MNIST missing: run 'sudo apt-get install dataset-fashion-mnist' or set data-dir"; exit 1; fi
 
+# Optional: Debian's docker-compose lets tests/test_docker.py run `docker-compose config` on docker/*.yml
+# (that check is skipped without it; no Docker engine is needed).
+compose-cli:
+	@command -v docker-compose >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null 2>&1 || \
+		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }; }; } || \
+		echo "docker-compose not available: the compose 'config' check will be skipped"
+
 run: install data
 	$(BIN)/python -m hetfl.launch configs/quickstart.toml --supernodes 20
 
-test: install data
+test: install data compose-cli
 	$(BIN)/ruff check --select F,E9 hetfl tests scripts
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 

@@ -293,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results-dir", default="results")
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
     a = p.parse_args(argv)
-    run_dir = run(a.config, parse_set(a.set), a.supernodes, a.client_cpus, a.results_dir, a.timeout)
+    setup_signals()  # SIGTERM/SIGINT stop the SuperLink tree (and Ray) instead of orphaning it
+    try:
+        run_dir = run(a.config, parse_set(a.set), a.supernodes, a.client_cpus, a.results_dir, a.timeout)
+    except KeyboardInterrupt:
+        print("interrupted: stopped the SuperLink and everything it started", file=sys.stderr)
+        return 130
     s = json.loads((run_dir / "metrics.json").read_text())["summary"]
     print(f"\nfinal accuracy: {100 * s['final_accuracy']:.2f}%  (best {100 * s['best_accuracy']:.2f}%, "
           f"convergence round at {100 * s['convergence_threshold']:.0f}%: {s['convergence_round']})")

@@ -7,7 +7,8 @@
 
 Writes results/reproduce/<name>/{table.md,table.json,accuracy.png}; each run keeps its own
 results/reproduce/<name>/runs/<preset>-s<seed>/metrics.json. Runs that already finished with
-the same preset values and overrides are not repeated.
+the same preset values and overrides are not repeated; ``--reuse DIR`` also takes finished runs
+from DIR/<preset>-s<seed>/metrics.json (e.g. the ones committed under docs/results/<name>/runs).
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def main() -> int:
     p.add_argument("--supernodes", type=int, default=100)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
     p.add_argument("--table-only", action="store_true", help="only tabulate the runs that already finished")
+    p.add_argument("--reuse", nargs="*", default=[], metavar="DIR", help="directories with finished runs to reuse")
     a = p.parse_args()
+    launch.setup_signals()  # a killed reproduction stops its current run's SuperLink tree too
     out = Path("results/reproduce") / a.name
     runs_dir = out / "runs"
     results: dict[str, list[dict]] = {}
@@ -63,6 +66,10 @@ def main() -> int:
             metrics = runs_dir / name / "metrics.json"
             overrides = {**launch.parse_set(a.set), "seed": seed, "run-name": name}
             wanted = {**tomllib.loads(preset.read_text()), **overrides}
+            for src in (Path(d) / name / "metrics.json" for d in a.reuse):
+                if not finished(metrics, wanted) and finished(src, wanted):
+                    metrics.parent.mkdir(parents=True, exist_ok=True)
+                    metrics.write_text(src.read_text())
             if not finished(metrics, wanted):
                 if a.table_only:
                     continue
