@@ -111,6 +111,19 @@ def test_deployment_runs_every_method_on_four_supernodes(tmp_path):
 
 
 @pytest.mark.slow
+def test_tls_and_supernode_auth_cluster_runs(tmp_path):
+    """`hetfl.cluster --auth`: TLS (certificates from docker/certs/generate.sh) plus SuperNode authentication
+    (registered ECDSA keys); a run goes through the secured SuperLink and both nodes train."""
+    require_fmnist()
+    with cluster.local_cluster(2, tmp_path / "flwr", auth=True) as c:
+        assert c.tls and (tmp_path / "flwr" / "certs" / "ca.crt").exists()
+        run_dir = cluster.submit(c, None, {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 10,
+                                           "num-server-rounds": 1, "run-name": "auth"}, results_dir=tmp_path, timeout=300)
+    rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
+    assert rows[-1]["replies"] == 2 and rows[-1]["failures"] == 0
+
+
+@pytest.mark.slow
 def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     """Kill one of 4 SuperNodes during round 2: the round aggregates the 3 replies that arrive, the run ends.
 
