@@ -66,8 +66,9 @@ def main() -> int:
             metrics = runs_dir / name / "metrics.json"
             overrides = {**launch.parse_set(a.set), "seed": seed, "run-name": name}
             wanted = {**tomllib.loads(preset.read_text()), **overrides}
-            for src in (Path(d) / name / "metrics.json" for d in a.reuse):
-                if not finished(metrics, wanted) and finished(src, wanted):
+            if not finished(metrics, wanted):
+                src = next((s for s in (Path(d) / name / "metrics.json" for d in a.reuse) if finished(s, wanted)), None)
+                if src is not None:
                     metrics.parent.mkdir(parents=True, exist_ok=True)
                     metrics.write_text(src.read_text())
             if not finished(metrics, wanted):
