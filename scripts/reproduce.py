@@ -25,8 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hetfl import launch  # noqa: E402
 
 
-def label(preset: Path) -> str:
-    return f"{preset.parent.name}/{preset.stem}"
+def split_preset(spec: str) -> tuple[Path, dict, str]:
+    """``path[@k=v,k=v]`` -> (path, its own overrides, a name suffix)."""
+    path, _, own = spec.partition("@")
+    over = launch.parse_set([kv for kv in own.split(",") if kv])
+    return Path(path), over, "".join(f"-{k}{v}" for k, v in over.items())
+
+
+def label(preset: Path, suffix: str = "") -> str:
+    return f"{preset.parent.name}/{preset.stem}{suffix}"
 
 
 def finished(metrics: Path, wanted: dict | None = None) -> bool:
@@ -61,10 +68,10 @@ def main() -> int:
     runs_dir = out / "runs"
     results: dict[str, list[dict]] = {}
     for seed in a.seeds:  # seed-major: every method gets seed 0 before any gets seed 1
-        for preset in map(Path, a.presets):
-            name = f"{preset.parent.name}-{preset.stem}-s{seed}"
+        for preset, own, suffix in map(split_preset, a.presets):
+            name = f"{preset.parent.name}-{preset.stem}{suffix}-s{seed}"
             metrics = runs_dir / name / "metrics.json"
-            overrides = {**launch.parse_set(a.set), "seed": seed, "run-name": name}
+            overrides = {**launch.parse_set(a.set), **own, "seed": seed, "run-name": name}
             wanted = {**tomllib.loads(preset.read_text()), **overrides}
             if not finished(metrics, wanted):
                 src = next((s for s in (Path(d) / name / "metrics.json" for d in a.reuse) if finished(s, wanted)), None)
@@ -75,7 +82,7 @@ def main() -> int:
                 if a.table_only:
                     continue
                 launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
-            results.setdefault(label(preset), []).append(json.loads(metrics.read_text()))
+            results.setdefault(label(preset, suffix), []).append(json.loads(metrics.read_text()))
     rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round | upload MB/round | total client comm. (MB) | s/round | seeds |",
                        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for lab, runs in results.items():
@@ -97,6 +104,20 @@ def main() -> int:
             label_ = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "oneshot-fedavg": "one-shot FedAvg"}[name]
             table.append(f"| {lab}: {label_} | {mean_std(acc)} | {mean_std(acc)} | n/a | n/a | {mean_std(upload)} | n/a | {len(runs)} |")
             rows.append({"method": f"{lab}: {label_}", "final": acc, "total_comm_mb": upload})
+    # FENS: wall time of one phase-2 round relative to one local epoch of phase 1 (all clients, as the run saw it)
+    timed = {lab: [r for r in runs if "phase1_wall_s" in r.get("phases", {}) and r["phases"]["phase1_local_epochs"]]
+             for lab, runs in results.items()}
+    timed = {lab: runs for lab, runs in timed.items() if runs}
+    if timed:
+        table += ["", "| method | phase 1: s per local epoch (wall, all clients) | client s per local epoch | phase 2: s per round | ratio | seeds |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for lab, runs in timed.items():
+            epoch = [r["phases"]["phase1_wall_s"] / r["phases"]["phase1_local_epochs"] for r in runs]
+            client = [statistics.mean(r["phases"]["phase1_client_train_s"]) / r["phases"]["phase1_local_epochs"] for r in runs]
+            rnd = [r["summary"]["mean_round_s"] for r in runs]
+            ratio = [100 * x / e for x, e in zip(rnd, epoch, strict=True)]
+            table.append(f"| {lab} | {mean_std(epoch)} | {mean_std(client)} | {mean_std(rnd)} | {mean_std(ratio)} % | {len(runs)} |")
+            rows.append({"method": f"{lab}: timing", "phase1_epoch_s": epoch, "client_epoch_s": client, "phase2_round_s": rnd})
     # AdaptiveFL family: full (L1) and avg (L1, M1, S1) accuracy, communication waste (Table 2, Sec. 4.4)
     hetero = {lab: runs for lab, runs in results.items() if "acc_avg" in runs[0]["rounds"][-1]}
     if hetero:

@@ -91,6 +91,8 @@ def test_fens_nn_aggregator_beats_averaging_on_non_iid_fmnist(tmp_path):
     assert final > avg + 0.05, (final, avg)  # alpha = 0.05: the trained aggregator wins clearly
     ph = m["phases"]
     assert ph["num_models"] == 8 and ph["clients_ready"] == 8 and ph["rejected_models"] == 0
+    assert len(ph["phase1_client_train_s"]) == 8 and 0 < max(ph["phase1_client_train_s"]) <= ph["phase1_wall_s"]
+    assert ph["phase1_local_epochs"] == 1 and m["summary"]["mean_round_s"] < ph["phase1_wall_s"]  # phase 2 rounds are cheap
     one_fp32 = ph["upload_bytes"] / 8
     assert ph["ensemble_download_bytes"] <= 0.27 * 8 * 8 * one_fp32  # 8 clients x 8 INT8 models
     agg_rounds = [r for r in m["rounds"] if r["round"] > 0]

@@ -64,7 +64,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     members = [r.metadata.src_node_id for r in replies]
     M, C = len(states), num_classes(cfg)
     phase1 = grid.take()
-    log.info("FENS phase 1: %d local models in %.1fs (%.1f MB up)", M, time.perf_counter() - t0, phase1.bytes_up / 1e6)
+    phase1_s = time.perf_counter() - t0
+    log.info("FENS phase 1: %d local models in %.1fs (%.1f MB up)", M, phase1_s, phase1.bytes_up / 1e6)
     # ---- ensemble download (INT8) and logit caching ------------------------------------------
     sent = [quantize_state(s) for s in states] if cfg["fens-quantize"] else states
     ens_models = build_members(cfg, sent, cfg["fens-quantize"])
@@ -87,6 +88,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         "upload_bytes": phase1.bytes_up, "phase1_request_bytes": phase1.bytes_down,
         "ensemble_download_bytes": download.bytes_down, "clients_ready": len(ready), "num_models": M, "rejected_models": rejected,
         "member_test_accuracy": member_acc.tolist(),
+        # timing of phase 1 (local training of all clients, upload included) vs phase 2 (mean_round_s in the summary)
+        "phase1_wall_s": phase1_s, "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"],
+        "phase1_client_train_s": [float(r.content["metrics"]["train_s"]) for r in replies],
     }
     baselines = {}
     for name in STATIC:
