@@ -139,18 +139,23 @@ def main() -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # accuracy per round, and per MB of client communication (rounds differ in cost between methods)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
     for lab, runs in results.items():
         n = min(len(r["rounds"]) for r in runs)
         acc = np.array([[100 * row["accuracy"] for row in r["rounds"][:n]] for r in runs])
         x = [row["round"] for row in runs[0]["rounds"][:n]]
-        ax.plot(x, acc.mean(0), label=lab)
-        ax.fill_between(x, acc.mean(0) - acc.std(0), acc.mean(0) + acc.std(0), alpha=0.2)
+        mb = np.array([[(row["cum_bytes_down"] + row["cum_bytes_up"]) / 1e6 for row in r["rounds"][:n]] for r in runs]).mean(0)
+        for axis, xs in ((ax, x), (bx, mb)):
+            axis.plot(xs, acc.mean(0), label=lab)
+            axis.fill_between(xs, acc.mean(0) - acc.std(0), acc.mean(0) + acc.std(0), alpha=0.2)
     ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (%)")
-    ax.grid(alpha=0.3)
+    bx.set_xlabel("cumulative client communication (MB, up + down)")
+    for axis in (ax, bx):
+        axis.set_ylabel("test accuracy (%)")
+        axis.grid(alpha=0.3)
     ax.legend()
-    ax.set_title(a.name)
+    fig.suptitle(a.name)
     fig.tight_layout()
     fig.savefig(out / "accuracy.png", dpi=110)
     print("\n".join(table))
