@@ -73,7 +73,7 @@ reproduce-shefl: install data
 		--set num-server-rounds=$(ROUNDS) $(EXTRA)
 
 # FENS comparison on FMNIST (20 clients, Dir 0.01/0.05/0.1): FENS (NN aggregator) with FedENS, weighted averaging
-# and one-shot FedAvg evaluated on the same local models, and iterative FedAdam; 3 seeds each. ~7 min per FENS run
+# and one-shot FedAvg evaluated on the same local models, and iterative FedAdam; 3 seeds each. ~5.5 min per FENS run
 # on 2 CPU cores. FedAdam runs FEDADAM_ROUNDS rounds (~1.6 min each): the default 4 costs about as much client
 # communication as a whole FENS run (1.10 GB vs 0.98 GB); FEDADAM_ROUNDS=50 is the preset's full budget (~80 min per run).
 FEDADAM_ROUNDS ?= 4

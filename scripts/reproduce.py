@@ -105,9 +105,12 @@ def main() -> int:
             table.append(f"| {lab}: {label_} | {mean_std(acc)} | {mean_std(acc)} | n/a | n/a | {mean_std(upload)} | n/a | {len(runs)} |")
             rows.append({"method": f"{lab}: {label_}", "final": acc, "total_comm_mb": upload})
     # FENS: wall time of one phase-2 round relative to one local epoch of phase 1 (all clients, as the run saw it)
-    timed = {lab: [r for r in runs if "phase1_wall_s" in r.get("phases", {}) and r["phases"]["phase1_local_epochs"]]
-             for lab, runs in results.items()}
-    timed = {lab: runs for lab, runs in timed.items() if runs}
+    # only runs whose phase 1 was epoch-based (local-steps = 0; with steps > 0 the epoch count is ignored)
+    per_epoch = [(lab, r) for lab, runs in results.items() for r in runs
+                 if "phase1_wall_s" in r.get("phases", {}) and r["phases"]["phase1_local_steps"] == 0]
+    timed: dict[str, list[dict]] = {}
+    for lab, r in per_epoch:
+        timed.setdefault(lab, []).append(r)
     if timed:
         table += ["", "| method | phase 1: s per local epoch (wall, all clients) | client s per local epoch | phase 2: s per round | ratio | seeds |",
                   "| --- | --- | --- | --- | --- | --- |"]
