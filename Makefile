@@ -44,7 +44,7 @@ run: install data
 
 test: install data compose-cli
 	$(BIN)/ruff check --select F,E9 hetfl tests scripts
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -13,7 +13,7 @@ from .conftest import require_fmnist
 
 FAST = {
     "dataset": "fashion_mnist", "data-source": "local", "partitioner": "dirichlet", "dirichlet-alpha": 1.0,
-    "fraction-train": 0.5, "min-available-nodes": 10, "local-steps": 20, "batch-size": 32, "lr": 0.05,
+    "fraction-train": 1.0, "min-available-nodes": 10, "local-steps": 20, "batch-size": 32, "lr": 0.05,
     "momentum": 0.9, "max-test-samples": 2000,
 }
 
@@ -31,12 +31,14 @@ def test_fedavg_fmnist_learns_and_counts_bytes(tmp_path):
     rows = m["rounds"]
     assert [r["round"] for r in rows] == [0, 1, 2, 3, 4]
     assert rows[0]["accuracy"] < 0.2
-    assert rows[-1]["accuracy"] > 0.6, rows[-1]  # chance is 0.1
+    # Full participation: with fraction-train < 1 the sampled partitions depend on the run's random node ids
+    # (a 4-round run at fraction 0.5 once ended at 0.578 after 0.604 in round 3), so the threshold would be luck.
+    assert rows[-1]["accuracy"] > 0.6, rows  # chance is 0.1
     model_bytes = record_nbytes(model_to_arrays(make_model(validate(FAST))))
     for r in rows[1:]:
-        assert r["replies"] == 5 and r["failures"] == 0
-        assert 5 * model_bytes <= r["bytes_down"] <= 5 * model_bytes + 5 * 2048
-        assert 5 * model_bytes <= r["bytes_up"] <= 5 * model_bytes + 5 * 2048
+        assert r["replies"] == 10 and r["failures"] == 0
+        assert 10 * model_bytes <= r["bytes_down"] <= 10 * model_bytes + 10 * 2048
+        assert 10 * model_bytes <= r["bytes_up"] <= 10 * model_bytes + 10 * 2048
         assert r["client_steps"] == pytest.approx(20) and r["client_proximal_mu"] == 0.0
     assert m["summary"]["total_bytes_down"] == sum(r["bytes_down"] for r in rows)
     assert (run_dir / "accuracy.png").exists()
@@ -44,13 +46,29 @@ def test_fedavg_fmnist_learns_and_counts_bytes(tmp_path):
     assert launch.LAST_SESSION is not None and launch.process_tree({launch.LAST_SESSION}) == []
 
 
-@pytest.mark.slow
-def test_fedprox_sends_mu_and_runs(tmp_path):
+def test_fedprox_mu_reaches_the_client_and_its_training(task_identity):
+    """FedProx = the FedAvg run with Flower's FedProx strategy: mu travels in the train config and the client
+    trains with it (the simulation path itself is the FedAvg test above)."""
     require_fmnist()
-    run_dir = launch.run(None, {**FAST, "method": "fedprox", "proximal-mu": 0.5, "num-server-rounds": 2},
-                         num_supernodes=10, results_dir=tmp_path, timeout=900)
-    rows = _metrics(run_dir)["rounds"]
-    assert rows[-1]["client_proximal_mu"] == pytest.approx(0.5) and rows[-1]["accuracy"] > 0.3
+    from flwr.app import ConfigRecord, Context, RecordDict
+
+    from hetfl.baselines import client_app
+    from hetfl.baselines.server_app import make_strategy
+
+    run_config = {**FAST, "method": "fedprox", "proximal-mu": 0.5, "fraction-train": 0.5, "local-steps": 2, "batch-size": 8}
+    cfg = validate(run_config)
+    arrays = model_to_arrays(make_model(cfg))
+
+    class Grid:
+        def get_node_ids(self):
+            return list(range(1, 11))
+
+    msgs = list(make_strategy(cfg).configure_train(1, arrays, ConfigRecord({}), Grid()))
+    assert len(msgs) == 5  # fraction-train 0.5 of 10 nodes
+    assert all(m.content["config"]["proximal-mu"] == pytest.approx(0.5) for m in msgs)
+    ctx = Context(1, msgs[0].metadata.dst_node_id, {"partition-id": 0, "num-partitions": 10}, RecordDict(), run_config)
+    reply = client_app.train(msgs[0], ctx)
+    assert reply.content["metrics"]["proximal_mu"] == pytest.approx(0.5) and reply.content["metrics"]["steps"] == 2
 
 
 def test_invalid_config_fails_before_anything_starts(tmp_path):
