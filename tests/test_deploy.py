@@ -102,7 +102,7 @@ def test_fab_holds_the_app_and_not_the_experiment_logs():
 def test_deployment_runs_every_method_on_four_supernodes(tmp_path):
     """One SuperLink and 4 SuperNodes as processes on 127.0.0.1; each method runs one round unchanged
     (FedAvg runs 3 rounds in the same topology in the kill test; multi-round runs of each method are the
-    simulation tests: the Deployment Engine spawns a ClientApp process per message, ~17 s a round here)."""
+    simulation tests: the Deployment Engine spawns a ClientApp process per message, 17-36 s a round here)."""
     require_fmnist()
     runs = {
         "shefl": {"method": "shefl", "fraction-train": 1.0, "local-steps": 30, "shefl-models": 2, "hpc-per-round": 1},
