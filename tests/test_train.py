@@ -1,14 +1,37 @@
+import math
+from typing import ClassVar
+
 import numpy as np
+import pytest
 import torch
 
+import hetfl  # noqa: F401  (registers every method's keys)
+from hetfl.common import task
+from hetfl.common import train as T
+from hetfl.common.config import ConfigError, validate
 from hetfl.common.data import ArrayData
-from hetfl.common.models import CNN
-from hetfl.common.train import Normalizer, _batches, evaluate, evaluate_ensemble, num_steps, predict_proba, train
+from hetfl.common.models import CNN, get_state
+from hetfl.common.train import (Normalizer, _batches, augment_batch, autocast, cosine_epoch_lr, crop_flip, evaluate,
+                                evaluate_ensemble, member_logits, num_steps, predict_proba, resolve_device, train)
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def tiny_data(n=64, seed=0):
     rng = np.random.default_rng(seed)
     return ArrayData(rng.integers(0, 256, (n, 1, 28, 28), dtype=np.uint8), rng.integers(0, 10, n).astype(np.int64))
+
+
+def learnable_data(n=64, seed=0):
+    """Each class is a fixed random template plus noise: a small CNN learns it in a few steps."""
+    rng = np.random.default_rng(seed)
+    templates, y = rng.integers(0, 256, (10, 1, 28, 28)), rng.integers(0, 10, n)
+    x = np.clip(templates[y] + rng.integers(-30, 31, (n, 1, 28, 28)), 0, 255).astype(np.uint8)
+    return ArrayData(x, y.astype(np.int64))
+
+
+def flat(model):
+    return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
 
 
 def test_loss_decreases_on_a_tiny_batch():
@@ -26,7 +49,8 @@ def test_steps_and_epochs_counting():
     assert len(list(_batches(10, 4, steps=7, epochs=0, gen=gen))) == 7
     batches = list(_batches(10, 4, steps=0, epochs=2, gen=gen))
     assert len(batches) == 6 == num_steps(10, 4, 0, 2)
-    assert sorted(torch.cat(batches[:3]).tolist()) == list(range(10))  # one epoch sees every sample once
+    assert [e for e, _ in batches] == [0, 0, 0, 1, 1, 1]
+    assert sorted(torch.cat([b for _, b in batches[:3]]).tolist()) == list(range(10))  # one epoch sees every sample once
 
 
 def test_training_is_seeded():
@@ -36,7 +60,7 @@ def test_training_is_seeded():
         torch.manual_seed(1)
         m = CNN(10, 1, 28)
         train(m, data, norm, steps=5, batch_size=8, seed=3)
-        outs.append(torch.cat([p.flatten() for p in m.parameters()]))
+        outs.append(flat(m))
     assert torch.equal(outs[0], outs[1])
 
 
@@ -46,9 +70,9 @@ def test_fedprox_term_pulls_towards_the_global_model():
     for mu in (0.0, 10.0):
         torch.manual_seed(1)
         m = CNN(10, 1, 28)
-        w0 = torch.cat([p.detach().flatten().clone() for p in m.parameters()])
+        w0 = flat(m).clone()
         train(m, data, norm, steps=20, batch_size=16, lr=0.05, proximal_mu=mu, seed=2)
-        dist[mu] = (torch.cat([p.detach().flatten() for p in m.parameters()]) - w0).norm().item()
+        dist[mu] = (flat(m) - w0).norm().item()
     assert dist[10.0] < 0.8 * dist[0.0], dist
 
 
@@ -64,3 +88,308 @@ def test_ensemble_is_mean_of_softmax():
     assert abs(loss - torch.nn.functional.nll_loss(mean.log(), y).item()) < 1e-5
     # an ensemble of one model is that model
     assert np.allclose(evaluate_ensemble(models[:1], data, norm), evaluate(models[0], data, norm))
+
+
+# ---- devices --------------------------------------------------------------------------------------
+
+
+def test_resolve_device_cpu_and_auto(monkeypatch):
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+
+
+def test_resolve_device_errors_name_the_key(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="'server-device' = 'cuda'.*not available"):
+        resolve_device("cuda", "server-device")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="'device' = 'cuda:1'.*1 CUDA device"):
+        resolve_device("cuda:1")
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(ConfigError, match="'device' = 'gpu'"):
+        resolve_device("gpu")
+
+
+def test_config_devices_reach_training_and_evaluation(monkeypatch):
+    cfg = validate({"device": "cpu"})
+    assert task.compute_options(cfg) == {"device": torch.device("cpu"), "precision": "fp32"}
+    assert task.server_device(cfg) == torch.device("cpu")  # '' = device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="'server-device'"):
+        task.server_device(validate({"device": "cpu", "server-device": "cuda"}))
+    # local_train passes device, precision, augment, drop-last and the lr schedule to the one loop
+    seen = {}
+    monkeypatch.setattr(task, "train", lambda *a, **kw: seen.update(kw))
+    cfg = validate({"device": "cpu", "precision": "bf16", "augment": "crop", "drop-last": True,
+                    "lr-schedule": "cosine-epoch", "lr-min": 0.001, "lr-decay": 0.998, "lr-decay-every": 1})
+    task.local_train(CNN(10, 1, 28), tiny_data(8), cfg, server_round=3)
+    assert seen["device"] == torch.device("cpu") and seen["precision"] == "bf16" and seen["augment"] == "crop"
+    assert seen["drop_last"] is True and seen["lr_schedule"] == "cosine-epoch" and seen["lr_min"] == 0.001
+    assert seen["lr"] == pytest.approx(0.01 * 0.998**2)
+
+
+def test_centralized_evaluator_uses_server_device_and_precision(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(task, "test_data", lambda cfg: tiny_data(4))
+    monkeypatch.setattr(task, "evaluate", lambda *a, **kw: seen.update(kw) or (0.0, 1.0))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    task.centralized_evaluator(validate({"device": "cuda:1", "server-device": "cpu", "precision": "bf16"}))(CNN(10, 1, 28))
+    assert seen == {"device": torch.device("cpu"), "precision": "bf16"}
+    task.centralized_evaluator(validate({"device": "cuda:1"}))(CNN(10, 1, 28))
+    assert seen["device"] == torch.device("cuda:1")  # server-device '' = device
+
+
+@CUDA
+def test_cuda_training_matches_cpu_and_returns_cpu_state():
+    data, norm = tiny_data(64), Normalizer("fashion_mnist")
+    models = []
+    for dev in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        m = CNN(10, 1, 28)
+        res = train(m, data, norm, steps=3, batch_size=16, lr=0.01, seed=1, device=dev, augment="crop-flip", drop_last=True)
+        assert res.steps == 3 and math.isfinite(res.loss)
+        models.append(m)
+    assert next(models[1].parameters()).device.type == "cuda"
+    assert all(isinstance(v, np.ndarray) for v in get_state(models[1]).values())  # states come back as CPU numpy
+    assert torch.allclose(flat(models[0]), flat(models[1]), atol=1e-4)  # same batches and draws on either device
+    logits = member_logits(models, data, norm, device=torch.device("cuda"))
+    assert logits.device.type == "cpu" and logits.dtype == torch.float32
+    assert torch.allclose(logits[0], logits[1], atol=1e-2)
+
+
+@CUDA
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_loss_falls(precision):
+    data, norm = learnable_data(), Normalizer("fashion_mnist")
+    torch.manual_seed(0)
+    m = CNN(10, 1, 28, width=0.25)
+    before, _ = evaluate(m, data, norm, device="cuda", precision=precision)
+    train(m, data, norm, steps=30, batch_size=16, lr=0.05, momentum=0.9, device="cuda", precision=precision)
+    after, acc = evaluate(m, data, norm, device="cuda", precision=precision)
+    assert after < 0.5 * before and acc > 0.8, (before, after, acc)
+
+
+# ---- bf16 autocast ---------------------------------------------------------------------------------
+
+
+def test_autocast_context_casts_matmuls_to_bf16_only_for_bf16():
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with autocast("cpu", "bf16"):
+        assert (a @ b).dtype == torch.bfloat16
+    with autocast(torch.device("cpu"), "fp32"):
+        assert (a @ b).dtype == torch.float32
+    with pytest.raises(ValueError):
+        autocast("cpu", "fp16")
+
+
+def _record_dtypes(model):
+    seen = []
+    model.classifier[1].register_forward_hook(lambda mod, inp, out: seen.append(out.dtype))
+    return seen
+
+
+@pytest.mark.parametrize("precision,dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_training_and_logits_run_under_the_requested_precision(precision, dtype):
+    torch.manual_seed(0)
+    model, data, norm = CNN(10, 1, 28), tiny_data(16), Normalizer("fashion_mnist")
+    seen = _record_dtypes(model)
+    train(model, data, norm, steps=2, batch_size=8, precision=precision)
+    assert seen == [dtype, dtype]
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
+    seen.clear()
+    logits = member_logits([model], data, norm, batch_size=16, precision=precision)
+    assert seen == [dtype] and logits.dtype == torch.float32
+
+
+def test_bf16_trains_and_evaluates_like_fp32():
+    data, norm = learnable_data(), Normalizer("fashion_mnist")
+    torch.manual_seed(0)
+    model = CNN(10, 1, 28, width=0.25)  # bf16 is emulated (slow) on CPUs without bf16 instructions
+    before, _ = evaluate(model, data, norm, precision="bf16")
+    res = train(model, data, norm, steps=30, batch_size=16, lr=0.05, momentum=0.9, precision="bf16")
+    after, acc = evaluate(model, data, norm, precision="bf16")
+    assert math.isfinite(res.loss) and after < 0.5 * before and acc > 0.8, (before, after, acc)
+    loss32, acc32 = evaluate(model, data, norm)
+    assert abs(after - loss32) < 0.05 * loss32 + 0.02 and abs(acc - acc32) <= 2 / 64
+
+
+# ---- augmentation ----------------------------------------------------------------------------------
+
+IMG = torch.arange(1, 10, dtype=torch.uint8).view(1, 1, 3, 3)  # [[1,2,3],[4,5,6],[7,8,9]]
+
+
+def test_crop_flip_hand_worked():
+    one = torch.tensor([1])
+    # offset (dy, dx) = (0, 2) into the 1-padded image: the image moves down 1 and left 1, zeros fill in
+    out = crop_flip(IMG, 0 * one, 2 * one, None, pad=1)
+    assert out[0, 0].tolist() == [[0, 0, 0], [2, 3, 0], [5, 6, 0]]
+    # offset (pad, pad) = no shift
+    assert torch.equal(crop_flip(IMG, one, one, None, pad=1), IMG)
+    # crop, then mirror left-right
+    out = crop_flip(IMG, 0 * one, 2 * one, torch.tensor([True]), pad=1)
+    assert out[0, 0].tolist() == [[0, 0, 0], [0, 3, 2], [0, 6, 5]]
+    # flip only
+    assert crop_flip(IMG, None, None, torch.tensor([True]), pad=1)[0, 0].tolist() == [[3, 2, 1], [6, 5, 4], [9, 8, 7]]
+    assert torch.equal(crop_flip(IMG, None, None, torch.tensor([False]), pad=1), IMG)
+
+
+def test_crop_flip_per_sample_and_per_channel():
+    x = torch.arange(2 * 2 * 4 * 4, dtype=torch.uint8).view(2, 2, 4, 4) + 1
+    out = crop_flip(x, torch.tensor([4, 8]), torch.tensor([4, 0]), torch.tensor([True, False]))
+    assert torch.equal(out[0], x[0].flip(-1))  # sample 0: no shift, flipped
+    assert torch.equal(out[1], torch.zeros(2, 4, 4, dtype=torch.uint8))  # sample 1: shifted 4 up and 4 right: all zero
+
+
+def _identify(orig, out, pad=4):
+    """All (dy, dx, flip) that map `orig` to `out` (one sample, C x H x W)."""
+    hits = []
+    for dy in range(2 * pad + 1):
+        for dx in range(2 * pad + 1):
+            for f in (False, True):
+                cand = crop_flip(orig[None], torch.tensor([dy]), torch.tensor([dx]), torch.tensor([f]), pad)[0]
+                if torch.equal(cand, out):
+                    hits.append((dy, dx, f))
+    return hits
+
+
+def test_augment_batch_moves_pixels_by_a_drawn_shift_and_fills_zeros():
+    x = (torch.arange(64, dtype=torch.int32).view(1, 1, 8, 8).repeat(32, 1, 1, 1) + 1).to(torch.uint8)  # distinct pixels
+    for mode in ("crop", "crop-flip", "flip"):
+        out = augment_batch(x, mode, torch.Generator().manual_seed(0))
+        found = [_identify(x[i], out[i]) for i in range(len(x))]
+        assert all(len(h) == 1 for h in found)  # every output is exactly one shift (and flip) of its input
+        shifts = {(dy, dx) for ((dy, dx, _),) in found}
+        flips = {f for ((_, _, f),) in found}
+        if mode == "flip":
+            assert shifts == {(4, 4)} and flips == {False, True}
+        else:
+            assert len(shifts) > 5 and all(0 <= dy <= 8 and 0 <= dx <= 8 for dy, dx in shifts)
+            assert flips == ({False} if mode == "crop" else {False, True})  # crop-only never flips
+        shifted = [i for i, ((dy, dx, _),) in enumerate(found) if (dy, dx) != (4, 4)]
+        assert all((out[i] == 0).any() for i in shifted)  # uncovered pixels are zero (inputs have none)
+
+
+def test_augment_batch_is_seeded():
+    x = tiny_data(16).x
+    xt = torch.from_numpy(x)
+    a = augment_batch(xt, "crop-flip", torch.Generator().manual_seed(1))
+    b = augment_batch(xt, "crop-flip", torch.Generator().manual_seed(1))
+    c = augment_batch(xt, "crop-flip", torch.Generator().manual_seed(2))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert augment_batch(xt, "none", torch.Generator()) is xt
+
+
+def test_training_applies_augmentation_and_stays_seeded():
+    data, norm = tiny_data(32), Normalizer("fashion_mnist")
+    zero = float((0.0 - norm.mean.flatten()[0]) / norm.std.flatten()[0])  # a padded pixel after normalisation
+
+    def run(augment, seed):
+        torch.manual_seed(0)
+        m = CNN(10, 1, 28)
+        batches = []
+        m.features[0].register_forward_pre_hook(lambda mod, inp: batches.append(inp[0].detach().clone()))
+        train(m, data, norm, steps=4, batch_size=16, seed=seed, augment=augment)
+        return flat(m), torch.cat(batches)
+
+    def full_zero_rows(xb):  # images with a whole row of padding
+        return int(((xb == zero).all(dim=-1).any(dim=-1)).sum())
+
+    w_none, x_none = run("none", 0)
+    w_aug, x_aug = run("crop", 0)
+    assert full_zero_rows(x_none) == 0 and full_zero_rows(x_aug) > 10
+    assert not torch.equal(w_none, w_aug)
+    w_again, x_again = run("crop", 0)
+    assert torch.equal(w_aug, w_again) and torch.equal(x_aug, x_again)  # same seed, same run
+    _, x_other = run("crop", 1)
+    assert not torch.equal(x_aug, x_other)
+
+
+# ---- learning-rate schedules -----------------------------------------------------------------------
+
+
+def test_round_lr_step_decay_and_exponential():
+    shefl = validate({"lr": 0.01, "lr-decay": 0.99, "lr-decay-every": 10})
+    assert [task.round_lr(shefl, r) for r in (1, 10, 11, 20, 21)] == pytest.approx([0.01, 0.01, 0.0099, 0.0099, 0.009801])
+    # AdaptiveFL authors: lr * 0.998 ** r with r counted from 0, so round 1 trains at exactly lr
+    afl = validate({"lr": 0.01, "lr-decay": 0.998, "lr-decay-every": 1})
+    assert task.round_lr(afl, 1) == 0.01
+    assert [task.round_lr(afl, r) for r in (2, 3, 101)] == pytest.approx([0.00998, 0.00996004, 0.01 * 0.998**100])
+    assert task.round_lr(validate({}), 50) == 0.01  # default: constant
+
+
+def test_cosine_epoch_lr_hand_worked():
+    lrs = [cosine_epoch_lr(0.01, 0.001, e, 4) for e in range(4)]
+    assert lrs == pytest.approx([0.01, 0.0086820, 0.0055, 0.0023180], abs=1e-7)
+    assert cosine_epoch_lr(0.01, 0.001, 4, 4) == pytest.approx(0.001)  # the floor, reached after the last epoch
+    assert min(cosine_epoch_lr(0.01, 0.001, e, 50) for e in range(50)) > 0.001
+
+
+class RecordingSGD(torch.optim.SGD):
+    """SGD that records the lr of every step."""
+
+    lrs: ClassVar[list[float]] = []
+
+    def step(self, closure=None):
+        RecordingSGD.lrs.append(self.param_groups[0]["lr"])
+        return super().step(closure)
+
+
+def _lrs(monkeypatch, n, **kw):
+    RecordingSGD.lrs = []
+    monkeypatch.setattr(T, "make_optimizer", lambda params, name, lr, momentum, wd: RecordingSGD(params, lr=lr))
+    torch.manual_seed(0)
+    res = train(CNN(10, 1, 28), tiny_data(n), Normalizer("fashion_mnist"), lr=0.01, **kw)
+    assert res.steps == len(RecordingSGD.lrs)
+    return RecordingSGD.lrs
+
+
+def test_train_steps_the_cosine_per_epoch_with_floor(monkeypatch):
+    e = [cosine_epoch_lr(0.01, 0.001, k, 4) for k in range(4)]
+    lrs = _lrs(monkeypatch, 10, epochs=4, batch_size=4, lr_schedule="cosine-epoch", lr_min=0.001)
+    assert lrs == pytest.approx([e[0]] * 3 + [e[1]] * 3 + [e[2]] * 3 + [e[3]] * 3)
+    # steps mode: 7 steps of 3 per epoch touch 3 epochs
+    e3 = [cosine_epoch_lr(0.01, 0.001, k, 3) for k in range(3)]
+    lrs = _lrs(monkeypatch, 10, steps=7, batch_size=4, lr_schedule="cosine-epoch", lr_min=0.001)
+    assert lrs == pytest.approx([e3[0]] * 3 + [e3[1]] * 3 + [e3[2]])
+    # drop-last: 2 steps per epoch
+    lrs = _lrs(monkeypatch, 10, epochs=4, batch_size=4, lr_schedule="cosine-epoch", lr_min=0.001, drop_last=True)
+    assert lrs == pytest.approx([e[0]] * 2 + [e[1]] * 2 + [e[2]] * 2 + [e[3]] * 2)
+
+
+def test_train_per_step_cosine_and_constant(monkeypatch):
+    lrs = _lrs(monkeypatch, 10, epochs=2, batch_size=4, lr_schedule="cosine")
+    assert lrs == pytest.approx([0.01 * (1 + math.cos(math.pi * k / 6)) / 2 for k in range(6)], abs=1e-9)
+    lrs = _lrs(monkeypatch, 10, epochs=2, batch_size=4, lr_schedule="cosine", lr_min=0.002)
+    assert lrs == pytest.approx([0.002 + 0.008 * (1 + math.cos(math.pi * k / 6)) / 2 for k in range(6)], abs=1e-9)
+    assert _lrs(monkeypatch, 10, epochs=2, batch_size=4) == [0.01] * 6
+
+
+# ---- drop-last -------------------------------------------------------------------------------------
+
+
+def test_drop_last_batches():
+    gen = torch.Generator().manual_seed(0)
+    full = list(_batches(10, 4, steps=0, epochs=2, gen=gen, drop_last=True))
+    assert [len(b) for _, b in full] == [4, 4, 4, 4] and num_steps(10, 4, 0, 2, drop_last=True) == 4
+    assert len(set(full[0][1].tolist() + full[1][1].tolist())) == 8  # distinct samples within an epoch
+    stepped = list(_batches(10, 4, steps=7, epochs=0, gen=gen, drop_last=True))
+    assert [len(b) for _, b in stepped] == [4] * 7 and [e for e, _ in stepped] == [0, 0, 1, 1, 2, 2, 3]
+    # a partition smaller than one batch still trains: its one batch is all of it
+    small = list(_batches(3, 4, steps=0, epochs=2, gen=gen, drop_last=True))
+    assert [sorted(b.tolist()) for _, b in small] == [[0, 1, 2], [0, 1, 2]] and num_steps(3, 4, 0, 2, drop_last=True) == 2
+    assert [len(b) for _, b in _batches(3, 4, steps=3, epochs=0, gen=gen, drop_last=True)] == [3, 3, 3]
+    # without drop-last the last batch is short (unchanged default)
+    assert [len(b) for _, b in _batches(10, 4, steps=0, epochs=1, gen=gen)] == [4, 4, 2]
+
+
+def test_drop_last_step_counts_through_train():
+    norm = Normalizer("fashion_mnist")
+    for n, drop, want in ((50, False, 2 * 4), (50, True, 2 * 3), (10, True, 2)):
+        torch.manual_seed(0)
+        res = train(CNN(10, 1, 28), tiny_data(n), norm, epochs=2, batch_size=16, drop_last=drop)
+        assert res.steps == want, (n, drop, res.steps)

@@ -2,14 +2,17 @@
 
 Data are :class:`~hetfl.common.data.ArrayData` (uint8 images); batches are normalised on
 the fly, which keeps partitions small in memory and avoids DataLoader worker overhead
-(the loops run inside Ray actors with one thread each).
+(the loops run inside Ray actors with one thread each). Devices, bf16 autocast, data
+augmentation, learning-rate schedules and drop-last are explained in docs/training.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +20,39 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import DEVICE_PATTERN, ConfigError
 from .data import DATASETS, ArrayData
+
+AUGMENT_PAD = 4  # random crop: zero padding on each side, then a crop back to the input size (docs/training.md)
+
+
+def resolve_device(name: str, key: str = "device") -> torch.device:
+    """Run-config device name -> torch.device: 'auto' = CUDA when available else CPU; 'cpu', 'cuda', 'cuda:N'.
+
+    Asking for CUDA where it is not available fails with a one-line error naming `key` (docs/training.md).
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not re.fullmatch(DEVICE_PATTERN, name):
+        raise ConfigError(f"run-config key '{key}' = {name!r} is not allowed; expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    dev = torch.device(name)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"run-config key '{key}' = {name!r} but CUDA is not available on this machine "
+                              "(torch.cuda.is_available() is False); use 'auto' or 'cpu'")
+        if (dev.index or 0) >= torch.cuda.device_count():
+            raise ConfigError(f"run-config key '{key}' = {name!r} but this machine has {torch.cuda.device_count()} "
+                              "CUDA device(s)")
+    return dev
+
+
+def autocast(device: str | torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast on the device's type for precision 'bf16'; a no-op for 'fp32' (docs/training.md)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision != "bf16":
+        raise ValueError(f"unknown precision {precision!r}; expected 'fp32' or 'bf16'")
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
 class Normalizer:
@@ -29,12 +64,19 @@ class Normalizer:
         c = max(1, len(info.mean))
         self.mean = torch.tensor(info.mean or (0.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
         self.std = torch.tensor(info.std or (1.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         if self.text:
             return torch.as_tensor(x)
-        t = torch.as_tensor(x).float()
-        return (t - self.mean) / self.std
+        t = torch.as_tensor(x)
+        if t.device.type == "cpu":
+            mean, std = self.mean, self.std
+        else:  # the statistics follow the batch to its device (copied once per device)
+            if t.device not in self._on:
+                self._on[t.device] = (self.mean.to(t.device), self.std.to(t.device))
+            mean, std = self._on[t.device]
+        return (t.float() - mean) / std
 
 
 def prepare_model(model: nn.Module, device: str | torch.device, image: bool) -> nn.Module:
@@ -44,8 +86,52 @@ def prepare_model(model: nn.Module, device: str | torch.device, image: bool) -> 
 
 
 def prepare_batch(x: torch.Tensor, normalize: Normalizer, device: str | torch.device) -> torch.Tensor:
-    xb = normalize(x).to(device)
+    """Move the raw (uint8) batch to `device`, then normalise there."""
+    xb = normalize(torch.as_tensor(x).to(device, non_blocking=True))
     return xb.contiguous(memory_format=torch.channels_last) if xb.dim() == 4 else xb
+
+
+def crop_flip(x: torch.Tensor, dy: torch.Tensor | None, dx: torch.Tensor | None, flip: torch.Tensor | None,
+              pad: int = AUGMENT_PAD) -> torch.Tensor:
+    """Per-sample random crop with zero padding and horizontal flip, vectorised over the batch.
+
+    x: (N, C, H, W); dy, dx: (N,) crop offsets in [0, 2 pad] into the zero-padded image (pad = no
+    shift; None = no crop); flip: (N,) bool (None = no flip). Output pixel (i, j) of sample n is
+    padded[n, :, dy + i, dx + j'] with j' = W - 1 - j where flipped (crop, then mirror), i.e. the
+    image moves by (pad - dy, pad - dx) and uncovered pixels are 0 (torchvision RandomCrop(padding)
+    + RandomHorizontalFlip on the raw image). docs/training.md
+    """
+    n, c, h, w = x.shape
+    if dy is None:
+        xp, rows, cols = x, torch.arange(h, device=x.device).expand(n, h), torch.arange(w, device=x.device).expand(n, w)
+    else:
+        xp = F.pad(x, (pad, pad, pad, pad))
+        rows = dy.to(x.device)[:, None] + torch.arange(h, device=x.device)
+        cols = dx.to(x.device)[:, None] + torch.arange(w, device=x.device)
+    if flip is not None:
+        cols = torch.where(flip.to(x.device)[:, None], cols.flip(1), cols)
+    ni = torch.arange(n, device=x.device)[:, None, None, None]
+    ci = torch.arange(c, device=x.device)[None, :, None, None]
+    return xp[ni, ci, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+def augment_batch(x: torch.Tensor, mode: str, gen: torch.Generator, pad: int = AUGMENT_PAD) -> torch.Tensor:
+    """Augment a raw image batch: mode 'none' | 'crop' | 'flip' | 'crop-flip' (docs/training.md).
+
+    Draws from `gen` (CPU), in this order: offsets (2, N) uniform in [0, 2 pad] when cropping, then
+    flips (N,) with probability 1/2 when flipping; 'none' draws nothing.
+    """
+    if mode == "none":
+        return x
+    n = x.shape[0]
+    dy = dx = flip = None
+    if "crop" in mode:
+        dy, dx = torch.randint(0, 2 * pad + 1, (2, n), generator=gen)
+    if "flip" in mode:
+        flip = torch.randint(0, 2, (n,), generator=gen).bool()
+    if dy is None and flip is None:
+        raise ValueError(f"unknown augment {mode!r}")
+    return crop_flip(x, dy, dx, flip, pad)
 
 
 @dataclass
@@ -58,27 +144,48 @@ class TrainResult:
     seconds: float
 
 
-def _batches(n: int, batch_size: int, steps: int, epochs: int, gen: torch.Generator):
-    """Yield index tensors: `steps` batches (cycling through reshuffled epochs) or `epochs` full epochs."""
+def steps_per_epoch(n: int, batch_size: int, drop_last: bool = False) -> int:
+    """Batches in one epoch; drop-last drops the incomplete last batch unless it is the only one."""
+    return n // batch_size if drop_last and n >= batch_size else math.ceil(n / batch_size)
+
+
+def _batches(n: int, batch_size: int, steps: int, epochs: int, gen: torch.Generator,
+             drop_last: bool = False) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield (epoch, index tensor): `steps` batches (cycling through reshuffled epochs) or `epochs` full epochs.
+
+    With drop_last an epoch ends before its incomplete last batch, except when the partition is
+    smaller than one batch: then its one batch is all of it (docs/training.md).
+    """
+    end = batch_size * (n // batch_size) if drop_last and n >= batch_size else n  # last start position + 1
     if steps > 0:
-        done, perm, pos = 0, torch.randperm(n, generator=gen), 0
+        done, epoch, perm, pos = 0, 0, torch.randperm(n, generator=gen), 0
         while done < steps:
-            if pos >= n:
-                perm, pos = torch.randperm(n, generator=gen), 0
+            if pos >= end:
+                epoch, perm, pos = epoch + 1, torch.randperm(n, generator=gen), 0
             idx = perm[pos : pos + batch_size]
             pos += batch_size
             done += 1
-            yield idx
+            yield epoch, idx
     else:
-        for _ in range(epochs):
+        for epoch in range(epochs):
             perm = torch.randperm(n, generator=gen)
-            for pos in range(0, n, batch_size):
-                yield perm[pos : pos + batch_size]
+            for pos in range(0, end, batch_size):
+                yield epoch, perm[pos : pos + batch_size]
 
 
-def num_steps(n: int, batch_size: int, steps: int, epochs: int) -> int:
+def num_steps(n: int, batch_size: int, steps: int, epochs: int, drop_last: bool = False) -> int:
     """How many optimiser steps `train` takes."""
-    return steps if steps > 0 else epochs * math.ceil(n / batch_size)
+    return steps if steps > 0 else epochs * steps_per_epoch(n, batch_size, drop_last)
+
+
+def num_epochs(n: int, batch_size: int, steps: int, epochs: int, drop_last: bool = False) -> int:
+    """How many epochs (passes started) `train` runs: `epochs`, or the epochs that `steps` batches touch."""
+    return math.ceil(steps / steps_per_epoch(n, batch_size, drop_last)) if steps > 0 else epochs
+
+
+def cosine_epoch_lr(lr: float, lr_min: float, epoch: int, total_epochs: int) -> float:
+    """lr of epoch e (0-based) of E: lr_min + (lr - lr_min) (1 + cos(pi e / E)) / 2 (FENS authors; docs/training.md)."""
+    return lr_min + (lr - lr_min) * (1.0 + math.cos(math.pi * epoch / total_epochs)) / 2.0
 
 
 def make_optimizer(params, name: str, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -88,6 +195,10 @@ def make_optimizer(params, name: str, lr: float, momentum: float, weight_decay: 
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+LR_SCHEDULES = ("constant", "cosine", "cosine-epoch")
+AUGMENTS = ("none", "crop", "flip", "crop-flip")
 
 
 def train(
@@ -103,29 +214,62 @@ def train(
     weight_decay: float = 0.0,
     optimizer: str = "sgd",
     lr_schedule: str = "constant",
+    lr_min: float = 0.0,
     proximal_mu: float = 0.0,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    precision: str = "fp32",
+    augment: str = "none",
+    drop_last: bool = False,
 ) -> TrainResult:
-    """Train `model` in place on `data` (Sec. 'local training' of every method; FedProx adds mu/2 ||w - w_g||^2)."""
+    """Train `model` in place on `data` (Sec. 'local training' of every method; FedProx adds mu/2 ||w - w_g||^2).
+
+    Parameters
+    ----------
+    lr_schedule : 'constant'; 'cosine' = cosine annealing per optimiser step from lr to lr_min;
+        'cosine-epoch' = :func:`cosine_epoch_lr` set at the start of every epoch (FENS authors).
+    device, precision : where to train, and 'bf16' to run forward passes under bf16 autocast
+        (weights, optimiser state and the loss stay float32).
+    augment : :func:`augment_batch` mode applied to every raw image batch, drawn from the seeded generator.
+    drop_last : drop each epoch's incomplete last batch (a partition smaller than one batch still trains).
+
+    All of it in docs/training.md. Same arguments and seed, same result.
+    """
     t0 = time.perf_counter()
     n = len(data)
     if n == 0:
         return TrainResult(float("nan"), 0, 0, 0.0)
+    if lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {lr_schedule!r}; expected one of {LR_SCHEDULES}")
+    if augment not in AUGMENTS:
+        raise ValueError(f"unknown augment {augment!r}; expected one of {AUGMENTS}")
+    device = torch.device(device)
     prepare_model(model, device, np.ndim(data.x) == 4).train()
-    total = num_steps(n, batch_size, steps, epochs)
+    total = num_steps(n, batch_size, steps, epochs, drop_last)
     opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total) if lr_schedule == "cosine" else None
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total, eta_min=lr_min) if lr_schedule == "cosine" else None
+    n_epochs = num_epochs(n, batch_size, steps, epochs, drop_last)
     global_params = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
     gen = torch.Generator().manual_seed(seed)
     x_all = torch.from_numpy(np.ascontiguousarray(data.x))
     y_all = torch.from_numpy(np.ascontiguousarray(data.y))
-    loss_sum, done = 0.0, 0
-    for idx in _batches(n, batch_size, steps, epochs, gen):
-        x = prepare_batch(x_all[idx], normalize, device)
-        y = y_all[idx].to(device)
+    if device.type != "cpu":  # the whole (uint8) partition moves once; batches are gathered on the device
+        x_all, y_all = x_all.to(device), y_all.to(device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    done, current_epoch = 0, -1
+    for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last):
+        if lr_schedule == "cosine-epoch" and epoch != current_epoch:
+            for group in opt.param_groups:
+                group["lr"] = cosine_epoch_lr(lr, lr_min, epoch, n_epochs)
+        current_epoch = epoch
+        idx = idx.to(device, non_blocking=True)
+        xb = augment_batch(x_all[idx], augment, gen)
+        x = prepare_batch(xb, normalize, device)
+        y = y_all[idx]
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with autocast(device, precision):
+            out = model(x)
+        loss = F.cross_entropy(out.float(), y)
         if global_params is not None:
             prox = sum(((p - g) ** 2).sum() for p, g in zip(model.parameters(), global_params, strict=True))
             loss = loss + 0.5 * proximal_mu * prox
@@ -133,33 +277,39 @@ def train(
         opt.step()
         if sched is not None:
             sched.step()
-        loss_sum += float(loss.detach())
+        loss_sum += loss.detach().double()  # on the device: no host sync per step
         done += 1
-    return TrainResult(loss_sum / max(done, 1), done, n, time.perf_counter() - t0)
+    return TrainResult(float(loss_sum) / max(done, 1), done, n, time.perf_counter() - t0)
 
 
 @torch.no_grad()
 def member_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256,
-                  device: str | torch.device = "cpu") -> torch.Tensor:
-    """Logits of each model on each sample: tensor (num_models, N, C)."""
+                  device: str | torch.device = "cpu", precision: str = "fp32") -> torch.Tensor:
+    """Logits of each model on each sample: float32 CPU tensor (num_models, N, C) (bf16 autocast if asked)."""
+    device = torch.device(device)
     for m in models:
         prepare_model(m, device, np.ndim(data.x) == 4).eval()
     x_all = torch.from_numpy(np.ascontiguousarray(data.x))
-    outs = [torch.stack([m(prepare_batch(x_all[pos : pos + batch_size], normalize, device)) for m in models]).cpu()
-            for pos in range(0, max(len(data), 1), batch_size)]  # an empty split still yields shape (M, 0, C)
-    return torch.cat(outs, dim=1)[:, : len(data)]
+    if device.type != "cpu":
+        x_all = x_all.to(device)
+    outs = []
+    with autocast(device, precision):
+        for pos in range(0, max(len(data), 1), batch_size):  # an empty split still yields shape (M, 0, C)
+            x = prepare_batch(x_all[pos : pos + batch_size], normalize, device)
+            outs.append(torch.stack([m(x).float() for m in models]))
+    return torch.cat(outs, dim=1)[:, : len(data)].cpu()
 
 
 def predict_proba(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256,
-                  device: str | torch.device = "cpu") -> torch.Tensor:
-    """Softmax outputs of each model: tensor (num_models, N, C)."""
-    return F.softmax(member_logits(models, data, normalize, batch_size, device), dim=-1)
+                  device: str | torch.device = "cpu", precision: str = "fp32") -> torch.Tensor:
+    """Softmax outputs (float32) of each model: tensor (num_models, N, C)."""
+    return F.softmax(member_logits(models, data, normalize, batch_size, device, precision), dim=-1)
 
 
 def evaluate(model: nn.Module, data: ArrayData, normalize: Normalizer, batch_size: int = 256,
-             device: str | torch.device = "cpu") -> tuple[float, float]:
+             device: str | torch.device = "cpu", precision: str = "fp32") -> tuple[float, float]:
     """Cross-entropy loss and accuracy of one model."""
-    return evaluate_ensemble([model], data, normalize, batch_size, device)
+    return evaluate_ensemble([model], data, normalize, batch_size, device, precision)
 
 
 def ensemble_metrics(probs: torch.Tensor, y: np.ndarray) -> tuple[float, float, list[float]]:
@@ -173,9 +323,9 @@ def ensemble_metrics(probs: torch.Tensor, y: np.ndarray) -> tuple[float, float, 
 
 
 def evaluate_ensemble(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256,
-                      device: str | torch.device = "cpu") -> tuple[float, float]:
+                      device: str | torch.device = "cpu", precision: str = "fp32") -> tuple[float, float]:
     """Loss (NLL of the mean softmax) and accuracy of the ensemble prediction = mean of the members' softmax."""
     if len(data) == 0:
         return float("nan"), float("nan")
-    loss, acc, _ = ensemble_metrics(predict_proba(models, data, normalize, batch_size, device), data.y)
+    loss, acc, _ = ensemble_metrics(predict_proba(models, data, normalize, batch_size, device, precision), data.y)
     return loss, acc
