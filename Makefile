@@ -1,7 +1,7 @@
 # hetfl: heterogeneous federated learning on Flower 1.41.
 #   make run    short real FedAvg run on Fashion-MNIST (offline), prints accuracy and plot path
 #   make test   the test suite (unit + end-to-end simulations)
-#   make bench  simulated-round vs plain-PyTorch-loop timing
+#   make bench  simulated round vs plain PyTorch loop (light and paper regime), bf16 vs fp32, 10,000-SuperNode probe
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -49,8 +49,10 @@ test: install data compose-cli
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# ~10 min on 2 cores; run it alone (it times things). BENCH_FLAGS="--only a c" runs a subset.
+BENCH_FLAGS ?=
 bench: install data
-	$(BIN)/python scripts/bench_round.py --rounds 6
+	$(BIN)/python scripts/bench_round.py $(BENCH_FLAGS)
 
 # Deployment Engine on this machine: SuperLink + NODES SuperNodes on 127.0.0.1 (Ctrl-C stops them all).
 NODES ?= 4

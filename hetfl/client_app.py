@@ -1,64 +1,42 @@
-"""The one ClientApp: each method registers its message handlers here.
+"""The one ClientApp: every handler comes from the method registry (:mod:`hetfl.methods`).
 
-Message types: ``train`` (FedAvg/FedProx local training; FENS aggregator rounds from
-Flower's FedAdam), ``train.shefl``/``query.shefl`` (SHEFL, Fed-Ensemble),
-``train.fens_local``/``train.fens_logits`` (FENS phases 1-2), ``train.adaptivefl``/
-``query.adaptivefl`` (AdaptiveFL and its HeteroFL/All-Large/Decoupled variants).
+For each message type some method declares (``train``, ``train.shefl``, ``train.fens_local``,
+...), one dispatcher is registered that runs the handler of the run's ``method``. Every
+node also answers the discovery query :data:`~hetfl.common.registry.NODE_QUERY` with its
+client id (partition id) and the fields its method adds (SHEFL's device class, ...).
 """
 
 from __future__ import annotations
 
-from flwr.app import Context, Message
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from hetfl.adaptivefl_app import client_app as adaptivefl
-from hetfl.baselines import client_app as baselines
-from hetfl.common.task import config_of
-from hetfl.fens_app import client_app as fens
-from hetfl.shefl_app import client_app as shefl
+from hetfl import methods
+from hetfl.common.registry import NODE_QUERY
+from hetfl.common.task import config_of, node_partition
 
 app = ClientApp()
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    """Plain `train` messages from Flower's strategies: FedAvg/FedProx local training, or FENS aggregator steps (FedAdam)."""
-    if config_of(context)["method"] == "fens":
-        return fens.train_aggregator(msg, context)
-    return baselines.train(msg, context)
+def dispatch(msg: Message, context: Context) -> Message:
+    """Run the handler that the run's `method` declares for this message type."""
+    cfg = config_of(context)
+    return methods.handler_for(cfg["method"], msg.metadata.message_type)(msg, context)
 
 
-@app.train("fens_local")
-def fens_local(msg: Message, context: Context) -> Message:
-    """FENS phase 1: one-shot local training and upload."""
-    return fens.local(msg, context)
+def node_query(msg: Message, context: Context) -> Message:
+    """Answer discovery: this node's client id and its method's extra fields."""
+    cfg = config_of(context)
+    answer = {"client-id": node_partition(context)[0], **methods.node_info(cfg["method"], context, cfg)}
+    return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
 
 
-@app.train("fens_logits")
-def fens_logits(msg: Message, context: Context) -> Message:
-    """FENS: receive the INT8 ensemble, cache its logits on the aggregator split."""
-    return fens.logits(msg, context)
+def _register(message_type: str, handler) -> None:
+    category, _, action = message_type.partition(".")
+    register = getattr(app, category)  # app.train / app.query / app.evaluate
+    (register(action) if action else register())(handler)
 
 
-@app.train("shefl")
-def shefl_train(msg: Message, context: Context) -> Message:
-    """SHEFL: train the assigned ensemble members, reply with top-k sparse deltas."""
-    return shefl.train(msg, context)
-
-
-@app.query("shefl")
-def shefl_query(msg: Message, context: Context) -> Message:
-    """SHEFL: report this node's device class (hpc | lpc)."""
-    return shefl.query(msg, context)
-
-
-@app.train("adaptivefl")
-def adaptivefl_train(msg: Message, context: Context) -> Message:
-    """AdaptiveFL: prune the received submodel to this device's capacity, train it, return it."""
-    return adaptivefl.train(msg, context)
-
-
-@app.query("adaptivefl")
-def adaptivefl_query(msg: Message, context: Context) -> Message:
-    """AdaptiveFL baselines (HeteroFL, Decoupled): report this device's tier."""
-    return adaptivefl.query(msg, context)
+for _message_type in methods.message_types():
+    _register(_message_type, dispatch)
+_register(NODE_QUERY, node_query)

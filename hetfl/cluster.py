@@ -167,14 +167,11 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
 def submit(cluster: Cluster, config_file: str | None, overrides: dict[str, Any], results_dir: str | Path = "results",
            timeout: float | None = None) -> Path:
     """Submit one run with `flwr run . <connection>` and return its results directory (raises on failure)."""
-    from hetfl.common.config import validate
-
     overrides = dict(overrides)
     overrides.setdefault("run-name", f"deploy-{Path(config_file).stem if config_file else 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
     overrides["results-dir"] = str(Path(results_dir).resolve())
     overrides.setdefault("min-available-nodes", len(cluster.nodes))
-    preset = launch.tomllib.loads(Path(config_file).read_text()) if config_file else {}
-    validate({**preset, **overrides})
+    launch.preflight({**launch.load_preset(config_file), **overrides}, len(cluster.nodes))
     rc = launch.flwr_run(cluster.link, ROOT, config_file, overrides, None, timeout=timeout)
     run_dir = Path(results_dir).resolve() / overrides["run-name"]
     if rc != 0 or not (run_dir / "metrics.json").exists():
@@ -190,8 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--auth", action="store_true", help="TLS + SuperNode authentication")
     p.add_argument("--submit", metavar="PRESET", help="run this preset to the end, then stop the cluster")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     a = p.parse_args(argv)
     launch.setup_signals()
+    if a.submit:  # check the run before any SuperLink or SuperNode starts
+        try:
+            with launch.config_errors(a.debug):
+                launch.preflight({**launch.load_preset(a.submit), "min-available-nodes": a.nodes, **launch.parse_set(a.set)},
+                                 a.nodes)
+        except SystemExit as err:
+            return int(err.code or 0)
     with local_cluster(a.nodes, Path(a.home), tls=a.tls, auth=a.auth) as cluster:
         print(f"SuperLink {cluster.link.address} (FLWR_HOME={a.home}, connection '{cluster.link.connection}'), "
               f"{len(cluster.nodes)} SuperNodes:")

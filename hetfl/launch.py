@@ -202,17 +202,78 @@ def write_run_config(path: Path, config_file: str | None, overrides: dict[str, A
     return path
 
 
+class PreflightError(ValueError):
+    """Something that would make the run fail is wrong before any process starts (one line: key, value, allowed)."""
+
+
+def load_preset(config_file: str | None) -> dict[str, Any]:
+    """The preset's keys (empty without a file); PreflightError if the file is missing or not TOML."""
+    if not config_file:
+        return {}
+    path = Path(config_file)
+    if not path.is_file():
+        raise PreflightError(f"preset {config_file!r} does not exist; expected a TOML file such as configs/quickstart.toml")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise PreflightError(f"preset {config_file!r} is not valid TOML: {err}") from None
+
+
+def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> dict[str, Any]:
+    """Check what can be checked before a SuperLink, Ray or any ClientApp starts; return the validated config.
+
+    The config's keys, types and ranges and whether the model fits the dataset (:func:`validate`); that the
+    dataset can be loaded from its `data-source` on this machine; that a CUDA `device` exists here (simulation
+    and local clusters run here); and that `min-available-nodes` does not exceed the simulated federation.
+    Raises :class:`~hetfl.common.config.ConfigError` or :class:`PreflightError` with one line.
+    """
+    from hetfl.common.config import validate
+    from hetfl.common.data import DATASETS, local_available
+
+    cfg = validate(run_config)
+    name, source = cfg["dataset"], cfg["data-source"]
+    if source in ("local", "auto") and not local_available(name, cfg["data-dir"]):
+        if source == "local" or os.environ.get("HF_HUB_OFFLINE") == "1" or not DATASETS[name].hub_id:
+            raise PreflightError(
+                f"run-config key 'dataset' = {name!r}: no local files found (data-source = {source!r}, data-dir = "
+                f"{cfg['data-dir']!r}) and the hub is not usable here; to get it: {DATASETS[name].how_to_get}")
+    for key in ("device", "server-device"):
+        dev = str(cfg.get(key, ""))
+        if dev.startswith("cuda"):
+            import torch
+
+            index = int(dev.partition(":")[2] or 0)
+            if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+                raise PreflightError(f"run-config key '{key}' = {dev!r}: this machine has "
+                                     f"{torch.cuda.device_count()} CUDA device(s); expected 'auto', 'cpu' or an existing cuda:N")
+    if num_supernodes is not None and cfg["min-available-nodes"] > num_supernodes:
+        raise PreflightError(f"run-config key 'min-available-nodes' = {cfg['min-available-nodes']} exceeds the "
+                             f"{num_supernodes} simulated SuperNodes; expected <= {num_supernodes} (or more --supernodes)")
+    return cfg
+
+
+def uses_cuda(cfg: dict[str, Any]) -> bool:
+    """Whether the run's ClientApps train on CUDA on this machine (`device` = cuda*, or auto with a GPU)."""
+    if cfg.get("device", "auto") == "cpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides: dict[str, Any],
-             num_supernodes: int | None, client_cpus: float = 1.0, timeout: float | None = None,
-             log_path: Path | None = None) -> int:
+             num_supernodes: int | None, client_cpus: int = 1, timeout: float | None = None,
+             log_path: Path | None = None, client_gpus: float = 0.0) -> int:
     """Submit a run to `link` and stream its logs until it ends; returns flwr's exit code.
 
-    `num_supernodes` sets the simulated federation; None for a deployment SuperLink.
+    `num_supernodes` sets the simulated federation (None for a deployment SuperLink), with `client_cpus`
+    CPUs (an integer, as Flower expects) and a fraction `client_gpus` of a GPU per simulated ClientApp.
     """
     run_config = write_run_config(link.home / f"run-config-{time.time_ns()}.toml", config_file, overrides)
     cmd = [_bin("flwr"), "run", str(app_dir), link.connection, "--stream", "--run-config", str(run_config)]
     if num_supernodes is not None:
-        fed = f"num-supernodes={num_supernodes} client-resources-num-cpus={client_cpus:g} client-resources-num-gpus=0"
+        fed = (f"num-supernodes={num_supernodes} client-resources-num-cpus={int(client_cpus)} "
+               f"client-resources-num-gpus={client_gpus:g}")
         cmd += ["--federation-config", fed]
     with open(log_path, "wb") if log_path else contextlib.nullcontext() as logf:
         proc = subprocess.Popen(cmd, env=flwr_env(link.home), cwd=app_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -243,12 +304,26 @@ def setup_signals() -> None:
     signal.signal(signal.SIGINT, _raise)
 
 
+@contextlib.contextmanager
+def config_errors(debug: bool = False) -> Iterator[None]:
+    """Turn a ConfigError/PreflightError into one line on stderr and exit code 2 (the traceback only with `debug`)."""
+    from hetfl.common.config import ConfigError
+
+    try:
+        yield
+    except (ConfigError, PreflightError) as err:
+        if debug:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def parse_set(items: list[str]) -> dict[str, Any]:
     """key=value pairs with TOML-typed values (strings may be bare)."""
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"--set expects key=value, got {item!r}")
+            raise PreflightError(f"--set expects key=value, got {item!r}")
         k, v = item.split("=", 1)
         try:
             out[k.strip()] = tomllib.loads(f"x = {v}")["x"]
@@ -258,22 +333,26 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def run(config_file: str | None = None, overrides: dict[str, Any] | None = None, num_supernodes: int = 10,
-        client_cpus: float = 1.0, results_dir: str | Path = "results", timeout: float | None = None,
-        app_dir: Path = ROOT) -> Path:
-    """Validate, run one simulation, and return its results directory (raises on failure)."""
-    from hetfl.common.config import validate
+        client_cpus: int = 1, results_dir: str | Path = "results", timeout: float | None = None,
+        app_dir: Path = ROOT, client_gpus: float | None = None) -> Path:
+    """Check (:func:`preflight`), run one simulation, and return its results directory (raises on failure).
 
+    `client_gpus` is the GPU fraction per simulated ClientApp; None = 0.25 when the run trains on CUDA
+    (four ClientApps share a GPU), else 0.
+    """
     overrides = dict(overrides or {})
-    preset = tomllib.loads(Path(config_file).read_text()) if config_file else {}
+    preset = load_preset(config_file)
     run_name = overrides.get("run-name") or preset.get("run-name") or (
         f"{Path(config_file).parent.name + '-' + Path(config_file).stem if config_file else 'run'}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     )
     overrides["run-name"] = run_name
     overrides["results-dir"] = str(Path(results_dir).resolve())
-    validate({**preset, **overrides})  # fail fast, before any process starts
+    cfg = preflight({**preset, **overrides}, num_supernodes)  # fail fast, before any process starts
+    if client_gpus is None:
+        client_gpus = 0.25 if uses_cuda(cfg) else 0.0
     run_dir = Path(results_dir).resolve() / run_name
     with superlink() as link:
-        rc = flwr_run(link, app_dir, config_file, overrides, num_supernodes, client_cpus, timeout)
+        rc = flwr_run(link, app_dir, config_file, overrides, num_supernodes, client_cpus, timeout, client_gpus=client_gpus)
     metrics = run_dir / "metrics.json"
     if rc != 0 or not metrics.exists():
         raise RuntimeError(f"run failed (flwr exit {rc}); no {metrics}")
@@ -289,16 +368,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config", nargs="?", help="run-config preset (TOML), e.g. configs/fedavg/fmnist-dir0.6.toml")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides")
     p.add_argument("--supernodes", type=int, default=10, help="number of simulated SuperNodes (= partitions)")
-    p.add_argument("--client-cpus", type=float, default=1.0, help="CPUs per simulated ClientApp (Ray resource)")
+    p.add_argument("--client-cpus", type=int, default=1, help="CPUs per simulated ClientApp (an integer Ray resource)")
+    p.add_argument("--client-gpus", type=float, default=None,
+                   help="fraction of a GPU per simulated ClientApp (default: 0.25 when training on CUDA, else 0)")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     a = p.parse_args(argv)
     setup_signals()  # SIGTERM/SIGINT stop the SuperLink tree (and Ray) instead of orphaning it
     try:
-        run_dir = run(a.config, parse_set(a.set), a.supernodes, a.client_cpus, a.results_dir, a.timeout)
+        with config_errors(a.debug):
+            run_dir = run(a.config, parse_set(a.set), a.supernodes, a.client_cpus, a.results_dir, a.timeout,
+                          client_gpus=a.client_gpus)
     except KeyboardInterrupt:
         print("interrupted: stopped the SuperLink and everything it started", file=sys.stderr)
         return 130
+    except SystemExit as err:
+        return int(err.code or 0)
     s = json.loads((run_dir / "metrics.json").read_text())["summary"]
     print(f"\nfinal accuracy: {100 * s['final_accuracy']:.2f}%  (best {100 * s['best_accuracy']:.2f}%, "
           f"convergence round at {100 * s['convergence_threshold']:.0f}%: {s['convergence_round']})")

@@ -1,46 +1,73 @@
-"""Registry: run-config `method` -> server entry point."""
+"""The registry of methods: the one list of method packages (see docs/architecture.md).
+
+Adding a method is one new package under ``hetfl/`` that declares ``METHOD = MethodSpec(...)``
+in its ``__init__.py`` (see :class:`hetfl.common.registry.MethodSpec`), plus its name in
+:data:`PACKAGES`. Importing this module (``import hetfl`` does) registers every package's
+``method`` names and run-config keys with the schema; the ServerApp looks up its server
+here and the ClientApp its handlers.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
-from hetfl.common.config import SCHEMA
+from hetfl.common.config import SCHEMA, extend_choices, register_keys
+from hetfl.common.registry import MethodSpec, load
 
-ServerFn = Callable[..., Any]
+PACKAGES = (
+    "hetfl.baselines",
+    "hetfl.shefl_app",
+    "hetfl.fens_app",
+    "hetfl.adaptivefl_app",
+)
 
-
-def _baselines(grid, context, cfg):
-    from hetfl.baselines.server_app import run
-
-    return run(grid, context, cfg)
-
-
-def _shefl(grid, context, cfg):
-    from hetfl.shefl_app.server_app import run
-
-    return run(grid, context, cfg)
+METHODS: dict[str, MethodSpec] = {}
+"""run-config ``method`` -> the declaring package's :class:`MethodSpec`."""
 
 
-def _fens(grid, context, cfg):
-    from hetfl.fens_app.server_app import run
-
-    return run(grid, context, cfg)
-
-
-def _adaptivefl(grid, context, cfg):
-    from hetfl.adaptivefl_app.server_app import run
-
-    return run(grid, context, cfg)
+def _register(spec: MethodSpec) -> None:
+    clash = [n for n in spec.names if n in METHODS and METHODS[n] is not spec]
+    if clash:
+        raise RuntimeError(f"method name(s) {clash} declared by two packages")
+    extend_choices("method", *spec.names)
+    register_keys(*spec.keys, cross_check=spec.check)
+    METHODS.update(dict.fromkeys(spec.names, spec))
 
 
-SERVERS: dict[str, ServerFn] = {"fedavg": _baselines, "fedprox": _baselines, "fedadam": _baselines, "shefl": _shefl, "fens": _fens,
-                              "adaptivefl": _adaptivefl}
+for _package in PACKAGES:
+    _register(importlib.import_module(_package).METHOD)
 
 
-def server_for(method: str) -> ServerFn:
-    """The server function for a method (the config validation already checked the name)."""
+def spec_for(method: str) -> MethodSpec:
+    """The spec serving run-config ``method`` (the config validation already checked the name)."""
     try:
-        return SERVERS[method]
+        return METHODS[method]
     except KeyError:
         raise KeyError(f"run-config key 'method' = {method!r}; expected one of {SCHEMA['method'].choices}") from None
+
+
+def server_for(method: str) -> Callable[..., Any]:
+    """The server function ``run(grid, context, cfg)`` of a method."""
+    return load(spec_for(method).server)
+
+
+def message_types() -> list[str]:
+    """Every message type some method's ClientApp handles (sorted)."""
+    return sorted({t for spec in METHODS.values() for t in spec.handlers})
+
+
+def handler_for(method: str, message_type: str) -> Callable[..., Any]:
+    """The ClientApp handler of ``method`` for ``message_type``; ValueError if the method has none."""
+    spec = spec_for(method)
+    if message_type not in spec.handlers:
+        raise ValueError(f"method {method!r} has no handler for message type {message_type!r} "
+                         f"(it handles {sorted(spec.handlers)})")
+    return load(spec.handlers[message_type])
+
+
+def node_info(method: str, context: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Extra fields a node of ``method`` reports when discovered (empty if the method declares none)."""
+    spec = spec_for(method)
+    return dict(load(spec.node_info)(context, cfg)) if spec.node_info else {}

@@ -55,6 +55,33 @@ def test_cross_checks():
         validate({"dataset": "ag_news", "model": "cnn"})
 
 
+@pytest.mark.parametrize("key,value", [("device", "gpu"), ("device", "cuda:"), ("device", "cuda:x"), ("device", ""),
+                                       ("device", "CPU"), ("server-device", "cuda0"), ("server-device", "tpu")])
+def test_device_keys_name_key_value_and_allowed(key, value):
+    with pytest.raises(ConfigError) as err:
+        validate({key: value})
+    msg = str(err.value)
+    assert f"'{key}' = {value!r}" in msg and "'auto', 'cpu', 'cuda' or 'cuda:N'" in msg
+
+
+def test_device_precision_augment_schedule_keys():
+    cfg = validate({})
+    assert (cfg["device"], cfg["server-device"], cfg["precision"], cfg["augment"]) == ("auto", "", "fp32", "none")
+    assert (cfg["lr-schedule"], cfg["lr-min"], cfg["drop-last"]) == ("constant", 0.0, False)
+    for dev in ("auto", "cpu", "cuda", "cuda:0", "cuda:12"):
+        assert validate({"device": dev, "server-device": dev})["device"] == dev
+    cfg = validate({"precision": "bf16", "augment": "crop-flip", "dataset": "cifar10", "model": "resnet8",
+                    "lr-schedule": "cosine-epoch", "lr-min": 0.001, "drop-last": True})
+    assert cfg["lr-min"] == 0.001 and cfg["drop-last"] is True
+    with pytest.raises(ConfigError, match="'precision' = 'fp16'.*'fp32', 'bf16'"):
+        validate({"precision": "fp16"})
+    with pytest.raises(ConfigError, match="'augment' = 'crop'.*'ag_news'"):
+        validate({"augment": "crop", "dataset": "ag_news", "model": "text"})
+    with pytest.raises(ConfigError, match="'lr-min' = 0.1 is above lr"):
+        validate({"lr-schedule": "cosine-epoch", "lr": 0.01, "lr-min": 0.1})
+    assert validate({"lr": 0.01, "lr-min": 0.1})["lr-min"] == 0.1  # only the cosine schedules read it
+
+
 def test_int_float_coercion():
     cfg = validate({"lr": 1, "num-server-rounds": 5.0})
     assert cfg["lr"] == 1.0 and isinstance(cfg["lr"], float)

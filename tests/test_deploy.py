@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 import threading
 import time
 
@@ -14,7 +13,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from hetfl import cluster, launch
 from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.config import validate
-from hetfl.common.rounds import drop_malformed
+from hetfl.common.rounds import CHECKPOINT, load_checkpoint
+from hetfl.common.strategy import check_arrays, single_array_record, validate_replies
 from hetfl.shefl_app.strategy import SHEFL
 
 from .conftest import require_fmnist
@@ -42,8 +42,10 @@ def test_dense_replies_with_wrong_shapes_or_nan_are_dropped(task_identity):
     ]
     replies = [_reply(good)] + [_reply(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in b.items()}),
                                                    "metrics": MetricRecord({"num-examples": 5})})) for b in bad]
-    kept, rejected = drop_malformed(replies, ref, 1)
-    assert rejected == 4 and len(kept) == 1 and kept[0] is replies[0]
+    shapes = {k: tuple(v.shape) for k, v in ref.items()}
+    kept, failed, rejected = validate_replies(replies, lambda r: check_arrays(single_array_record(r), shapes), 1)
+    assert rejected == 4 and failed == 0 and len(kept) == 1 and kept[0][0] is replies[0]
+    np.testing.assert_array_equal(kept[0][1]["w"], np.ones((3, 2), np.float32))
 
 
 def test_shefl_rejects_malformed_sparse_deltas(task_identity):
@@ -190,8 +192,9 @@ def test_resume_after_round_2_equals_uninterrupted_run(tmp_path):
     launch.run(None, {**base, "run-name": "part", "stop-after-round": 2}, num_supernodes=6, results_dir=tmp_path, timeout=600)
     assert json.loads((tmp_path / "part" / "metrics.json").read_text())["summary"]["rounds_completed"] == 2
     part = launch.run(None, {**base, "run-name": "part", "resume": True}, num_supernodes=6, results_dir=tmp_path, timeout=600)
-    a, b = (pickle.loads((d / "checkpoint.pkl").read_bytes()) for d in (full, part))
+    a, b = (load_checkpoint(d / CHECKPOINT) for d in (full, part))  # checkpoint.json + its safetensors file
     assert a["round"] == b["round"] == 4
+    assert not list(part.glob("*.pkl"))
     for k in a["arrays"]:
         assert np.array_equal(a["arrays"][k], b["arrays"][k]), k
     for t in ("Tc", "Tr"):

@@ -63,7 +63,10 @@ def test_fedprox_mu_reaches_the_client_and_its_training(task_identity):
         def get_node_ids(self):
             return list(range(1, 11))
 
-    msgs = list(make_strategy(cfg).configure_train(1, arrays, ConfigRecord({}), Grid()))
+    from hetfl.common.nodes import NodeDirectory
+
+    directory = NodeDirectory({n: {"client-id": n - 1} for n in range(1, 11)})
+    msgs = list(make_strategy(cfg, directory).configure_train(1, arrays, ConfigRecord({}), Grid()))
     assert len(msgs) == 5  # fraction-train 0.5 of 10 nodes
     assert all(m.content["config"]["proximal-mu"] == pytest.approx(0.5) for m in msgs)
     ctx = Context(1, msgs[0].metadata.dst_node_id, {"partition-id": 0, "num-partitions": 10}, RecordDict(), run_config)

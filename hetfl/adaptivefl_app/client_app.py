@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from typing import Any
+
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.models import set_state
 from hetfl.common.task import client_data, config_of, local_train, model_to_arrays, node_partition
@@ -11,13 +13,10 @@ from .core import fluctuate, slice_state
 from .task import device_capacity, pool_of
 
 
-def query(msg: Message, context: Context) -> Message:
-    """Report the client id (partition id); the device tier only to the HeteroFL/Decoupled baselines."""
-    cfg = config_of(context)
-    answer = {"client-id": node_partition(context)[0]}
-    if cfg["adaptivefl-variant"] in ("heterofl", "decoupled"):
-        answer["tier"] = device_capacity(context, cfg)[0]
-    return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
+def node_info(context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
+    """What an AdaptiveFL node reports when discovered: its device tier, only to the HeteroFL/Decoupled baselines
+    (AdaptiveFL's server learns capacities only from the models that come back)."""
+    return {"tier": device_capacity(context, cfg)[0]} if cfg["adaptivefl-variant"] in ("heterofl", "decoupled") else {}
 
 
 def train(msg: Message, context: Context) -> Message:

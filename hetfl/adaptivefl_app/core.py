@@ -1,14 +1,15 @@
 """AdaptiveFL's math as pure functions: submodel pool, slicing, client-side pruning, Alg. 2, RL selection.
 
-Reading of the paper (notes/adaptivefl.md settles the garbled parts):
+Reading of the paper (each point explained in docs/readings.md#adaptivefl):
 
 * Pool R = [S_p..S_1, M_p..M_1, L_1] (pool index 0 .. 2p): level ratio r_w, start layer I;
   layers k <= I keep full width, layers k > I keep floor(d_k * r_w) channels (floor reproduces
-  Table 1's VGG16 counts exactly). Index j = 1 has the largest start layer (largest model).
+  Table 1's VGG16 counts to within 0.01M). Index j = 1 has the largest start layer (largest model).
 * Client-side pruning (Sec. 3.2, argmax size s.t. size <= Gamma, I >= tau) picks among pool
   members that are *contained* in the received model (every layer no wider), because a device
   can only keep parameters it received; e.g. M3 (I=4) can shrink to S3 but not to S1 (I=8).
-* RL tables (Alg. 1 lines 12-26) and rewards (Sec. 3.3) exactly as in the note; a device that
+* RL tables (Alg. 1 lines 12-26) and rewards (Sec. 3.3) as the paper's extracted text reads
+  (the authors' code differs: docs/readings.md#adaptivefl-not-yet); a device that
   cannot fit even the smallest contained model returns nothing (an extension: the paper assumes
   the smallest model always fits); its resource scores are all penalised.
 """
@@ -46,7 +47,10 @@ class PoolEntry:
 
 
 class SubmodelPool:
-    """Sec. 3.2 / Table 1: the model pool R = {S_p..S_1, M_p..M_1, L_1}, ordered by strictly increasing size."""
+    """Sec. 3.2 / Table 1: the model pool R = {S_p..S_1, M_p..M_1, L_1}, ordered by strictly increasing size.
+
+    Rounding, default start layers and why the CNN has p = 2: docs/readings.md#adaptivefl-pool.
+    """
 
     def __init__(self, model: str, num_classes: int, in_shape: tuple[int, int, int],
                  ratios: Sequence[float] = (0.66, 0.40), starts: Sequence[int] | None = None, tau: int = 1) -> None:
@@ -109,7 +113,10 @@ class SubmodelPool:
         return self.entries[self.index({"weak": "S1", "medium": "M1", "strong": "L1"}[tier])].size
 
     def fit(self, received: int, capacity: float) -> int | None:
-        """Sec. 3.2 resource-aware pruning: the largest pool member inside `received` with size <= capacity."""
+        """Sec. 3.2 resource-aware pruning: the largest pool member inside `received` with size <= capacity.
+
+        docs/readings.md#adaptivefl-pruning
+        """
         best = None
         for i, e in enumerate(self.entries):
             if e.size <= capacity and self.entries[received].contains(e) and e.start >= self.tau:
@@ -125,13 +132,16 @@ class SubmodelPool:
 
 
 def slice_state(state: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """Sec. 3.2: W[:d*r][:n*r] - the leading slice of every tensor (copies)."""
+    """Sec. 3.2: W[:d*r][:n*r] - the leading slice of every tensor (copies; docs/readings.md#adaptivefl-slicing)."""
     return {k: np.array(state[k][tuple(slice(0, s) for s in shape)]) for k, shape in shapes.items()}
 
 
 def aggregate_submodels(global_state: dict[str, np.ndarray], states: Sequence[dict[str, np.ndarray]],
                         weights: Sequence[float]) -> dict[str, np.ndarray]:
-    """Algorithm 2: per element, the weighted mean over the submodels covering it; uncovered elements keep their value."""
+    """Algorithm 2: per element, the weighted mean over the submodels covering it; uncovered elements keep their value.
+
+    BN running statistics are averaged the same way (docs/readings.md#adaptivefl-aggregation).
+    """
     out = {}
     for k, g in global_state.items():
         acc = np.zeros(g.shape, np.float64)
@@ -148,7 +158,10 @@ def aggregate_submodels(global_state: dict[str, np.ndarray], states: Sequence[di
 
 
 def waste_rate(sent_sizes: Sequence[int], back_sizes: Sequence[int]) -> float:
-    """Sec. 4 communication waste: 1 - sum(size returned) / sum(size sent) (0 when nothing was sent)."""
+    """Sec. 4 communication waste: 1 - sum(size returned) / sum(size sent) (0 when nothing was sent).
+
+    docs/readings.md#adaptivefl-evaluation
+    """
     total = float(sum(sent_sizes))
     return 1.0 - float(sum(back_sizes)) / total if total else 0.0
 
@@ -166,8 +179,11 @@ def update_tables(Tc: np.ndarray, Tr: np.ndarray, c: int, sent: int, back: int |
     """Alg. 1 lines 12-26 (in place) for client column c after sending pool index `sent` and getting `back`.
 
     ``type_of[i]`` is the type (0 S, 1 M, 2 L) of pool index i; the largest index is L_1.
-    ``back = None`` (nothing fit, an extension) counts the curiosity of the sent type once and
-    penalises every resource score with the growing penalty from the smallest model up.
+    ``back = None`` (nothing fit, an extension: docs/readings.md#adaptivefl-nothing-fits) counts the
+    curiosity of the sent type once and penalises every resource score with the growing penalty
+    from the smallest model up.
+    Follows the paper's extracted text (docs/readings.md#adaptivefl-tables); the authors' accepted
+    branch differs (docs/readings.md#adaptivefl-not-yet).
     """
     top = Tr.shape[0] - 1
     Tc[type_of[sent], c] += 1
@@ -186,7 +202,10 @@ def update_tables(Tc: np.ndarray, Tr: np.ndarray, c: int, sent: int, back: int |
 
 
 def resource_reward(Tr: np.ndarray, m: int, p: int, type_of: Sequence[int]) -> np.ndarray:
-    """Sec. 3.3 R_s(m, c) for all clients: sum_{k in type(m)} sum_{t=k..L1} Tr[t] / (p * sum_k Tr[k])."""
+    """Sec. 3.3 R_s(m, c) for all clients: sum_{k in type(m)} sum_{t=k..L1} Tr[t] / (p * sum_k Tr[k]).
+
+    docs/readings.md#adaptivefl-rewards
+    """
     ks = [k for k in range(Tr.shape[0]) if type_of[k] == type_of[m]]
     num = sum(Tr[k:].sum(axis=0) for k in ks)
     den = p * Tr.sum(axis=0)
@@ -199,7 +218,10 @@ def curiosity_reward(Tc: np.ndarray, m: int, type_of: Sequence[int]) -> np.ndarr
 
 
 def rewards(Tc: np.ndarray, Tr: np.ndarray, m: int, p: int, type_of: Sequence[int], mode: str = "rl") -> np.ndarray:
-    """R(m, c) = min(0.5, R_s) * R_c ('rl'); ablations 'curiosity' (R_c only) and 'resource' (min(0.5, R_s))."""
+    """R(m, c) = min(0.5, R_s) * R_c ('rl'); ablations 'curiosity' (R_c only) and 'resource' (min(0.5, R_s)).
+
+    docs/readings.md#adaptivefl-rewards
+    """
     if mode == "curiosity":
         return curiosity_reward(Tc, m, type_of)
     rs = np.minimum(0.5, resource_reward(Tr, m, p, type_of))
@@ -215,7 +237,10 @@ def selection_probabilities(R: np.ndarray, excluded: Sequence[int] = ()) -> np.n
 
 
 class ClientSelector:
-    """Alg. 1 ClientSel + table updates over node ids (columns are added as nodes appear)."""
+    """Alg. 1 ClientSel + table updates over node ids (columns are added as nodes appear).
+
+    docs/readings.md#adaptivefl-selection
+    """
 
     MODES = ("rl", "curiosity", "resource", "random")
 
@@ -263,7 +288,10 @@ class ClientSelector:
 
 
 def assign_tiers(num_partitions: int, proportions: Sequence[float], seed: int) -> list[str]:
-    """Sec. 4.1 device heterogeneity: tiers weak/medium/strong in the given proportions (default 4:3:3), shuffled."""
+    """Sec. 4.1 device heterogeneity: tiers weak/medium/strong in the given proportions (default 4:3:3), shuffled.
+
+    docs/readings.md#adaptivefl-devices
+    """
     props = np.asarray(proportions, np.float64)
     counts = np.floor(props / props.sum() * num_partitions).astype(int)
     for i in np.argsort(-(props / props.sum() * num_partitions - counts))[: num_partitions - counts.sum()]:
@@ -274,7 +302,10 @@ def assign_tiers(num_partitions: int, proportions: Sequence[float], seed: int) -
 
 
 def fluctuate(capacity: float, fluctuation: float, seed: int, server_round: int, pid: int) -> float:
-    """Uncertain environments: this round's capacity = Gamma * U(1 - f, 1 + f) (deterministic per seed/round/node)."""
+    """Uncertain environments: this round's capacity = Gamma * U(1 - f, 1 + f) (deterministic per seed/round/node).
+
+    A project model, not the authors' clipped Gaussian (docs/readings.md#adaptivefl-devices).
+    """
     if fluctuation <= 0:
         return capacity
     u = np.random.default_rng([seed, server_round, pid, 0xF1]).uniform(1.0 - fluctuation, 1.0 + fluctuation)

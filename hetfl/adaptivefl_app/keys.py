@@ -1,6 +1,7 @@
 """Run-config keys of AdaptiveFL and its baselines (HeteroFL, All-Large, Decoupled are variants)."""
 
-from hetfl.common.config import ConfigError, Key, extend_choices, register_keys
+from hetfl.common.config import ConfigError, Key
+from hetfl.common.models import MODELS, PRUNABLE
 
 VARIANTS = ("adaptivefl", "heterofl", "all-large", "decoupled")
 SELECTION = ("rl", "curiosity", "resource", "random")
@@ -17,7 +18,8 @@ def parse_floats(cfg: dict, key: str, sep: str = ",") -> tuple[float, ...]:
         raise ConfigError(f"run-config key '{key}' = {cfg[key]!r}: expected numbers separated by '{sep}'") from None
 
 
-def _check(cfg: dict) -> None:
+def check(cfg: dict) -> None:
+    """AdaptiveFL's whole-config checks (ratios, start layers, device proportions, a prunable model)."""
     if cfg["method"] != "adaptivefl":
         return
     ratios = parse_floats(cfg, "adaptivefl-ratios")
@@ -32,13 +34,12 @@ def _check(cfg: dict) -> None:
     if len(props) != 3 or min(props) < 0 or sum(props) <= 0:
         raise ConfigError(f"run-config key 'device-proportions' = {cfg['device-proportions']!r}: expected "
                           "'weak:medium:strong' with non-negative numbers, e.g. '4:3:3'")
-    if cfg["model"] not in ("cnn", "resnet8", "resnet18", "resnet34", "vgg16"):
-        raise ConfigError(f"run-config key 'model' = {cfg['model']!r}: AdaptiveFL prunes cnn, resnet8, resnet18, "
-                          "resnet34 or vgg16")
+    if not MODELS[cfg["model"]].prunable:
+        raise ConfigError(f"run-config key 'model' = {cfg['model']!r}: AdaptiveFL needs a width-prunable model; "
+                          f"expected one of {PRUNABLE}")
 
 
-extend_choices("method", "adaptivefl")
-register_keys(
+KEYS = (
     Key("adaptivefl-variant", str, "adaptivefl", "AdaptiveFL or a baseline built from the same code", choices=VARIANTS),
     Key("adaptivefl-selection", str, "rl", "AdaptiveFL: client selection (rl = curiosity x resource; ablations +C, +S, +Random)", choices=SELECTION),
     Key("adaptivefl-dispatch", str, "random", "AdaptiveFL: model per slot: random pool member, or always the largest (+Greed)", choices=("random", "largest")),
@@ -47,5 +48,4 @@ register_keys(
     Key("adaptivefl-tau", int, 1, "AdaptiveFL: shallow-layer threshold tau (I >= tau)", min=0),
     Key("device-proportions", str, "4:3:3", "AdaptiveFL: weak:medium:strong devices (simulation)"),
     Key("capacity-fluctuation", float, 0.0, "AdaptiveFL: per-round capacity = Gamma * U(1 - f, 1 + f) (uncertain environments)", min=0.0, max=0.9),
-    cross_check=_check,
 )

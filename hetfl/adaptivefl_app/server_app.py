@@ -8,28 +8,25 @@ from typing import Any
 from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
+from hetfl.common.nodes import discover_nodes
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import dataset_threshold, log, make_model, pack_models, query_nodes, test_data, unpack_models
+from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
 from hetfl.common.train import Normalizer, evaluate
 
 from .core import slice_state
 from .strategy import LEVELS, AdaptiveFL
 from .task import pool_of
 
-QUERY = "query.adaptivefl"
-
-
 def discover_clients(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[dict[int, int], dict[int, str]]:
     """Ask every node for its client id (partition id); the HeteroFL/Decoupled baselines also get the
     device tier (they assume known tiers; AdaptiveFL's server never asks)."""
-    answers, asked = query_nodes(grid, cfg, QUERY)
-    clients = {n: int(a["client-id"]) for n, a in answers.items()}
-    tiers = {int(a["client-id"]): str(a["tier"]) for a in answers.values() if "tier" in a}
+    nodes = discover_nodes(grid, cfg)
+    clients, tiers = nodes.clients(), {c: str(t) for c, t in nodes.field("tier").items()}
     if tiers:
         log.info("device tiers: %s", {t: sum(v == t for v in tiers.values()) for t in ("weak", "medium", "strong")})
-    log.info("%d clients answered (%d nodes asked)", len(clients), asked)
+    log.info("%d clients answered", len(clients))
     return clients, tiers
 
 
@@ -47,6 +44,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         initial = [full]
     models = {level: pool.build(pool.index(level)) for level in LEVELS}
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
+    opts = compute_options(cfg, server=True)  # server-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size} for e in pool.entries]
 
@@ -58,7 +56,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
             src = states[slot] if variant == "decoupled" else states[0]
             model = models[level]
             set_state(model, slice_state(src, pool.shapes(pool.index(level))))
-            losses[level], accs[level] = evaluate(model, data, norm, cfg["eval-batch-size"])
+            losses[level], accs[level] = evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
         traffic = grid.take()
         avg = sum(accs.values()) / len(accs)
         recorder.record(server_round, accs["L1"], losses["L1"], traffic.bytes_down, traffic.bytes_up,

@@ -5,7 +5,7 @@ pairs - RandomSel(R) then the RL ClientSel (Sec. 3.3) - send each client its sub
 aggregate the returned (possibly further pruned) submodels with Algorithm 2. The server
 never reads a device's capacity: it learns it from which pool member comes back.
 
-Variants (``adaptivefl-variant``):
+Variants (``adaptivefl-variant``; docs/readings.md#adaptivefl-baselines):
   * ``adaptivefl`` - the paper; ``adaptivefl-selection`` = random / curiosity / resource gives
     +Random / +C / +S, ``adaptivefl-dispatch = largest`` with random selection gives +Greed.
   * ``all-large`` - FedAvg of the full model on randomly sampled clients, no resource limits.
@@ -24,19 +24,19 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
 
+from hetfl.common.strategy import StrategyBase, check_arrays, check_weight
 from hetfl.common.task import pack_models, unpack_models
 
+from . import TRAIN
 from .core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state, waste_rate
 
 log = logging.getLogger("hetfl")
-MESSAGE_TYPE = "train.adaptivefl"
 LEVELS = ("S1", "M1", "L1")
 TIER_LEVEL = {"weak": "S1", "medium": "M1", "strong": "L1"}
 
 
-class AdaptiveFL(Strategy):
+class AdaptiveFL(StrategyBase):
     """AdaptiveFL (Alg. 1) over the known clients.
 
     `clients` maps node id -> client id (the node's partition id, a stable identity across
@@ -44,7 +44,6 @@ class AdaptiveFL(Strategy):
     (client id -> weak/medium/strong) only for the heterofl/decoupled baselines.
     """
 
-    checks_replies = True  # validates and rejects malformed updates itself
 
     def __init__(self, cfg: dict[str, Any], pool: SubmodelPool, clients: dict[int, int] | None = None,
                  tiers: dict[int, str] | None = None) -> None:
@@ -122,8 +121,9 @@ class AdaptiveFL(Strategy):
             conf = ConfigRecord({"server-round": server_round, "pool-index": m, "slot": slot,
                                  "prune": self.variant != "all-large"})
             content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in sub.items()}), "config": conf})
-            messages.append(Message(content=content, message_type=MESSAGE_TYPE, dst_node_id=node))
+            messages.append(Message(content=content, message_type=TRAIN, dst_node_id=node))
             self.sent[node] = (slot, m)
+        self.sampled = sorted(self.clients[n] for n in self.sent)
         log.info("round %d: sent %s", server_round,
                  ", ".join(f"{self.pool[m].name}" for _, m in self.sent.values()))
         return messages
@@ -131,9 +131,7 @@ class AdaptiveFL(Strategy):
     def check_reply(self, reply: Message, sent: int) -> tuple[int | None, dict[str, np.ndarray], float]:
         """(pool index back or None, state, weight) of a reply; ValueError if malformed."""
         metrics = reply.content["metrics"]
-        weight = float(metrics["num-examples"])
-        if not np.isfinite(weight) or weight < 0:
-            raise ValueError(f"num-examples = {weight}")
+        weight = check_weight(metrics["num-examples"])
         if int(metrics["trained"]) == 0:
             return None, {}, weight
         back = int(metrics["pool-index"])
@@ -141,15 +139,10 @@ class AdaptiveFL(Strategy):
             raise ValueError(f"pool index {back} out of range [0, {len(self.pool)})")
         if not self.pool[sent].contains(self.pool[back]):
             raise ValueError(f"returned {self.pool[back].name}, which is not a submodel of the sent {self.pool[sent].name}")
-        expected = self.pool.shapes(back)
-        state = {k: v.numpy() for k, v in reply.content["arrays"].items()}
-        if set(state) != set(expected):
-            raise ValueError(f"keys differ from {self.pool[back].name}'s (e.g. {sorted(set(state) ^ set(expected))[:3]})")
-        for k, shape in expected.items():
-            if tuple(state[k].shape) != shape:
-                raise ValueError(f"'{k}' has shape {tuple(state[k].shape)}, expected {shape}")
-            if np.issubdtype(state[k].dtype, np.floating) and not np.all(np.isfinite(state[k])):
-                raise ValueError(f"'{k}' has NaN/inf")
+        try:
+            state = check_arrays(reply.content["arrays"], self.pool.shapes(back))
+        except ValueError as err:
+            raise ValueError(f"{self.pool[back].name}: {err}") from None
         return back, state, weight
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -205,12 +198,6 @@ class AdaptiveFL(Strategy):
         metrics = MetricRecord({"train_loss": float(np.mean(losses)) if losses else float("nan"),
                                 "failed": failed + len(lost), "rejected": rejected})
         return pack_models(new), metrics
-
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        return []  # centralized evaluation only
-
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return None
 
     def state_dict(self) -> dict[str, Any]:
         """RL tables, sampling RNG and waste totals (for checkpoints)."""

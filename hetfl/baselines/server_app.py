@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
-from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-from hetfl.baselines.strategy import FedAdamF32
+from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedProx
 from hetfl.common.comm import MeteredGrid
+from hetfl.common.nodes import NodeDirectory, discover_nodes
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import (
@@ -23,12 +23,12 @@ from hetfl.common.task import (
     dataset_threshold,
     make_model,
     model_to_arrays,
-    wait_for_nodes,
 )
 
 
-def make_strategy(cfg: dict[str, Any], train_metrics: dict[str, float] | None = None) -> FedAvg:
-    """The Flower strategy for `method` (fedavg | fedprox | fedadam), with centralized evaluation only.
+def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: dict[str, float] | None = None) -> SeededFedAvg:
+    """The Flower strategy for `method` (fedavg | fedprox | fedadam), sampling from `directory`'s clients
+    with the run's seed, with centralized evaluation only.
 
     The weighted-average client train metrics of the latest round are copied into `train_metrics`.
     """
@@ -50,10 +50,12 @@ def make_strategy(cfg: dict[str, Any], train_metrics: dict[str, float] | None = 
         train_metrics_aggr_fn=aggregate_metrics,
     )
     if cfg["method"] == "fedprox":
-        return FedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
-    if cfg["method"] == "fedadam":
-        return FedAdamF32(eta=cfg["server-lr"], eta_l=cfg["lr"], **kwargs)
-    return FedAvg(**kwargs)
+        strategy = SeededFedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
+    elif cfg["method"] == "fedadam":
+        strategy = SeededFedAdam(eta=cfg["server-lr"], eta_l=cfg["lr"], **kwargs)
+    else:
+        strategy = SeededFedAvg(**kwargs)
+    return strategy.bind(directory, cfg["seed"], cfg["round-timeout"])
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +65,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     train_metrics: dict[str, float] = {}
 
-    strategy = make_strategy(cfg, train_metrics)
+    strategy = make_strategy(cfg, discover_nodes(grid, cfg), train_metrics)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         t0 = time.perf_counter()
@@ -77,6 +79,5 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         train_metrics.clear()
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    wait_for_nodes(grid, cfg["min-available-nodes"])
     run_rounds(grid, strategy, model_to_arrays(model), cfg, recorder, evaluate_fn)
     return recorder.finish()

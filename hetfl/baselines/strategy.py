@@ -6,7 +6,9 @@ from collections.abc import Iterable
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
-from flwr.serverapp.strategy import FedAdam
+from flwr.serverapp.strategy import FedAdam, FedProx
+
+from hetfl.common.strategy import SeededSampling
 
 
 class FedAdamF32(FedAdam):
@@ -30,3 +32,15 @@ class FedAdamF32(FedAdam):
 
     def load_state_dict(self, st: dict) -> None:
         self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]
+
+
+class SeededFedAvg(SeededSampling):
+    """Flower's FedAvg (McMahan et al. 2017) with seeded sampling by client id and validated replies."""
+
+
+class SeededFedProx(FedProx, SeededSampling):
+    """Flower's FedProx (Li et al. 2020; mu travels in the train config) with seeded sampling by client id."""
+
+
+class SeededFedAdam(FedAdamF32, SeededSampling):
+    """Flower's FedAdam (Reddi et al. 2021), dtype-preserving, with seeded sampling by client id."""

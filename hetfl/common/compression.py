@@ -16,7 +16,9 @@ def topk_count(size: int, density: float) -> int:
 
 
 def topk_sparsify(vec: np.ndarray, density: float, segments: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the k = density*d largest-magnitude entries (SHEFL Alg. 1 'TopK'); returns (indices, values).
+    """Keep the k = density*d largest-magnitude entries (SHEFL Alg. 1 'TopK'; docs/readings.md#shefl-deltas).
+
+    Returns (indices, values).
 
     With `segments` (lengths summing to len(vec), e.g. one per tensor) the density is
     applied to each segment separately ("per-tensor" top-k); indices stay global.
@@ -50,7 +52,8 @@ class StateLayout:
     """How a model state (name -> array) maps to one flat float32 vector.
 
     Floating-point entries (parameters, BN running statistics) are concatenated in key
-    order; integer entries (BN `num_batches_tracked`) are not part of the vector.
+    order; integer entries (BN `num_batches_tracked`) are not part of the vector
+    (docs/readings.md#shefl-deltas).
     """
 
     keys: tuple[str, ...]
@@ -83,6 +86,8 @@ class StateLayout:
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-output-channel INT8 post-training quantization (FENS B.3): q = round(w / s), s = max|w| / 127.
+
+    Weight-only, unlike the authors' calibrated static quantization (docs/readings.md#fens-quantization).
 
     `w` has the output channel first (PyTorch layout); returns (int8 array of w's shape,
     float32 scales of shape (out_channels,)). All-zero channels get scale 1.

@@ -6,16 +6,22 @@ Every key the apps read is declared here with its type, default and allowed valu
 the two in sync. ``validate`` runs in the ServerApp before any training starts and
 raises :class:`ConfigError` naming the key and the allowed range.
 
-Method packages extend the schema with :func:`register_keys` so that each method's
-keys live next to the method.
+Method packages declare their own keys in their :class:`~hetfl.common.registry.MethodSpec`;
+:mod:`hetfl.methods` (imported by ``import hetfl``) registers them with :func:`register_keys`,
+so the schema is complete wherever a config is validated. This module imports no method package.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# The dataset table and the model registry are the single sources of the `dataset` and `model` choices.
+from .data import DATASETS
+from .models import MODELS
 
 
 class ConfigError(ValueError):
@@ -107,19 +113,16 @@ def extend_choices(name: str, *values: Any) -> None:
     SCHEMA[name] = Key(**{**key.__dict__, "choices": new})
 
 
-DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "ag_news", "digits")
-IMAGE_MODELS = ("cnn", "resnet8", "resnet18", "resnet34", "vgg16", "mobilenetv2")
-MODELS = IMAGE_MODELS + ("text",)
 
 register_keys(
-    Key("method", str, "fedavg", "which method/baseline the ServerApp runs", choices=("fedavg", "fedprox", "fedadam")),
+    Key("method", str, "fedavg", "which method/baseline the ServerApp runs", choices=()),  # filled by hetfl.methods
     Key("seed", int, 0, "seed for sampling, initialisation and local shuffling", min=0),
     Key("num-server-rounds", int, 3, "number of federated rounds", min=1),
     Key("fraction-train", float, 0.1, "fraction of connected nodes sampled per round", min=0.0, max=1.0, min_inclusive=False),
     Key("min-available-nodes", int, 2, "wait for at least this many nodes before round 1", min=1),
     Key("round-timeout", float, 3600.0, "seconds to wait for replies in a round", min=0.0, min_inclusive=False),
     # data
-    Key("dataset", str, "fashion_mnist", "dataset name", choices=DATASETS),
+    Key("dataset", str, "fashion_mnist", "dataset name", choices=tuple(DATASETS)),
     Key("data-source", str, "auto", "auto: local files if present else the Hugging Face hub", choices=("auto", "local", "hub")),
     Key("data-dir", str, "", "directory with local dataset files ('' = the standard locations)"),
     Key("cache-dir", str, "", "directory for cached partitions ('' = ~/.cache/hetfl)"),
@@ -130,7 +133,7 @@ register_keys(
     Key("partition-seed", int, 42, "seed of the dataset shuffle and the partitioner", min=0),
     Key("max-test-samples", int, 0, "evaluate on the first N test samples (0 = all)", min=0),
     # model
-    Key("model", str, "cnn", "model architecture", choices=MODELS),
+    Key("model", str, "cnn", "model architecture", choices=tuple(MODELS)),
     Key("width", float, 1.0, "width multiplier of the model", min=0.0, max=4.0, min_inclusive=False),
     Key("text-model", str, "huawei-noah/TinyBERT_General_4L_312D", "model = 'text': hub id, local directory, or 'minilm-local'"),
     Key("text-max-length", int, 64, "model = 'text': tokens per example", min=8, max=512),
@@ -144,20 +147,28 @@ register_keys(
     Key("weight-decay", float, 0.0, "L2 weight decay", min=0.0),
     Key("lr-decay", float, 1.0, "multiply the local lr by this every lr-decay-every rounds", min=0.0, max=1.0, min_inclusive=False),
     Key("lr-decay-every", int, 10, "rounds between lr decays", min=1),
-    Key("lr-schedule", str, "constant", "lr schedule inside one local run", choices=("constant", "cosine")),
-    Key("proximal-mu", float, 0.01, "FedProx proximal coefficient (method = fedprox)", min=0.0),
-    Key("server-lr", float, 0.01, "FedAdam server learning rate eta (method = fedadam)", min=0.0, min_inclusive=False),
+    Key("lr-schedule", str, "constant", "lr schedule inside one local run: cosine per step, or per epoch (FENS authors)", choices=("constant", "cosine", "cosine-epoch")),
+    Key("lr-min", float, 0.0, "end point (floor) of the cosine lr schedules (FENS authors: 1e-3)", min=0.0),
+    Key("drop-last", bool, False, "drop each epoch's incomplete last local batch (AdaptiveFL authors)"),
+    Key("augment", str, "none", "random crop (zero pad 4) and/or horizontal flip of local image batches", choices=("none", "crop", "flip", "crop-flip")),
     Key("client-threads", int, 1, "torch threads per ClientApp process", min=1),
+    # devices and precision (docs/training.md)
+    Key("device", str, "auto", "torch device of local training and client logits: auto (CUDA if available), cpu, cuda, cuda:N"),
+    Key("server-device", str, "", "torch device of server-side evaluation ('' = device)"),
+    Key("precision", str, "fp32", "fp32, or bf16 autocast for local training, logits and evaluation", choices=("fp32", "bf16")),
     # evaluation and results
     Key("eval-batch-size", int, 256, "batch size of centralized evaluation", min=1),
     Key("convergence-threshold", float, 0.0, "accuracy in (0,1] for the convergence round (0 = dataset default)", min=0.0, max=1.0),
     Key("results-dir", str, "results", "where results/<run-id>/ is written (relative = to the current directory)"),
     Key("run-name", str, "", "name of the results folder ('' = method-dataset-partitioner-seed-timestamp)"),
     # fault tolerance
-    Key("checkpoint", bool, True, "write results/<run-name>/checkpoint.pkl after every round"),
+    Key("checkpoint", bool, True, "write results/<run-name>/checkpoint.json (+ the safetensors file it names) after every round"),
     Key("resume", bool, False, "continue run-name from its checkpoint (same config) instead of round 1"),
     Key("stop-after-round", int, 0, "end the run after this round, keeping its checkpoint (0 = run all rounds)", min=0),
 )
+
+
+DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]+)?"  # values of `device` / `server-device` (docs/training.md)
 
 
 def _cross_check_common(cfg: dict[str, Any]) -> None:
@@ -166,11 +177,24 @@ def _cross_check_common(cfg: dict[str, Any]) -> None:
             "run-config keys 'local-steps' and 'local-epochs' are both 0; "
             "set local-steps >= 1 or local-epochs >= 1"
         )
-    is_text = cfg["dataset"] == "ag_news"
-    if is_text != (cfg["model"] == "text"):
+    for key in ("device", "server-device"):
+        if not (re.fullmatch(DEVICE_PATTERN, cfg[key]) or (key == "server-device" and cfg[key] == "")):
+            extra = "'' (= device), " if key == "server-device" else ""
+            raise ConfigError(f"run-config key '{key}' = {cfg[key]!r} is not allowed; "
+                              f"expected {extra}'auto', 'cpu', 'cuda' or 'cuda:N' (N = GPU index)")
+    if cfg["augment"] != "none" and DATASETS[cfg["dataset"]].kind != "image":
+        raise ConfigError(f"run-config key 'augment' = {cfg['augment']!r} does not fit dataset {cfg['dataset']!r} "
+                          "(not images); expected 'none'")
+    if cfg["lr-schedule"] in ("cosine", "cosine-epoch") and cfg["lr-min"] > cfg["lr"]:
+        raise ConfigError(f"run-config key 'lr-min' = {cfg['lr-min']!r} is above lr = {cfg['lr']!r}; "
+                          "expected a float in [0.0, lr] (the end point of the cosine schedule)")
+    info, spec = DATASETS[cfg["dataset"]], MODELS[cfg["model"]]
+    why = spec.unsupported(info.kind, info.shape)
+    if why:
+        fits = [n for n, m in MODELS.items() if m.unsupported(info.kind, info.shape) is None]
         raise ConfigError(
-            f"run-config key 'model' = {cfg['model']!r} does not fit dataset {cfg['dataset']!r}: "
-            f"text datasets need model = 'text', image datasets one of {IMAGE_MODELS}"
+            f"run-config key 'model' = {cfg['model']!r} does not fit dataset {cfg['dataset']!r}: {why}; "
+            f"expected one of {tuple(fits)}"
         )
 
 
@@ -188,10 +212,3 @@ def validate(run_config: Mapping[str, Any]) -> dict[str, Any]:
     for check in _CROSS_CHECKS:
         check(cfg)
     return cfg
-
-
-# Method packages declare their own keys next to their code; importing them here makes
-# the schema complete wherever the config is validated (ServerApp, ClientApp, launcher).
-import hetfl.fens_app.keys  # noqa: E402,F401
-import hetfl.shefl_app.keys  # noqa: E402,F401
-import hetfl.adaptivefl_app.keys  # noqa: E402,F401

@@ -1,4 +1,5 @@
-"""Model zoo (torchvision style): CNN, ResNet-8/18/34 (CIFAR stem), VGG16 (CIFAR), MobileNetV2.
+"""Model zoo (torchvision style): CNN, ResNet-8/18/34 (CIFAR stem), VGG16 (CIFAR), MobileNetV2, and the
+model registry :data:`MODELS` (name -> builder, hidden widths, prunable, supported input sizes).
 
 Every constructor takes ``num_classes``, ``in_channels`` and a ``width`` multiplier that
 scales hidden channels/units (never the input or the number of classes). CNN, VGG and
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -172,29 +174,77 @@ def mobilenetv2(num_classes: int = 10, in_channels: int = 3, width: float = 1.0)
     return m
 
 
-PRUNABLE = ("cnn", "resnet8", "resnet18", "resnet34", "vgg16")  # models that take per-layer `widths`
+@dataclass(frozen=True)
+class ModelSpec:
+    """One entry of the model registry: how to build a model and what it supports.
+
+    Parameters
+    ----------
+    builder : callable
+        ``builder(num_classes, in_channels, image_size, width, **kw) -> nn.Module``; ``kw`` may hold ``widths``.
+    kind : str
+        ``"image"`` or ``"text"`` (text models are built by :mod:`hetfl.common.text` from ``text-model``).
+    widths : tuple of int or None
+        Output widths of the full model's hidden layers in forward order (layer k = index k-1); ``None`` when the
+        model cannot be width-pruned (AdaptiveFL/HeteroFL need it).
+    min_size : int
+        Smallest square input side the architecture runs on (e.g. VGG16's five 2x2 max-pools need 32).
+    """
+
+    builder: Callable[..., nn.Module] | None
+    kind: str = "image"
+    widths: tuple[int, ...] | None = None
+    min_size: int = 1
+
+    @property
+    def prunable(self) -> bool:
+        """Whether the model takes per-layer `widths` (width-wise submodels)."""
+        return self.widths is not None
+
+    def unsupported(self, kind: str, shape: tuple[int, ...]) -> str | None:
+        """Why this model cannot take inputs of a dataset of `kind` and `shape` (C, H, W), or None if it can."""
+        if kind != self.kind:
+            return f"it is a {self.kind} model and the dataset holds {kind} data"
+        if kind == "image" and min(shape[1:]) < self.min_size:
+            return f"it needs images of at least {self.min_size}x{self.min_size}, the dataset has {shape[1]}x{shape[2]}"
+        return None
+
+
+def _resnet_widths(blocks: tuple[int, ...], planes: tuple[int, ...]) -> tuple[int, ...]:
+    return (planes[0],) + tuple(p for n, p in zip(blocks, planes, strict=True) for _ in range(n))
+
+
+_RESNETS = {"resnet8": ((1, 1, 1), (64, 128, 256)), "resnet18": ((2, 2, 2, 2), (64, 128, 256, 512)),
+            "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512))}
+
+
+def _resnet_builder(blocks: tuple[int, ...], planes: tuple[int, ...]) -> Callable[..., nn.Module]:
+    return lambda nc, c, h, width, **kw: ResNet(blocks, planes, nc, c, width, **kw)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "cnn": ModelSpec(lambda nc, c, h, width, **kw: CNN(nc, c, h, width, **kw), widths=(32, 64, 512, 128), min_size=4),
+    **{name: ModelSpec(_resnet_builder(*arch), widths=_resnet_widths(*arch), min_size=1) for name, arch in _RESNETS.items()},
+    "vgg16": ModelSpec(lambda nc, c, h, width, **kw: vgg16(nc, c, width, image_size=h, **kw),
+                       widths=tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096), min_size=32),
+    "mobilenetv2": ModelSpec(lambda nc, c, h, width: mobilenetv2(nc, c, width), min_size=1),
+    "text": ModelSpec(None, kind="text"),
+}
+"""The single source of the run-config `model` choices (name -> :class:`ModelSpec`)."""
+
+PRUNABLE = tuple(name for name, spec in MODELS.items() if spec.prunable)  # models that take per-layer `widths`
 
 
 def build_model(name: str, num_classes: int, in_shape: tuple[int, int, int], width: float = 1.0,
                 widths: tuple[int, ...] | None = None) -> nn.Module:
-    """Build a model by its run-config name for inputs of shape (C, H, W); `widths` sets each hidden layer."""
-    c, h, _ = in_shape
-    kw = {} if widths is None else {"widths": tuple(widths)}
-    if widths is not None and name not in PRUNABLE:
+    """Build an image model by its registry name for inputs of shape (C, H, W); `widths` sets each hidden layer."""
+    spec = MODELS.get(name)
+    if spec is None or spec.builder is None:
+        raise ValueError(f"unknown image model {name!r}; expected one of {[n for n, s in MODELS.items() if s.builder]}")
+    if widths is not None and not spec.prunable:
         raise ValueError(f"model {name!r} does not take per-layer widths; use one of {PRUNABLE}")
-    if name == "cnn":
-        return CNN(num_classes, c, h, width, **kw)
-    if name == "resnet8":
-        return resnet8(num_classes, c, width, **kw)
-    if name == "resnet18":
-        return resnet18(num_classes, c, width, **kw)
-    if name == "resnet34":
-        return resnet34(num_classes, c, width, **kw)
-    if name == "vgg16":
-        return vgg16(num_classes, c, width, image_size=h, **kw)
-    if name == "mobilenetv2":
-        return mobilenetv2(num_classes, c, width)
-    raise ValueError(f"unknown model {name!r}")
+    c, h, _ = in_shape
+    return spec.builder(num_classes, c, h, width, **({} if widths is None else {"widths": tuple(widths)}))
 
 
 def pruned_widths(full: tuple[int, ...], ratio: float, start: int) -> tuple[int, ...]:
@@ -204,16 +254,10 @@ def pruned_widths(full: tuple[int, ...], ratio: float, start: int) -> tuple[int,
 
 def hidden_widths(name: str) -> tuple[int, ...]:
     """Output widths of the full model's hidden layers, in forward order (layer k = index k-1)."""
-    if name == "cnn":
-        return (32, 64, 512, 128)
-    if name == "vgg16":
-        return tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096)
-    stages = {"resnet8": ((1, 1, 1), (64, 128, 256)), "resnet18": ((2, 2, 2, 2), (64, 128, 256, 512)),
-              "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512))}
-    if name in stages:
-        blocks, planes = stages[name]
-        return (planes[0],) + tuple(p for n, p in zip(blocks, planes, strict=True) for _ in range(n))
-    raise ValueError(f"model {name!r} has no per-layer widths; use one of {PRUNABLE}")
+    spec = MODELS.get(name)
+    if spec is None or spec.widths is None:
+        raise ValueError(f"model {name!r} has no per-layer widths; use one of {PRUNABLE}")
+    return spec.widths
 
 
 def count_parameters(model: nn.Module) -> int:

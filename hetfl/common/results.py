@@ -55,6 +55,11 @@ class RunRecorder:
         self._t_last = self._t_start
         self._cum_down = 0
         self._cum_up = 0
+        self._staged: dict[str, Any] = {}
+
+    def stage(self, **metrics: Any) -> None:
+        """Metrics known before the round ends (e.g. the sampled clients); the next :meth:`record` adds them."""
+        self._staged.update(metrics)
 
     def record(self, rnd: int, accuracy: float, loss: float, bytes_down: int = 0, bytes_up: int = 0,
                **metrics: Any) -> dict[str, Any]:
@@ -72,8 +77,10 @@ class RunRecorder:
             "cum_bytes_up": self._cum_up,
             "round_s": now - self._t_last,
             "elapsed_s": now - self._t_start,
+            **self._staged,
             **metrics,
         }
+        self._staged = {}
         self._t_last = now
         self.rounds.append(row)
         log.info(

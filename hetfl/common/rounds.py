@@ -2,19 +2,19 @@
 
 Flower's ``Strategy.start`` always begins at round 1 and keeps nothing on disk. Every method
 here runs its Strategy (Flower's FedAvg/FedProx/FedAdam or SHEFL/AdaptiveFL/FENS's own)
-through :func:`run_rounds`, which after each round writes ``<run-dir>/checkpoint.pkl``:
+through :func:`run_rounds`, which after each round writes ``<run-dir>/checkpoint.json`` plus the
+safetensors file it names (:mod:`hetfl.common.checkpoint`: atomic, and loading runs no code):
 the global arrays, the strategy's state (``state_dict()`` where the strategy has one: SHEFL's
 sampling RNG, AdaptiveFL's RL tables and RNG, FedAdam's moments), Python/NumPy RNG states,
 the round number and the results recorder's history. With ``resume = true`` a run whose
 ``run-name`` has a checkpoint continues from the round after it, so an interrupted run ends
-in the same state as an uninterrupted one (same seed).
+in the same state as an uninterrupted one (same seed). An old-format ``checkpoint.pkl``
+(pickle) is never unpickled: resume ignores it with a warning. Format: docs/checkpoints.md.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import pickle
 import random
 import time
 from collections.abc import Callable
@@ -25,10 +25,13 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp.strategy import Strategy
 
+from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .results import RunRecorder
 
 log = logging.getLogger("hetfl")
-CHECKPOINT = "checkpoint.pkl"
+CHECKPOINT = "checkpoint.json"  # names its tensor file, checkpoint-r<round>-<random>.safetensors
+LEGACY_CHECKPOINT = "checkpoint.pkl"  # the old pickle format: never loaded
+_CHECKPOINT_KEYS = {"round", "arrays", "strategy", "python_random", "numpy_random", "recorder"}
 
 
 def _arrays_to_numpy(arrays: ArrayRecord) -> dict[str, np.ndarray]:
@@ -40,7 +43,7 @@ def _numpy_to_arrays(state: dict[str, np.ndarray]) -> ArrayRecord:
 
 
 def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy: Strategy, recorder: RunRecorder) -> None:
-    """Atomically write everything needed to continue after `server_round`."""
+    """Atomically write everything needed to continue after `server_round` (`path`: the checkpoint.json)."""
     state = {
         "round": server_round,
         "arrays": _arrays_to_numpy(arrays),
@@ -49,70 +52,21 @@ def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy
         "numpy_random": np.random.get_state(),
         "recorder": recorder.state_dict(),
     }
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
+    write_checkpoint(path, state, label=f"r{server_round:05d}")
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint` (a file this project wrote: pickle)."""
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    """Read a checkpoint written by :func:`save_checkpoint` (JSON + safetensors; runs no code).
 
-
-def _reply_key(reply) -> tuple:
-    """A run-independent order of replies (node ids are random per run; arrival order is timing)."""
-    import hashlib
-
-    if reply.has_error():
-        return (1, b"")
-    h = hashlib.sha1()
-    for name, rec in sorted(reply.content.items()):
-        h.update(name.encode())
-        if isinstance(rec, ArrayRecord):
-            for k, arr in sorted(rec.items()):
-                h.update(k.encode())
-                h.update(arr.numpy().tobytes()[:4096])
-        else:
-            h.update(repr(sorted(rec.items())).encode())
-    return (0, h.digest())
-
-
-def canonical_order(replies: list) -> list:
-    """Replies sorted by content, so float sums in aggregation do not depend on arrival order."""
-    return sorted(replies, key=_reply_key)
-
-
-def check_dense_reply(reply, reference: ArrayRecord) -> None:
-    """A FedAvg-style reply must carry every global array with its shape, finite; ValueError otherwise."""
-    recs = [v for v in reply.content.values() if isinstance(v, ArrayRecord)]
-    if len(recs) != 1:
-        raise ValueError(f"expected one ArrayRecord, got {len(recs)}")
-    got = recs[0]
-    if set(got.keys()) != set(reference.keys()):
-        raise ValueError(f"array keys differ from the global model's (e.g. {sorted(set(got.keys()) ^ set(reference.keys()))[:3]})")
-    for k, ref in reference.items():
-        a = got[k].numpy()
-        if tuple(a.shape) != tuple(ref.shape):
-            raise ValueError(f"'{k}' has shape {tuple(a.shape)}, expected {tuple(ref.shape)}")
-        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-            raise ValueError(f"'{k}' has NaN/inf")
-
-
-def drop_malformed(replies: list, reference: ArrayRecord, server_round: int) -> tuple[list, int]:
-    """Replies that pass :func:`check_dense_reply` (error replies are kept: the strategy counts them)."""
-    kept, rejected = [], 0
-    for r in replies:
-        if not r.has_error():
-            try:
-                check_dense_reply(r, reference)
-            except (ValueError, KeyError, TypeError) as err:
-                rejected += 1
-                log.warning("round %d: rejected update from node %d: %s", server_round, r.metadata.src_node_id, err)
-                continue
-        kept.append(r)
-    return kept, rejected
+    Returns {round, arrays ({name: ndarray}), strategy, python_random, numpy_random, recorder};
+    CheckpointError if the pair is malformed.
+    """
+    ck = read_checkpoint(path)
+    if not isinstance(ck, dict) or set(ck) != _CHECKPOINT_KEYS:
+        raise CheckpointError(f"{path}: expected the keys {sorted(_CHECKPOINT_KEYS)}")
+    if type(ck["round"]) is not int or ck["round"] < 0 or not isinstance(ck["arrays"], dict):
+        raise CheckpointError(f"{path}: malformed round {ck['round']!r} or arrays")
+    return ck
 
 
 def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
@@ -124,6 +78,10 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
     """
     path = recorder.run_dir / CHECKPOINT
     arrays, start = initial_arrays, 1
+    legacy = recorder.run_dir / LEGACY_CHECKPOINT
+    if cfg["resume"] and legacy.exists():
+        log.warning("ignoring %s: old pickle checkpoint format, never loaded (unpickling can run code); "
+                    "resume reads %s only", legacy, CHECKPOINT)
     if cfg["resume"] and path.exists():
         ck = load_checkpoint(path)
         arrays, start = _numpy_to_arrays(ck["arrays"]), ck["round"] + 1
@@ -145,14 +103,12 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
     for rnd in range(start, last + 1):
         t0 = time.perf_counter()
         messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(), grid))
-        replies = canonical_order(list(grid.send_and_receive(messages, timeout=cfg["round-timeout"])))
+        recorder.stage(clients=list(getattr(strategy, "sampled", [])))  # client ids of this round, in metrics.json
+        replies = strategy.order_replies(grid.send_and_receive(messages, timeout=cfg["round-timeout"]))
         errors = sum(r.has_error() for r in replies)
         if len(replies) < len(messages) or errors:
             log.warning("round %d: %d of %d nodes replied, %d with errors; aggregating what arrived",
                         rnd, len(replies), len(messages), errors)
-        if not getattr(strategy, "checks_replies", False):  # Flower's FedAvg/FedProx/FedAdam apply anything
-            replies, rejected = drop_malformed(replies, arrays, rnd)
-            strategy.rejected = rejected
         new, _ = strategy.aggregate_train(rnd, replies)
         if new is not None:
             arrays = new

@@ -21,7 +21,7 @@ from torch import nn
 from .config import validate
 from .data import DATASETS, ArrayData, DataSpec, load_partition, load_test
 from .models import build_model, get_state, set_state
-from .train import Normalizer, TrainResult, evaluate, train
+from .train import Normalizer, TrainResult, evaluate, resolve_device, train
 
 log = logging.getLogger("hetfl")
 
@@ -133,14 +133,33 @@ def test_data(cfg: dict[str, Any]) -> ArrayData:
 
 
 def round_lr(cfg: dict[str, Any], server_round: int) -> float:
-    """Local lr in a round: lr * lr-decay ** floor((round - 1) / lr-decay-every) (SHEFL: x0.99 every 10 rounds)."""
+    """Local lr in a round (1-based): lr * lr-decay ** floor((round - 1) / lr-decay-every).
+
+    SHEFL: x0.99 every 10 rounds; AdaptiveFL authors: lr x 0.998^r with r counted from 0, i.e.
+    lr-decay = 0.998, lr-decay-every = 1 (round 1 trains at lr). docs/training.md
+    """
     return cfg["lr"] * cfg["lr-decay"] ** ((max(server_round, 1) - 1) // cfg["lr-decay-every"])
+
+
+def client_device(cfg: dict[str, Any]) -> torch.device:
+    """The device of local training and of client-side logits (run-config `device`; docs/training.md)."""
+    return resolve_device(cfg["device"], "device")
+
+
+def server_device(cfg: dict[str, Any]) -> torch.device:
+    """The device of server-side evaluation (run-config `server-device`, '' = `device`)."""
+    return resolve_device(cfg["server-device"], "server-device") if cfg["server-device"] else client_device(cfg)
+
+
+def compute_options(cfg: dict[str, Any], server: bool = False) -> dict[str, Any]:
+    """Keyword arguments `device` and `precision` for evaluate / predict_proba / member_logits / train."""
+    return {"device": server_device(cfg) if server else client_device(cfg), "precision": cfg["precision"]}
 
 
 def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_round: int, *,
                 steps: int | None = None, epochs: int | None = None, proximal_mu: float = 0.0,
                 seed_offset: int = 0) -> TrainResult:
-    """Run the one training loop with the config's hyper-parameters (overridable steps/epochs)."""
+    """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `device`."""
     torch.set_num_threads(cfg["client-threads"])
     return train(
         model, data, Normalizer(cfg["dataset"]),
@@ -148,15 +167,17 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
         epochs=cfg["local-epochs"] if epochs is None else epochs,
         batch_size=cfg["batch-size"], lr=round_lr(cfg, server_round), momentum=cfg["momentum"],
         weight_decay=cfg["weight-decay"], optimizer=cfg["optimizer"], lr_schedule=cfg["lr-schedule"],
-        proximal_mu=proximal_mu, seed=cfg["seed"] * 1_000_003 + server_round * 1009 + seed_offset,
+        lr_min=cfg["lr-min"], proximal_mu=proximal_mu, seed=cfg["seed"] * 1_000_003 + server_round * 1009 + seed_offset,
+        augment=cfg["augment"], drop_last=cfg["drop-last"], **compute_options(cfg),
     )
 
 
 def centralized_evaluator(cfg: dict[str, Any]) -> Callable[[nn.Module], tuple[float, float]]:
-    """A function model -> (loss, accuracy) on the centralized test split."""
+    """A function model -> (loss, accuracy) on the centralized test split, on `server-device`."""
     data = test_data(cfg)
     norm = Normalizer(cfg["dataset"])
-    return lambda model: evaluate(model, data, norm, cfg["eval-batch-size"])
+    opts = compute_options(cfg, server=True)
+    return lambda model: evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
 
 
 def dataset_threshold(cfg: dict[str, Any]) -> float:
@@ -175,11 +196,61 @@ def query_nodes(grid, cfg: dict[str, Any], message_type: str, timeout: float = 6
     return answers, len(nodes)
 
 
-def wait_for_nodes(grid, min_nodes: int, timeout: float = 600.0) -> list[int]:
-    """Block until at least `min_nodes` SuperNodes are connected; return their ids (sorted)."""
-    deadline = time.monotonic() + timeout
-    while len(nodes := sorted(grid.get_node_ids())) < min_nodes:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(nodes)} nodes connected; min-available-nodes = {min_nodes}")
-        time.sleep(1.0)
-    return nodes
+def wait_for_nodes(grid, min_nodes: int, timeout: float = 600.0, stall: float | None = None,
+                   poll: float = 1.0) -> list[int]:
+    """Wait until at least `min_nodes` (min-available-nodes) SuperNodes are connected; return their ids (sorted).
+
+    Logs the connected count when it changes (and every 30 s) and never waits silently: it
+    fails when fewer than `min_nodes` nodes are connected and no node has joined for `stall`
+    seconds, or when no node connects within `timeout` seconds.
+
+    Parameters
+    ----------
+    stall : float, optional
+        Seconds without a new node after which a count below `min_nodes` is final. Default:
+        5 s in simulation (Flower registers the whole federation, `num-supernodes`, at once
+        before the first ClientApp runs), 120 s in deployment (SuperNodes join over time).
+    poll : float
+        Seconds between two looks at the connected nodes.
+
+    Raises
+    ------
+    ConfigError
+        min-available-nodes exceeds the nodes that connected (one line: key, value, count).
+    TimeoutError
+        No node connected within `timeout`.
+    """
+    from .config import ConfigError
+
+    if stall is None:
+        from flwr.superlink.grid import InMemoryGrid
+
+        inner = grid
+        while hasattr(inner, "_inner"):  # MeteredGrid and other wrappers
+            inner = inner._inner
+        stall = 5.0 if isinstance(inner, InMemoryGrid) else 120.0
+    start = last_change = last_log = time.monotonic()
+    count = -1
+    while True:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        now = time.monotonic()
+        if len(nodes) >= min_nodes:
+            if count >= 0:  # we logged a wait: say that it is over
+                log.info("%d SuperNodes connected (min-available-nodes = %d)", len(nodes), min_nodes)
+            return nodes
+        if len(nodes) != count:
+            count, last_change, last_log = len(nodes), now, now
+            log.info("waiting for min-available-nodes = %d SuperNodes: %d connected", min_nodes, count)
+        elif now - last_log >= 30.0:
+            last_log = now
+            log.info("still waiting for min-available-nodes = %d SuperNodes: %d connected after %.0f s",
+                     min_nodes, count, now - start)
+        if count > 0 and now - last_change >= stall:
+            raise ConfigError(
+                f"run-config key 'min-available-nodes' = {min_nodes} exceeds the {count} SuperNodes connected "
+                f"(none joined in {stall:g} s); expected at most {count}, or start {min_nodes} nodes "
+                f"(simulation: flwr run . --federation-config \"num-supernodes={min_nodes}\")"
+            )
+        if now - start >= timeout:
+            raise TimeoutError(f"no SuperNode connected within {timeout:g} s (min-available-nodes = {min_nodes})")
+        time.sleep(poll)

@@ -1,1 +1,20 @@
 """FENS: one-shot local training, INT8 ensemble download, federated training of a logit aggregator."""
+
+from hetfl.common.registry import MethodSpec
+
+from .keys import KEYS
+
+LOCAL = "train.fens_local"  # phase 1: one-shot local training and upload
+LOGITS = "train.fens_logits"  # the (INT8) ensemble download; clients cache its logits
+AGGREGATOR = "train"  # phase 2: Flower's FedAdam sends plain `train` messages
+
+METHOD = MethodSpec(
+    names=("fens",),
+    server="hetfl.fens_app.server_app:run",
+    handlers={
+        LOCAL: "hetfl.fens_app.client_app:local",
+        LOGITS: "hetfl.fens_app.client_app:logits",
+        AGGREGATOR: "hetfl.fens_app.client_app:train_aggregator",
+    },
+    keys=KEYS,
+)

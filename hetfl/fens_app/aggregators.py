@@ -1,5 +1,7 @@
 """FENS aggregators f: Z^M -> Z over the ensemble's logits (FENS Sec. 2, appendix B.3-B.4).
 
+Biases, initialisation and hidden width as read here: docs/readings.md#fens-aggregators.
+
 Every aggregator maps logits of shape (N, M, C) to (N, C). `nn`, `per-class` and
 `linear` are trained in phase 2; `average` and `weighted-average` are static.
 """
@@ -25,7 +27,10 @@ class Aggregator(nn.Module):
 
 
 class NNAggregator(Aggregator):
-    """f = W2^T relu(W1^T z), z = concat(z_1..z_M) in R^{MC}, hidden width k (B.3; biases included)."""
+    """f = W2^T relu(W1^T z), z = concat(z_1..z_M) in R^{MC}, hidden width k (B.3; biases included).
+
+    docs/readings.md#fens-aggregators
+    """
 
     def __init__(self, num_models: int, num_classes: int, hidden: int = 40) -> None:
         super().__init__(num_models, num_classes)
@@ -36,7 +41,10 @@ class NNAggregator(Aggregator):
 
 
 class PerClassAggregator(Aggregator):
-    """f = sum_i lambda_i (elementwise) z_i, lambda in R^{M x C} (B.4), initialised to averaging."""
+    """f = sum_i lambda_i (elementwise) z_i, lambda in R^{M x C} (B.4), initialised to averaging.
+
+    The authors start from Xavier-uniform instead (docs/readings.md#fens-not-yet).
+    """
 
     def __init__(self, num_models: int, num_classes: int) -> None:
         super().__init__(num_models, num_classes)
@@ -47,7 +55,7 @@ class PerClassAggregator(Aggregator):
 
 
 class LinearAggregator(Aggregator):
-    """f = sum_i w_i z_i, one scalar per client (B.4), initialised to averaging."""
+    """f = sum_i w_i z_i, one scalar per client (B.4), initialised to averaging (docs/readings.md#fens-aggregators)."""
 
     def __init__(self, num_models: int, num_classes: int) -> None:
         super().__init__(num_models, num_classes)
@@ -71,7 +79,10 @@ class StaticAggregator(Aggregator):
 
 
 def label_count_weights(counts: np.ndarray) -> np.ndarray:
-    """FedKD's weighted averaging: lambda_i^c = n_i^c / sum_j n_j^c (classes nobody holds: 1/M)."""
+    """FedKD's weighted averaging: lambda_i^c = n_i^c / sum_j n_j^c (classes nobody holds: 1/M).
+
+    n_i^c counts client i's 90% training split (docs/readings.md#fens-aggregators).
+    """
     counts = np.asarray(counts, dtype=np.float64)
     tot = counts.sum(axis=0, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -7,7 +7,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData, label_histogram
-from hetfl.common.task import arrays_to_model, client_data, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes, unpack_models
+from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes, unpack_models
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import make_aggregator
@@ -49,7 +49,7 @@ def logits(msg: Message, context: Context) -> Message:
     models = build_members(cfg, states, bool(conf["quantized"]))
     _, agg_data = _splits(context, cfg)
     torch.set_num_threads(cfg["client-threads"])
-    z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]))
+    z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]), **compute_options(cfg))
     context.state[CACHE] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
     return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(agg_data)})}), reply_to=msg)
 
@@ -63,6 +63,7 @@ def train_aggregator(msg: Message, context: Context) -> Message:
     agg = arrays_to_model(make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"]), msg.content["arrays"])
     rnd = int(msg.content["config"]["server-round"])
     res = train(agg, data, torch.as_tensor, steps=cfg["agg-local-steps"], batch_size=cfg["agg-batch-size"],
-                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_partition(context)[0])
+                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_partition(context)[0],
+                device=client_device(cfg))  # the aggregator stays fp32 (docs/training.md)
     metrics = MetricRecord({"num-examples": len(data), "train_loss": res.loss})
     return Message(RecordDict({"arrays": model_to_arrays(agg), "metrics": metrics}), reply_to=msg)

@@ -1,10 +1,14 @@
-"""FENS data handling as pure functions: the 90/10 split and the ensemble's logits."""
+"""FENS data handling as pure functions: the 90/10 split and the ensemble's logits.
+
+How the code reads the FENS paper and the authors' code: docs/readings.md#fens.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 from hetfl.common.compression import dequantize_state
@@ -15,7 +19,10 @@ from hetfl.common.train import Normalizer, member_logits
 
 
 def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded random split of range(n) into (first `fraction`, rest): FENS 90% local / 10% aggregator."""
+    """Seeded random split of range(n) into (first `fraction`, rest): FENS 90% local / 10% aggregator.
+
+    docs/readings.md#fens-split
+    """
     perm = np.random.default_rng([seed, 0xFE45]).permutation(n)
     cut = int(round(fraction * n))
     return np.sort(perm[:cut]), np.sort(perm[cut:])
@@ -26,7 +33,7 @@ def subset(data: ArrayData, idx: np.ndarray) -> ArrayData:
 
 
 def build_members(cfg: dict, states: Sequence[dict[str, np.ndarray]], quantized: bool) -> list[nn.Module]:
-    """The ensemble's models from their (INT8-quantized or FP32) states."""
+    """The ensemble's models from their (INT8-quantized or FP32) states (docs/readings.md#fens-quantization)."""
     members = []
     for st in states:
         m = make_model(cfg)
@@ -35,6 +42,10 @@ def build_members(cfg: dict, states: Sequence[dict[str, np.ndarray]], quantized:
     return members
 
 
-def ensemble_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256) -> np.ndarray:
-    """Logits of every member on every sample as float32 (N, M, C): the aggregator's input."""
-    return member_logits(models, data, normalize, batch_size).permute(1, 0, 2).numpy()
+def ensemble_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Normalizer, batch_size: int = 256,
+                    device: str | torch.device = "cpu", precision: str = "fp32") -> np.ndarray:
+    """Logits of every member on every sample as float32 (N, M, C): the aggregator's input (docs/training.md: device).
+
+    Clients compute them once and cache them (docs/readings.md#fens-logit-cache).
+    """
+    return member_logits(models, data, normalize, batch_size, device, precision).permute(1, 0, 2).numpy()

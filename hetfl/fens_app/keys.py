@@ -1,11 +1,10 @@
 """Run-config keys of FENS and its baselines (FedENS, weighted averaging are aggregator choices)."""
 
-from hetfl.common.config import Key, extend_choices, register_keys
+from hetfl.common.config import Key
 
 from .aggregators import AGGREGATORS
 
-extend_choices("method", "fens")
-register_keys(
+KEYS = (
     Key("aggregator", str, "nn", "FENS: aggregator over the ensemble's logits", choices=AGGREGATORS),
     Key("aggregator-hidden", int, 40, "FENS: hidden width k of the NN aggregator", min=1),
     Key("fens-local-fraction", float, 0.9, "FENS: share of a client's data for local training (rest: aggregator)", min=0.0, max=1.0, min_inclusive=False, max_inclusive=False),

@@ -22,42 +22,43 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData
-from hetfl.common.models import set_state
+from hetfl.common.models import get_state, set_state
+from hetfl.common.nodes import discover_nodes
+from hetfl.common.strategy import check_arrays, check_weight, validate_replies
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import arrays_to_model, dataset_threshold, log, make_model, model_to_arrays, num_classes, pack_models, test_data, wait_for_nodes
+from hetfl.common.task import arrays_to_model, compute_options, dataset_threshold, log, make_model, model_to_arrays, num_classes, pack_models, test_data
 from hetfl.common.train import Normalizer, evaluate
 
+from . import LOCAL, LOGITS
 from .aggregators import STATIC, make_aggregator
 from .core import build_members, ensemble_logits
 from .strategy import AggregatorFedAdam
-
-LOCAL, LOGITS = "train.fens_local", "train.fens_logits"
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FENS end to end and return the summary."""
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    nodes = wait_for_nodes(grid, cfg["min-available-nodes"])
+    directory = discover_nodes(grid, cfg)
+    nodes = directory.order(list(directory.info))  # by client id: the ensemble's member order is run-independent
     timeout = cfg["round-timeout"]
     # ---- phase 1: one-shot local training ---------------------------------------------
     t0 = time.perf_counter()
     init = RecordDict({"config": ConfigRecord({"server-round": 0})})  # clients build the seeded initial model
-    replies = [r for r in grid.send_and_receive([Message(init, message_type=LOCAL, dst_node_id=n) for n in nodes], timeout=timeout)
-               if not r.has_error()]
-    replies.sort(key=lambda r: r.metadata.src_node_id)
-    states, kept = [], []
-    for r in replies:
-        st = {k: v.numpy() for k, v in r.content["arrays"].items()}
-        if int(r.content["metrics"]["num-examples"]) == 0:  # e.g. Dir(0.01) leaves some clients without data
+    raw = grid.send_and_receive([Message(init, message_type=LOCAL, dst_node_id=n) for n in nodes], timeout=timeout)
+    expected = {k: tuple(v.shape) for k, v in get_state(make_model(cfg)).items()}
+
+    def check(r: Message) -> tuple[dict[str, np.ndarray], float]:  # a diverged model would make every prediction NaN
+        return check_arrays(r.content["arrays"], expected), check_weight(r.content["metrics"]["num-examples"])
+
+    valid, _, rejected = validate_replies(raw, check, 0)
+    valid.sort(key=lambda pair: directory.client_of(pair[0].metadata.src_node_id))
+    for r, (_, n) in valid:
+        if n == 0:  # e.g. Dir(0.01) leaves some clients without data
             log.warning("FENS: node %d has no local training data; its (untrained) model is left out", r.metadata.src_node_id)
-        elif all(np.all(np.isfinite(v)) for v in st.values() if np.issubdtype(v.dtype, np.floating)):
-            states.append(st)
-            kept.append(r)
-        else:  # a diverged or malformed model would turn every ensemble prediction into NaN
-            log.warning("FENS: rejected the local model of node %d (NaN/inf weights)", r.metadata.src_node_id)
-    rejected = len(replies) - len(kept)
-    replies = kept
+    rejected += sum(n == 0 for _, (_, n) in valid)
+    replies = [r for r, (_, n) in valid if n > 0]
+    states = [st for _, (st, n) in valid if n > 0]
     if not replies:
         raise RuntimeError("FENS: no client returned a usable local model")
     counts = np.array([r.content["metrics"]["label_counts"] for r in replies], dtype=np.int64)
@@ -81,7 +82,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     # ---- server-side evaluation data: logits of the ensemble on validation / test halves ------
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
     half = len(data) // 2
-    z_all = ensemble_logits(ens_models, data, norm, cfg["eval-batch-size"])
+    opts = compute_options(cfg, server=True)  # models: server-device + precision; the aggregator: server-device, fp32
+    agg_dev = opts["device"]
+    z_all = ensemble_logits(ens_models, data, norm, cfg["eval-batch-size"], **opts)
     val_z, test_z = ArrayData(z_all[:half], data.y[:half]), ArrayData(z_all[half:], data.y[half:])
     member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
@@ -95,14 +98,15 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     baselines = {}
     for name in STATIC:
         agg = make_aggregator(name, M, C, label_counts=counts)
-        baselines[name] = evaluate(agg, test_z, torch.as_tensor)[1]
+        baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=agg_dev)[1]
     # one-shot FedAvg on the same local models: the data-size-weighted average of their weights
     sizes = np.array([float(r.content["metrics"]["num-examples"]) for r in replies])
     avg_state = {k: (sum(w * st[k].astype(np.float64) for w, st in zip(sizes / sizes.sum(), states, strict=True))).astype(states[0][k].dtype)
                  for k in states[0]}
     oneshot = make_model(cfg)
     set_state(oneshot, avg_state)
-    baselines["oneshot-fedavg"] = float(evaluate(oneshot, ArrayData(data.x[half:], data.y[half:]), norm, cfg["eval-batch-size"])[1])
+    baselines["oneshot-fedavg"] = float(evaluate(oneshot, ArrayData(data.x[half:], data.y[half:]), norm, cfg["eval-batch-size"],
+                                                 **opts)[1])
     recorder.extra["static_aggregators_test_accuracy"] = baselines
     log.info("FENS: members' test accuracy %.3f-%.3f; FedENS (average) %.4f, weighted average %.4f, one-shot FedAvg %.4f",
              member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"], baselines["oneshot-fedavg"])
@@ -111,8 +115,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         arrays_to_model(agg, arrays)
-        loss, acc = evaluate(agg, test_z, torch.as_tensor)
-        _, val_acc = evaluate(agg, val_z, torch.as_tensor)
+        loss, acc = evaluate(agg, test_z, torch.as_tensor, device=agg_dev)
+        _, val_acc = evaluate(agg, val_z, torch.as_tensor, device=agg_dev)
         traffic = grid.take()
         if server_round == 0:  # this row carries phases 1-2
             traffic.add(phase1).add(download)
@@ -126,6 +130,6 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     else:
         strategy = AggregatorFedAdam(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=1,
                            min_available_nodes=1, eta=cfg["agg-server-lr"],  # nodes were awaited in phase 1
-                           eta_l=cfg["agg-client-lr"], beta_1=0.9, beta_2=0.99, tau=1e-9)
+                           eta_l=cfg["agg-client-lr"], beta_1=0.9, beta_2=0.99, tau=1e-9).bind(directory, cfg["seed"], timeout)
         run_rounds(grid, strategy, arrays, cfg, recorder, evaluate_fn)
     return recorder.finish()

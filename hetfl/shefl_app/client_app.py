@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
@@ -26,11 +26,9 @@ def device_class(context: Context, cfg: dict[str, Any]) -> str:
     return "hpc" if pid in hpc_partitions(n, cfg["hpc-fraction"], cfg["seed"]) else "lpc"
 
 
-def query(msg: Message, context: Context) -> Message:
-    """Answer the server's device-class query."""
-    cfg = config_of(context)
-    answer = {"device-class": device_class(context, cfg), "client-id": node_partition(context)[0]}
-    return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
+def node_info(context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
+    """What a SHEFL node reports when discovered: its device class."""
+    return {"device-class": device_class(context, cfg)}
 
 
 def _residual(context: Context, m: int, size: int) -> np.ndarray:

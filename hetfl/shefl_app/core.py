@@ -1,7 +1,7 @@
 """SHEFL's math as pure functions: roles, cluster sampling, permutation schedule, densities, weights.
 
 Sources: SHEFL full paper (Algorithm 1, Eq. 2) and ICASSP version (Eq. 1-2); where they
-are ambiguous, ../shared/notes/shefl.md decides (recorded in each docstring).
+are ambiguous, the reading the code follows is explained in docs/readings.md#shefl.
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import numpy as np
 
 
 def hpc_partitions(num_partitions: int, hpc_fraction: float, seed: int) -> set[int]:
-    """Partition ids that are high-power clients in simulation: a seeded subset of round(N * fraction)."""
+    """Partition ids that are high-power clients in simulation: a seeded subset of round(N * fraction).
+
+    Deployment nodes declare their class instead (docs/readings.md#shefl-roles).
+    """
     n_hpc = int(round(num_partitions * hpc_fraction))
     rng = np.random.default_rng([seed, 0x5EF1])
     return set(rng.choice(num_partitions, n_hpc, replace=False).tolist())
@@ -21,7 +24,8 @@ def hpc_partitions(num_partitions: int, hpc_fraction: float, seed: int) -> set[i
 def make_clusters(node_ids: list[int], num_clusters: int, seed: int) -> list[list[int]]:
     """Split nodes into `num_clusters` near-equal clusters at random (Alg. 1 line 3, cluster-based sampling).
 
-    The split depends on the order of `node_ids` (the server passes them ordered by client id)."""
+    The split depends on the order of `node_ids` (the server passes them ordered by client id).
+    HPCs and LPCs are clustered separately (docs/readings.md#shefl-sampling)."""
     if num_clusters == 0:
         return []
     if len(node_ids) < num_clusters:
@@ -46,6 +50,7 @@ class PermutationSchedule:
     P0[i, j] = (i + j) mod M with rows, columns and model labels permuted at random,
     seeded by (seed, block). Rounds are 1-based; block b covers rounds bM+1 .. (b+1)M
     (the paper's "t mod M = 0" regeneration, aligned so that each block has M rounds).
+    Why a Latin rectangle rather than independent row shuffles: docs/readings.md#shefl-schedule.
     """
 
     def __init__(self, num_models: int, num_slots: int, seed: int = 0) -> None:
@@ -69,7 +74,10 @@ class PermutationSchedule:
 
 
 def topk_densities(k: float, ratio: float, num_models: int) -> tuple[float, float]:
-    """(k_l, k_h): LPC density k; an HPC's budget is r times an LPC's, spread over M models -> min(1, k r / M)."""
+    """(k_l, k_h): LPC density k; an HPC's budget is r times an LPC's, spread over M models -> min(1, k r / M).
+
+    docs/readings.md#shefl-densities
+    """
     return k, min(1.0, k * ratio / num_models)
 
 
@@ -79,7 +87,7 @@ COEFFICIENTS = ("balanced", "paper-full", "paper-icassp", "uniform")
 def workload_weights(H: int, L: int, mode: str = "balanced", M: int = 5, C_h: int = 5, C_l: int = 5) -> tuple[float, float]:
     """(a_h, a_l) for w_t^m = w_{t-1}^m + 1/(H+L) * sum_i a_i delta_i (SHEFL Eq. 2).
 
-    balanced (default, notes/shefl.md): from the actual counts H, L of HPC/LPC replies
+    balanced (default; docs/readings.md#shefl-coefficients): from the actual counts H, L of HPC/LPC replies
       for model m, a_h = (H+L)/(2H), a_l = (H+L)/(2L): the HPC mean and the LPC mean each
       get weight 1/2. If one group is empty the other's mean gets weight 1.
     paper-full: a_h = (M C_h + C_l)/(2 M^2), a_l = (M C_h + C_l)/(2M) (full paper Eq. 2;
@@ -103,7 +111,11 @@ def workload_weights(H: int, L: int, mode: str = "balanced", M: int = 5, C_h: in
 
 
 def aggregate_deltas(hpc: list[np.ndarray], lpc: list[np.ndarray], a_h: float, a_l: float) -> np.ndarray | None:
-    """1/(H+L) * (a_h * sum HPC deltas + a_l * sum LPC deltas); None when nothing arrived."""
+    """1/(H+L) * (a_h * sum HPC deltas + a_l * sum LPC deltas); None when nothing arrived.
+
+    The papers scale each delta on the client; scaling here gives the same top-k entries
+    (docs/readings.md#shefl-coefficients).
+    """
     H, L = len(hpc), len(lpc)
     if H + L == 0:
         return None

@@ -1,11 +1,12 @@
 """Run-config keys of SHEFL (and Fed-Ensemble, a SHEFL preset)."""
 
-from hetfl.common.config import ConfigError, Key, extend_choices, register_keys
+from hetfl.common.config import ConfigError, Key
 
 from .core import COEFFICIENTS
 
 
-def _check(cfg: dict) -> None:
+def check(cfg: dict) -> None:
+    """SHEFL needs HPCs when it samples HPC clusters."""
     if cfg["method"] == "shefl" and cfg["hpc-per-round"] > 0 and cfg["hpc-fraction"] == 0.0:
         raise ConfigError(
             "run-config key 'hpc-per-round' = %d needs HPCs, but 'hpc-fraction' = 0.0; "
@@ -13,8 +14,7 @@ def _check(cfg: dict) -> None:
         )
 
 
-extend_choices("method", "shefl")
-register_keys(
+KEYS = (
     Key("shefl-models", int, 5, "SHEFL: ensemble size M", min=1, max=64),
     Key("hpc-fraction", float, 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0),
     Key("hpc-per-round", int, 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0),
@@ -25,5 +25,4 @@ register_keys(
     Key("coefficients", str, "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS),
     Key("lpc-local-steps", int, 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0),
     Key("hpc-local-steps", int, 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0),
-    cross_check=_check,
 )

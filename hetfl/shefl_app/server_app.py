@@ -9,16 +9,14 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
+from hetfl.common.nodes import discover_nodes
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import dataset_threshold, log, make_model, pack_models, query_nodes, test_data, unpack_models
+from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
 from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
 
 from .strategy import SHEFL
-
-QUERY = "query.shefl"
-
 
 def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> tuple[dict[int, str], dict[int, int]]:
     """Wait for min-available-nodes nodes and ask each for its device class (hpc | lpc) and client id.
@@ -26,12 +24,10 @@ def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.
     The client id (partition id) orders the nodes, so clusters and sampling do not depend on
     Flower's random node ids: runs are reproducible and a resumed run continues identically.
     """
-    answers, asked = query_nodes(grid, cfg, QUERY, timeout)
-    roles = {n: str(a["device-class"]) for n, a in answers.items()}
-    clients = {n: int(a["client-id"]) for n, a in answers.items()}
-    log.info("device classes: %d HPC, %d LPC (%d nodes did not answer)",
-             sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()), asked - len(roles))
-    return roles, clients
+    nodes = discover_nodes(grid, cfg, timeout)
+    roles = {n: str(a["device-class"]) for n, a in nodes.info.items()}
+    log.info("device classes: %d HPC, %d LPC", sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()))
+    return roles, nodes.clients()
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -41,6 +37,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     roles, clients = discover_roles(grid, cfg)
     strategy = SHEFL(cfg, roles, clients)
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
+    opts = compute_options(cfg, server=True)  # server-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),
                                "C_h": strategy.C_h, "C_l": strategy.C_l, "k_h": strategy.k_h, "k_l": strategy.k_l}
@@ -49,7 +46,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         t0 = time.perf_counter()
         for model, st in zip(members, unpack_models(arrays, M), strict=True):
             set_state(model, st)
-        loss, acc, accs = ensemble_metrics(predict_proba(members, data, norm, cfg["eval-batch-size"]), data.y)
+        loss, acc, accs = ensemble_metrics(predict_proba(members, data, norm, cfg["eval-batch-size"], **opts), data.y)
         member_acc = {f"acc_m{m}": a for m, a in enumerate(accs)}
         traffic = grid.take()
         per_role = {}

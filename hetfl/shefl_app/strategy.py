@@ -6,7 +6,7 @@ The M models travel as one ArrayRecord with keys ``m<j>.<param>`` so that Flower
 deltas; the server scales them with :func:`workload_weights` (the papers scale on the
 client before top-k; the selected entries are the same for a positive scale) and adds
 the weighted mean to each model. Replies that are errors or malformed are dropped and
-counted, and H/L come from the replies actually received.
+counted, and H/L come from the replies actually received (docs/readings.md#shefl-coefficients).
 """
 
 from __future__ import annotations
@@ -18,26 +18,25 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
 
-from hetfl.common.comm import decode_sparse, get_sparse
 from hetfl.common.compression import StateLayout
+from hetfl.common.strategy import StrategyBase, check_sparse
 from hetfl.common.task import pack_models, unpack_models
 
+from . import TRAIN
 from .core import PermutationSchedule, RoundPlan, aggregate_deltas, make_clusters, sample_from_clusters, topk_densities, workload_weights
 
 log = logging.getLogger("hetfl")
-MESSAGE_TYPE = "train.shefl"
 
 
-class SHEFL(Strategy):
+class SHEFL(StrategyBase):
     """SHEFL (Algorithm 1) over nodes whose device class the server learned by query."""
 
-    checks_replies = True  # validates and rejects malformed updates itself
 
     def __init__(self, cfg: dict[str, Any], roles: dict[int, str], clients: dict[int, int] | None = None) -> None:
         self.cfg = cfg
         self.M = cfg["shefl-models"]
+        self.clients = dict(clients or {})  # node id -> client id
         order = (lambda n: (clients[n], n)) if clients else (lambda n: n)  # by client id when known
         hpc = sorted((n for n, r in roles.items() if r == "hpc"), key=order)
         lpc = sorted((n for n, r in roles.items() if r != "hpc"), key=order)
@@ -93,8 +92,9 @@ class SHEFL(Strategy):
                 "density": self.k_h if role == "hpc" else self.k_l,
             })
             content = RecordDict({**{f"model.{m}": per_model[m] for m in models}, "config": conf})
-            messages.append(Message(content=content, message_type=MESSAGE_TYPE, dst_node_id=node))
+            messages.append(Message(content=content, message_type=TRAIN, dst_node_id=node))
             self.sent[node] = (role, models)
+        self.sampled = sorted(self.clients.get(n, n) for n in self.sent)
         log.info("round %d: %d HPCs train all %d models, %d LPCs train models %s",
                  server_round, len(plan.hpc_nodes), self.M, len(plan.lpc_nodes), plan.lpc_models)
         return messages
@@ -105,12 +105,8 @@ class SHEFL(Strategy):
         rec = reply.content["deltas"]
         out = {}
         for m in models:
-            idx, val, size = decode_sparse(get_sparse(rec, f"m{m}"))
-            if size != self.layout.size:
-                raise ValueError(f"model {m}: delta of size {size}, expected {self.layout.size}")
-            if not np.all(np.isfinite(val)):
-                raise ValueError(f"model {m}: delta has NaN/inf")
-            dense = np.zeros(size, np.float32)
+            idx, val = check_sparse(rec, f"m{m}", self.layout.size)
+            dense = np.zeros(self.layout.size, np.float32)
             dense[idx] = val
             out[m] = dense
         return out
@@ -151,8 +147,3 @@ class SHEFL(Strategy):
                                 "failed": failed, "rejected": rejected})
         return pack_models(new_states), metrics
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        return []  # centralized evaluation only
-
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return None

@@ -1,0 +1,61 @@
+"""What a method package declares about itself, in one place (see docs/architecture.md).
+
+Each method package (``hetfl/<name>/__init__.py``) defines ``METHOD = MethodSpec(...)``:
+its run-config ``method`` names, its run-config keys, its server entry point and its
+ClientApp handlers by message type. :mod:`hetfl.methods` lists the packages and is the
+only module that reads these declarations; nothing in :mod:`hetfl.common` imports a
+method package. Entry points are ``"module:function"`` strings, imported on first use, so
+declaring a method costs no import of Flower or PyTorch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Key
+
+NODE_QUERY = "query.node"
+"""Message type of the one node-discovery query every ClientApp answers (client id + method extras)."""
+
+
+def load(path: str) -> Callable[..., Any]:
+    """Import ``"package.module:function"`` and return the function."""
+    module, _, name = path.partition(":")
+    if not name:
+        raise ValueError(f"entry point {path!r} is not of the form 'module:function'")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method package's declaration.
+
+    Parameters
+    ----------
+    names : tuple of str
+        Values of the run-config key ``method`` this package serves (e.g. ``("fedavg", "fedprox", "fedadam")``).
+    server : str
+        ``"module:function"`` of ``run(grid, context, cfg) -> summary`` (the ServerApp calls it with a
+        :class:`~hetfl.common.comm.MeteredGrid`).
+    handlers : mapping of str to str
+        Message type (``"train"``, ``"train.shefl"``, ...) -> ``"module:function"`` of a ClientApp handler
+        ``(msg, context) -> Message``. Several packages may serve the same message type; the ClientApp picks the
+        handler of the run's ``method``.
+    keys : tuple of Key
+        The package's own run-config keys (common keys live in :mod:`hetfl.common.config`).
+    check : callable, optional
+        A whole-config check ``check(cfg)`` raising :class:`~hetfl.common.config.ConfigError`.
+    node_info : str, optional
+        ``"module:function"`` of ``(context, cfg) -> dict`` with extra fields a node reports in its answer to
+        :data:`NODE_QUERY` (e.g. SHEFL's device class).
+    """
+
+    names: tuple[str, ...]
+    server: str
+    handlers: Mapping[str, str] = field(default_factory=dict)
+    keys: tuple[Key, ...] = ()
+    check: Callable[[dict[str, Any]], None] | None = None
+    node_info: str | None = None

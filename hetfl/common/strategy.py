@@ -1,0 +1,200 @@
+"""The strategy contract every method keeps, and the one reply validator (docs/architecture.md).
+
+:class:`StrategyBase` is the base of every Strategy here (SHEFL, AdaptiveFL, and through
+:class:`SeededSampling` Flower's FedAvg/FedProx/FedAdam): checkpoint state
+(``state_dict`` / ``load_state_dict``, saved by :mod:`hetfl.common.rounds`), the client ids it
+sent work to this round (``sampled``, written to metrics.json), and the count of rejected
+replies. Every ``aggregate_train`` validates each reply with :func:`validate_replies` and the
+checks below (finite arrays, expected keys and shapes, sparse positions in range) before
+anything is applied; a malformed reply is logged, counted and dropped, never aggregated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Strategy
+
+from .comm import decode_sparse, get_sparse
+from .nodes import NodeDirectory, sample_clients
+
+log = logging.getLogger("hetfl")
+T = TypeVar("T")
+
+
+# --- the one reply validator ------------------------------------------------------------------
+
+
+def check_arrays(record: ArrayRecord, expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The record's arrays as NumPy if its keys and shapes are exactly `expected` and floats are finite.
+
+    Raises
+    ------
+    ValueError
+        Naming the first key that is missing, unexpected, of the wrong shape, or holds NaN/inf.
+    """
+    got = set(record.keys())
+    if got != set(expected):
+        missing, extra = sorted(set(expected) - got), sorted(got - set(expected))
+        raise ValueError(f"array keys differ from the expected ones (missing {missing[:3]}, unexpected {extra[:3]})")
+    out = {}
+    for k, shape in expected.items():
+        a = record[k].numpy()
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError(f"'{k}' has shape {tuple(a.shape)}, expected {tuple(shape)}")
+        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+            raise ValueError(f"'{k}' has NaN/inf")
+        out[k] = a
+    return out
+
+
+def check_sparse(record: ArrayRecord, prefix: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, values) of a sparse vector of length `size` stored under `prefix`; ValueError if malformed.
+
+    :func:`~hetfl.common.comm.decode_sparse` checks that positions are in range and match the values.
+    """
+    idx, val, got = decode_sparse(get_sparse(record, prefix))
+    if got != size:
+        raise ValueError(f"'{prefix}': sparse vector of length {got}, expected {size}")
+    if not np.all(np.isfinite(val)):
+        raise ValueError(f"'{prefix}': values have NaN/inf")
+    return idx, val
+
+
+def check_weight(value: Any, name: str = "num-examples") -> float:
+    """A non-negative finite aggregation weight."""
+    w = float(value)
+    if not np.isfinite(w) or w < 0:
+        raise ValueError(f"{name} = {value!r}; expected a finite number >= 0")
+    return w
+
+
+def single_array_record(reply: Message) -> ArrayRecord:
+    """The one ArrayRecord of a FedAvg-style reply."""
+    recs = [v for v in reply.content.values() if isinstance(v, ArrayRecord)]
+    if len(recs) != 1:
+        raise ValueError(f"expected one ArrayRecord, got {len(recs)}")
+    return recs[0]
+
+
+def validate_replies(replies: Iterable[Message], check: Callable[[Message], T],
+                     server_round: int) -> tuple[list[tuple[Message, T]], int, int]:
+    """Apply `check` to every reply: ([(reply, check(reply)) that passed], #error replies, #rejected).
+
+    A reply whose check raises ValueError, KeyError or TypeError is rejected with a warning naming the node.
+    """
+    ok: list[tuple[Message, T]] = []
+    failed = rejected = 0
+    for r in replies:
+        if r.has_error():
+            failed += 1
+            continue
+        try:
+            ok.append((r, check(r)))
+        except (ValueError, KeyError, TypeError) as err:
+            rejected += 1
+            log.warning("round %d: rejected update from node %d: %s", server_round, r.metadata.src_node_id, err)
+    return ok, failed, rejected
+
+
+# --- the contract -------------------------------------------------------------------------------
+
+
+class StrategyBase(Strategy):
+    """What every method's Strategy provides besides Flower's interface.
+
+    Attributes
+    ----------
+    clients : dict of int to int
+        Node id -> client id of the nodes the strategy knows (see :mod:`hetfl.common.nodes`).
+    sampled : list of int
+        Client ids sent a train message in the current round (recorded per round in metrics.json).
+    rejected : int
+        Malformed replies dropped in the latest ``aggregate_train``.
+    """
+
+    clients: dict[int, int]
+    sampled: list[int]
+    rejected: int = 0
+
+    def order_replies(self, replies: Iterable[Message]) -> list[Message]:
+        """Replies in client-id order (errors last): arrival order is timing and node ids are random per run,
+        so float sums in aggregation would otherwise differ between runs with the same seed."""
+        far = 1 << 62
+        return sorted(replies, key=lambda r: (r.has_error(), self.clients.get(r.metadata.src_node_id, far),
+                                              r.metadata.src_node_id))
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold to continue identically (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """No federated evaluation: every method evaluates centrally on the server."""
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:  # noqa: D102
+        return None
+
+
+class SeededSampling(FedAvg, StrategyBase):
+    """Flower's FedAvg family with clients sampled by client id from a seeded generator, and validated replies.
+
+    Flower's ``FedAvg.configure_train`` samples node ids with Python's ``random``; node ids are
+    random per run, so the same seed gave other clients. Here a round's clients are
+    :func:`~hetfl.common.nodes.sample_clients` of the discovered client ids (same count as
+    Flower's: ``max(int(n * fraction_train), min_train_nodes)``); aggregation is Flower's.
+    Use it as the last base before ``FedAvg``: ``class SeededFedProx(FedProx, SeededSampling)``.
+
+    Flower's subclasses (FedProx, FedOpt) take fixed constructor arguments, so the directory and
+    seed are given after construction with :meth:`bind`.
+    """
+
+    directory: NodeDirectory | None = None
+    seed: int = 0
+    _reference: dict[str, tuple[int, ...]] | None = None
+
+    def bind(self, directory: NodeDirectory, seed: int, timeout: float = 600.0) -> SeededSampling:
+        """Sample from the clients of `directory` with the run's `seed`; returns self.
+
+        `timeout` bounds the query of nodes that connect later (a restarted SuperNode has a new node id).
+        """
+        self.directory, self.seed, self.timeout, self.sampled = directory, seed, timeout, []
+        self.clients = directory.clients()
+        return self
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Sample clients by id (seeded by seed and round) and send each the global arrays."""
+        if self.directory is None:
+            raise RuntimeError("SeededSampling: call bind(directory, seed) before the first round")
+        if self.fraction_train == 0.0:
+            return []
+        self.directory.refresh(grid, self.timeout)
+        self.clients = self.directory.clients()
+        online = self.directory.online(grid)
+        k = max(int(len(online) * self.fraction_train), self.min_train_nodes)
+        self.sampled = sample_clients(online, k, self.seed, server_round)
+        self._reference = {k: tuple(v.shape) for k, v in arrays.items()}
+        config["server-round"] = server_round
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        log.info("round %d: sampled clients %s", server_round, self.sampled)
+        return self._construct_messages(record, [online[c] for c in self.sampled], MessageType.TRAIN)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Drop malformed replies (keys/shapes of the global model, finite values), then Flower's aggregation."""
+        replies = list(replies)
+        reference = self._reference or {}
+
+        def check(r: Message) -> None:
+            check_arrays(single_array_record(r), reference)
+
+        ok, _, self.rejected = validate_replies(replies, check, server_round)
+        errors = [r for r in replies if r.has_error()]  # Flower counts them itself
+        return super().aggregate_train(server_round, [r for r, _ in ok] + errors)

@@ -1,0 +1,165 @@
+"""The method registry, the model registry and the pre-flight checks (docs/architecture.md)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from hetfl import launch, methods
+from hetfl.common import config
+from hetfl.common.config import SCHEMA, ConfigError, Key, validate
+from hetfl.common.data import DATASETS
+from hetfl.common.models import MODELS, build_model
+from hetfl.common.registry import NODE_QUERY, MethodSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_common_imports_no_method_package():
+    packages = {p.split(".")[1] for p in methods.PACKAGES} | {"methods", "client_app", "server_app", "launch", "cluster"}
+    for path in (ROOT / "hetfl" / "common").glob("*.py"):
+        bad = [m for m in _imports(path) if m.startswith("hetfl.") and m.split(".")[1] in packages]
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_every_declared_entry_point_resolves_and_every_message_type_is_served():
+    from hetfl.client_app import app
+
+    served = set(app._registered_funcs)
+    for name, spec in methods.METHODS.items():
+        assert callable(methods.server_for(name))
+        for mtype in spec.handlers:
+            assert callable(methods.handler_for(name, mtype))
+            assert (mtype if "." in mtype else f"{mtype}.default") in served
+    assert NODE_QUERY in served
+    assert set(SCHEMA["method"].choices) == set(methods.METHODS)
+
+
+def test_message_type_strings_are_written_once():
+    """Each message type string appears as a literal in exactly one module (its package's __init__)."""
+    literals: dict[str, list[str]] = {}
+    for path in (ROOT / "hetfl").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                literals.setdefault(node.value, []).append(str(path.relative_to(ROOT)))
+    for mtype in methods.message_types() + [NODE_QUERY]:
+        if mtype == "train":
+            continue  # Flower's own default message type
+        assert len(literals.get(mtype, [])) == 1, (mtype, literals.get(mtype))
+
+
+def test_handler_for_an_undeclared_message_type_names_the_method():
+    with pytest.raises(ValueError, match="'fedavg' has no handler for message type 'train.shefl'"):
+        methods.handler_for("fedavg", "train.shefl")
+
+
+@pytest.fixture
+def restore_registry(monkeypatch):
+    monkeypatch.setattr(config, "SCHEMA", dict(config.SCHEMA))
+    monkeypatch.setattr(config, "_CROSS_CHECKS", list(config._CROSS_CHECKS))
+    monkeypatch.setattr(methods, "METHODS", dict(methods.METHODS))
+    monkeypatch.setattr(methods, "SCHEMA", config.SCHEMA)
+
+
+def test_a_new_method_is_one_declaration(restore_registry):
+    """What a fourth package's `METHOD` does once listed: its name and keys validate, its entry points resolve."""
+    def check(cfg):
+        if cfg["method"] == "toy" and cfg["toy-k"] > cfg["num-server-rounds"]:
+            raise ConfigError("run-config key 'toy-k' too large")
+
+    spec = MethodSpec(names=("toy",), server="hetfl.baselines.server_app:run",
+                      handlers={"train.toy": "hetfl.baselines.client_app:train"},
+                      keys=(Key("toy-k", int, 1, "toy: k", min=1),), check=check)
+    methods._register(spec)
+    cfg = config.validate({"method": "toy", "toy-k": 2, "num-server-rounds": 3})
+    assert cfg["toy-k"] == 2 and methods.handler_for("toy", "train.toy").__name__ == "train"
+    with pytest.raises(ConfigError, match="toy-k"):
+        config.validate({"method": "toy", "toy-k": 5, "num-server-rounds": 3})
+    with pytest.raises(RuntimeError, match="declared by two packages"):
+        methods._register(MethodSpec(names=("toy",), server="x:y"))
+
+
+IMAGE_DATASETS = [n for n, d in DATASETS.items() if d.kind == "image"]
+
+
+@pytest.mark.parametrize("model", [n for n, s in MODELS.items() if s.kind == "image"])
+def test_model_registry_knows_which_inputs_each_model_runs_on(model):
+    """A pair the registry accepts builds and runs a forward pass; a pair it rejects fails in the forward pass."""
+    for ds in IMAGE_DATASETS:
+        info = DATASETS[ds]
+        why = MODELS[model].unsupported(info.kind, info.shape)
+        try:
+            with torch.no_grad():
+                out = build_model(model, info.num_classes, info.shape, width=0.25).eval()(torch.zeros(2, *info.shape))
+            ran = out.shape == (2, info.num_classes)
+        except (RuntimeError, ValueError):
+            ran = False
+        assert ran == (why is None), (model, ds, why)
+        if why is None:
+            validate({"model": model, "dataset": ds})
+        else:
+            with pytest.raises(ConfigError, match=f"'model' = '{model}' does not fit dataset '{ds}'"):
+                validate({"model": model, "dataset": ds})
+
+
+def test_prunable_models_are_the_ones_with_widths():
+    for name, spec in MODELS.items():
+        if spec.prunable:
+            assert build_model(name, 10, (3, 32, 32), widths=spec.widths) is not None
+        elif spec.builder is not None:
+            with pytest.raises(ValueError, match="per-layer widths"):
+                build_model(name, 10, (3, 32, 32), widths=(8,))
+    with pytest.raises(ConfigError, match="width-prunable"):
+        validate({"method": "adaptivefl", "model": "mobilenetv2", "dataset": "cifar10"})
+
+
+# --- pre-flight: one line, exit 2, nothing started ------------------------------------------------
+
+@pytest.mark.parametrize("args,fragment", [
+    (["configs/quickstart.toml", "--set", "model=vgg16"], "'model' = 'vgg16' does not fit dataset 'fashion_mnist'"),
+    (["configs/quickstart.toml", "--supernodes", "10"], "'min-available-nodes' = 20 exceeds the 10 simulated SuperNodes"),
+    (["configs/quickstart.toml", "--supernodes", "20", "--set", "dataset=cifar10"], "'dataset' = 'cifar10': no local files"),
+    (["configs/quickstart.toml", "--supernodes", "20", "--set", "lr=-1"], "'lr' = -1 is out of range"),
+    (["configs/nope.toml"], "preset 'configs/nope.toml' does not exist"),
+    (["configs/quickstart.toml", "--set", "lr"], "--set expects key=value"),
+])
+def test_launcher_bad_input_is_one_line_and_exit_2_before_anything_starts(args, fragment, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(launch, "superlink", lambda *a, **k: pytest.fail("a SuperLink was started"))
+    assert launch.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err
+
+
+def test_cuda_device_on_a_machine_without_one_fails_preflight(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(launch.PreflightError, match="'device' = 'cuda:1': this machine has 0 CUDA"):
+        launch.preflight({"device": "cuda:1"})
+
+
+def test_debug_shows_the_traceback(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError):
+        launch.main(["configs/quickstart.toml", "--debug", "--set", "model=vgg16"])
+
+
+def test_cluster_submit_checks_before_starting(capsys, monkeypatch):
+    from hetfl import cluster
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(cluster, "local_cluster", lambda *a, **k: pytest.fail("a cluster was started"))
+    assert cluster.main(["--nodes", "2", "--submit", "configs/quickstart.toml", "--set", "dirichlet-alpha=0"]) == 2
+    assert "'dirichlet-alpha' = 0" in capsys.readouterr().err
