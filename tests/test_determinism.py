@@ -5,6 +5,8 @@ random in every run and whose replies come back shuffled, as in Flower's engines
 repeats the check for FedAvg in the real Simulation Engine.
 """
 
+import json
+
 import pytest
 
 from hetfl import launch
@@ -51,13 +53,11 @@ def test_same_seed_same_run_other_seed_other_clients(name, tmp_path, task_identi
 
 @pytest.mark.slow
 def test_simulation_engine_same_seed_same_run(tmp_path):
-    """FedAvg at fraction-train 0.5 in the real Simulation Engine (random node ids, Ray workers in parallel)."""
+    """FedAvg at fraction-train 0.5 in the real Simulation Engine (random node ids, Ray workers in parallel);
+    that another seed samples other clients is shown above (the sampling code is the same)."""
     require_fmnist()
     over = {**BASE, "method": "fedavg", "seed": 5, "local-steps": 5}
     runs = [launch.run(None, {**over, "run-name": n}, num_supernodes=8, results_dir=tmp_path, timeout=600) for n in "ab"]
-    other = launch.run(None, {**over, "seed": 6, "run-name": "c"}, num_supernodes=8, results_dir=tmp_path, timeout=600)
-    import json
-
-    a, b, c = (json.loads((d / "metrics.json").read_text()) for d in (*runs, other))
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in runs)
     assert _rows(a) == _rows(b)
-    assert [r["clients"] for r in a["rounds"][1:]] != [r["clients"] for r in c["rounds"][1:]]
+    assert all(len(r["clients"]) == 4 for r in a["rounds"][1:])

@@ -393,3 +393,22 @@ def test_drop_last_step_counts_through_train():
         torch.manual_seed(0)
         res = train(CNN(10, 1, 28), tiny_data(n), norm, epochs=2, batch_size=16, drop_last=drop)
         assert res.steps == want, (n, drop, res.steps)
+
+
+def test_received_model_reuses_one_structure_and_holds_exactly_the_arrays():
+    from hetfl.common.config import validate
+    from hetfl.common.models import get_state
+    from hetfl.common.task import make_model, model_to_arrays, received_model
+
+    cfg = validate({})
+    a, b = model_to_arrays(make_model(cfg, seed=1)), model_to_arrays(make_model(cfg, seed=2))
+    first = received_model(cfg, a)
+    with torch.no_grad():
+        next(first.parameters()).add_(1.0)  # what local training leaves behind must not leak into the next message
+    second = received_model(cfg, b)
+    assert second is first
+    got = get_state(second)
+    assert set(got) == set(b.keys())
+    for k, v in b.items():
+        np.testing.assert_array_equal(got[k], v.numpy())
+    assert any(not np.array_equal(got[k], a[k].numpy()) for k in got)

@@ -5,13 +5,12 @@ from __future__ import annotations
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.task import (
-    arrays_to_model,
     client_data,
     config_of,
     local_train,
-    make_model,
     model_to_arrays,
     node_partition,
+    received_model,
 )
 
 
@@ -19,7 +18,7 @@ def train(msg: Message, context: Context) -> Message:
     """Train the global model locally; FedProx's `proximal-mu` arrives in the message config."""
     cfg = config_of(context)
     conf = msg.content["config"]
-    model = arrays_to_model(make_model(cfg), msg.content["arrays"])
+    model = received_model(cfg, msg.content["arrays"])
     data = client_data(context, cfg)
     mu = float(conf.get("proximal-mu", 0.0))
     res = local_train(model, data, cfg, int(conf["server-round"]), proximal_mu=mu,

@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
-from hetfl.common.task import arrays_to_model, client_data, config_of, local_train, make_model, node_partition
+from hetfl.common.task import client_data, config_of, local_train, node_partition, received_model
 
 from .core import hpc_partitions
 
@@ -48,7 +48,7 @@ def train(msg: Message, context: Context) -> Message:
     out, losses, secs = ArrayRecord(), [], 0.0
     for m in models:
         arrays = msg.content[f"model.{m}"]
-        model = arrays_to_model(make_model(cfg), arrays)
+        model = received_model(cfg, arrays)
         start = {k: v.numpy() for k, v in arrays.items()}
         layout = StateLayout.of(start)
         res = local_train(model, data, cfg, rnd, steps=steps, seed_offset=pid * 64 + m)
