@@ -49,7 +49,7 @@ test: install data compose-cli
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# ~10 min on 2 cores; run it alone (it times things). BENCH_FLAGS="--only a c" runs a subset.
+# ~20 min on 2 cores; run it alone (it times things). BENCH_FLAGS="--only a c" runs a subset.
 BENCH_FLAGS ?=
 bench: install data
 	$(BIN)/python scripts/bench_round.py $(BENCH_FLAGS)

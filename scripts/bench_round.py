@@ -15,7 +15,7 @@ Both sides use the machine's cores: the simulation runs one ClientApp per core w
 each (Flower's default here), the plain loop runs clients one after the other with torch's
 default threads. Nothing else should run meanwhile.
 
-    python scripts/bench_round.py                 # all four (~10 min on 2 cores)
+    python scripts/bench_round.py                 # all four (~20 min on 2 cores)
     python scripts/bench_round.py --only a c      # a subset
 """
 
