@@ -7,7 +7,8 @@
 
 Writes results/reproduce/<name>/{table.md,table.json,accuracy.png}; each run keeps its own
 results/reproduce/<name>/runs/<preset>-s<seed>/metrics.json. Runs that already finished with
-the same preset values and overrides are not repeated; ``--reuse DIR`` also takes finished runs
+the same preset values and overrides are not repeated, an interrupted one resumes from its
+checkpoint (so a long reproduction can span sessions); ``--reuse DIR`` also takes finished runs
 from DIR/<preset>-s<seed>/metrics.json (e.g. the ones committed under docs/results/<name>/runs).
 """
 
@@ -36,12 +37,23 @@ def label(preset: Path, suffix: str = "") -> str:
     return f"{preset.parent.name}/{preset.stem}{suffix}"
 
 
+_NOT_COMPARED = ("run-name", "results-dir", "resume")
+
+
+def partial(metrics: Path, wanted: dict) -> bool:
+    """A run interrupted after a checkpoint, with the wanted config: it continues (resume) instead of restarting."""
+    if not (metrics.exists() and (metrics.parent / "checkpoint.json").exists()):
+        return False
+    cfg = json.loads(metrics.read_text())["config"]
+    return all(cfg.get(k) == v for k, v in wanted.items() if k not in _NOT_COMPARED)
+
+
 def finished(metrics: Path, wanted: dict | None = None) -> bool:
     """A run whose metrics.json shows all configured rounds (and, if given, the wanted config values)."""
     if not metrics.exists():
         return False
     m = json.loads(metrics.read_text())
-    same = all(m["config"].get(k) == v for k, v in (wanted or {}).items() if k not in ("run-name", "results-dir"))
+    same = all(m["config"].get(k) == v for k, v in (wanted or {}).items() if k not in _NOT_COMPARED)
     return same and m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
 
 
@@ -81,6 +93,8 @@ def main() -> int:
             if not finished(metrics, wanted):
                 if a.table_only:
                     continue
+                if partial(metrics, wanted):  # a run cut off by the end of a session goes on where it stopped
+                    overrides["resume"] = True
                 launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
             results.setdefault(label(preset, suffix), []).append(json.loads(metrics.read_text()))
     rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round | upload MB/round | total client comm. (MB) | s/round | seeds |",
@@ -101,7 +115,8 @@ def main() -> int:
         for name in sorted(runs[0].get("static_aggregators_test_accuracy", {})):
             acc = [100 * r["static_aggregators_test_accuracy"][name] for r in runs]
             upload = [r["phases"]["upload_bytes"] / 1e6 for r in runs]
-            label_ = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "oneshot-fedavg": "one-shot FedAvg"}[name]
+            label_ = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "oneshot-fedavg": "one-shot FedAvg",
+                      "voting": "polychotomous voting"}[name]
             table.append(f"| {lab}: {label_} | {mean_std(acc)} | {mean_std(acc)} | n/a | n/a | {mean_std(upload)} | n/a | {len(runs)} |")
             rows.append({"method": f"{lab}: {label_}", "final": acc, "total_comm_mb": upload})
     # FENS: wall time of one phase-2 round relative to one local epoch of phase 1 (all clients, as the run saw it)

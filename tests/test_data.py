@@ -104,3 +104,50 @@ def test_empty_partitions_load_as_empty_arrays():
     assert empty, [len(p) for p in parts]  # Dirichlet(0.01) over 30 clients leaves some without data
     assert all(p.x.shape == (0, 1, 8, 8) and p.x.dtype == np.uint8 and p.y.shape == (0,) for p in empty)
     assert sum(len(p) for p in parts) == len(D.local_datasetdict("digits")["train"])
+
+
+def _indices(part):
+    part._determine_partition_id_to_indices_if_needed()
+    return {k: list(v) for k, v in part._partition_id_to_indices.items()}
+
+
+@pytest.mark.parametrize("balance", [False, True])
+def test_resampling_dirichlet_equals_flwr_datasets_where_flwr_succeeds(balance):
+    # min size 30 on digits at Dir(0.5) needs a few redraws, within flwr-datasets' 11
+    import warnings
+
+    from flwr_datasets.partitioner import DirichletPartitioner
+
+    train = D.local_datasetdict("digits")["train"].shuffle(seed=42)
+    ours = D.make_partitioner(spec(min_partition_size=30, balance=balance), 0)
+    theirs = DirichletPartitioner(num_partitions=10, partition_by="label", alpha=0.5, min_partition_size=30,
+                                  self_balancing=balance, seed=42)
+    ours.dataset = theirs.dataset = train
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # flwr-datasets warns once per redraw
+        expected = _indices(theirs)
+    assert _indices(ours) == expected
+    assert 1 < ours.draws <= 11  # the case exercises redrawing
+
+
+def test_resampling_dirichlet_fails_with_the_key_when_draws_run_out():
+    s = spec(alpha=0.01, min_partition_size=10, num_partitions=30, max_draws=3)
+    with pytest.raises(ValueError, match="dirichlet-max-draws = 3"):
+        load_partition(s, 0)
+
+
+def test_fens_dirichlet_001_gives_20_non_empty_clients_on_fmnist():
+    # FENS authors: redraw until every client holds >= 10 samples (about 1,000 draws here)
+    require_fmnist()
+    import tomllib
+    from pathlib import Path
+
+    cfg = tomllib.loads((Path(__file__).parents[1] / "configs/fens/fmnist-dir0.01.toml").read_text())
+    s = DataSpec(dataset="fashion_mnist", source="local", partitioner="dirichlet", num_partitions=20,
+                 alpha=cfg["dirichlet-alpha"], min_partition_size=cfg["dirichlet-min-size"],
+                 balance=cfg["dirichlet-balance"], max_draws=cfg["dirichlet-max-draws"])
+    p = D.make_partitioner(s, 0)
+    p.dataset = D.local_datasetdict("fashion_mnist")["train"].shuffle(seed=42)
+    sizes = [len(v) for v in _indices(p).values()]
+    assert cfg["dirichlet-alpha"] == 0.01 and p.draws > 11  # flwr-datasets alone would have given up
+    assert min(sizes) >= 10 and sum(sizes) == 60_000, sizes

@@ -52,18 +52,21 @@ def test_aggregator_shapes_and_average_is_mean_logits():
     M, C, N = 4, 10, 7
     z = torch.randn(N, M, C)
     counts = np.random.default_rng(0).integers(0, 50, (M, C))
+    confusion = np.random.default_rng(1).integers(0, 5, (M, C, C))
     for name in AGGREGATORS:
-        agg = make_aggregator(name, M, C, hidden=40, label_counts=counts)
+        agg = make_aggregator(name, M, C, hidden=40, label_counts=counts, confusion=confusion)
         assert agg(z).shape == (N, C), name
     assert torch.allclose(make_aggregator("average", M, C)(z), z.mean(dim=1), atol=1e-6)
-    # trainable per-class/linear start as averaging
-    assert torch.allclose(make_aggregator("per-class", M, C)(z), z.mean(dim=1), atol=1e-6)
-    assert torch.allclose(make_aggregator("linear", M, C)(z), z.mean(dim=1), atol=1e-6)
+    # aggregator-init = average: trainable per-class/linear start as averaging
+    assert torch.allclose(make_aggregator("per-class", M, C, init="average")(z), z.mean(dim=1), atol=1e-6)
+    assert torch.allclose(make_aggregator("linear", M, C, init="average")(z), z.mean(dim=1), atol=1e-6)
     w = label_count_weights(np.array([[3, 0, 0], [1, 0, 2]]))
     assert np.allclose(w, [[0.75, 0.5, 0.0], [0.25, 0.5, 1.0]])  # nobody holds class 1: uniform
     with pytest.raises(ValueError, match="label counts"):
         make_aggregator("weighted-average", M, C)
     assert sum(p.numel() for p in make_aggregator("nn", 20, 10, 40).parameters()) == 200 * 40 + 40 + 40 * 10 + 10
+    # hidden 0 = 2 x models (the authors' d = 2)
+    assert make_aggregator("nn", 7, 10, 0).net[0].out_features == 14
 
 
 def test_cached_logits_equal_recomputed():
@@ -96,7 +99,7 @@ def test_fens_nn_aggregator_beats_averaging_on_non_iid_fmnist(tmp_path):
     one_fp32 = ph["upload_bytes"] / 8
     assert ph["ensemble_download_bytes"] <= 0.27 * 8 * 8 * one_fp32  # 8 clients x 8 INT8 models
     agg_rounds = [r for r in m["rounds"] if r["round"] > 0]
-    n_params = 8 * 10 * 40 + 40 + 40 * 10 + 10
+    n_params = 8 * 10 * 16 + 16 + 16 * 10 + 10  # hidden 2 x 8 models
     for r in agg_rounds:
         assert r["bytes_down"] <= 8 * (4 * n_params + 4096) < 8 * 8 * n_params  # float32 aggregator, not float64
     assert launch.process_tree({launch.LAST_SESSION}) == []

@@ -12,7 +12,7 @@ from typing import Any
 from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedProx
+from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedProx, adam_options
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import NodeDirectory, discover_nodes
 from hetfl.common.results import RunRecorder
@@ -52,7 +52,7 @@ def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: 
     if cfg["method"] == "fedprox":
         strategy = SeededFedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
     elif cfg["method"] == "fedadam":
-        strategy = SeededFedAdam(eta=cfg["server-lr"], eta_l=cfg["lr"], **kwargs)
+        strategy = SeededFedAdam(eta=cfg["server-lr"], eta_l=cfg["lr"], **adam_options(cfg), **kwargs)
     else:
         strategy = SeededFedAvg(**kwargs)
     return strategy.bind(directory, cfg["seed"], cfg["round-timeout"])

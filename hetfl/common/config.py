@@ -129,9 +129,13 @@ register_keys(
     Key("partitioner", str, "dirichlet", "how the train split is divided among clients", choices=("iid", "dirichlet", "shards")),
     Key("dirichlet-alpha", float, 0.6, "Dirichlet concentration (smaller = more label skew)", min=0.0, min_inclusive=False),
     Key("dirichlet-min-size", int, 10, "minimum samples per Dirichlet partition", min=0),
+    Key("dirichlet-balance", bool, False, "Dirichlet: stop giving a client more classes once it holds N/clients samples (FENS authors)"),
+    Key("dirichlet-max-draws", int, 11, "Dirichlet: redraw up to this many times until every client has dirichlet-min-size (11 = flwr-datasets)", min=1),
     Key("shards-per-client", int, 4, "pathological split: shards per client (400 shards for 100 clients)", min=1),
     Key("partition-seed", int, 42, "seed of the dataset shuffle and the partitioner", min=0),
     Key("max-test-samples", int, 0, "evaluate on the first N test samples (0 = all)", min=0),
+    Key("eval-split", str, "all", "report accuracy on the whole test split, or on its second half (first half = validation, FENS)",
+        choices=("all", "test-half")),
     # model
     Key("model", str, "cnn", "model architecture", choices=tuple(MODELS)),
     Key("width", float, 1.0, "width multiplier of the model", min=0.0, max=4.0, min_inclusive=False),

@@ -269,6 +269,8 @@ class DataSpec:
     num_partitions: int = 10
     alpha: float = 0.6
     min_partition_size: int = 10
+    balance: bool = False
+    max_draws: int = 11
     shards_per_client: int = 4
     seed: int = 42
 
@@ -278,29 +280,98 @@ class DataSpec:
             dataset=cfg["dataset"], source=cfg["data-source"], data_dir=cfg["data-dir"],
             partitioner=cfg["partitioner"], num_partitions=int(num_partitions),
             alpha=cfg["dirichlet-alpha"], min_partition_size=cfg["dirichlet-min-size"],
+            balance=cfg["dirichlet-balance"], max_draws=cfg["dirichlet-max-draws"],
             shards_per_client=cfg["shards-per-client"], seed=cfg["partition-seed"],
         )
 
     def key(self) -> str:
         d = {k: v for k, v in self.__dict__.items() if k != "source"}  # hub and local give the same rows
         if self.partitioner != "dirichlet":
-            d.pop("alpha"), d.pop("min_partition_size")
+            d.pop("alpha"), d.pop("min_partition_size"), d.pop("balance"), d.pop("max_draws")
         if self.partitioner != "shards":
             d.pop("shards_per_client")
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _resampling_dirichlet():
+    """Build the class lazily: flwr-datasets is imported only when a partition is made."""
+    from flwr_datasets.partitioner import DirichletPartitioner
+
+    class ResamplingDirichletPartitioner(DirichletPartitioner):
+        """Dirichlet(alpha) by class that redraws until every partition holds ``min_partition_size``.
+
+        flwr-datasets' :class:`DirichletPartitioner` gives up after 11 draws; the FENS authors
+        redraw without limit (about 1,000 draws for Dir(0.01) on 20 clients): docs/readings.md#fens-partitions.
+        Within the parent's 11 draws the partitions are the parent's, index for index.
+
+        Parameters
+        ----------
+        max_draws : int
+            Give up (``ValueError`` naming the key) after this many draws; 11 is flwr-datasets' limit.
+        **kwargs
+            Passed to :class:`DirichletPartitioner`.
+        """
+
+        def __init__(self, *, max_draws: int = 11, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.max_draws = max(int(max_draws), 1)
+            self.draws = 0
+
+        def _determine_partition_id_to_indices_if_needed(self) -> None:
+            # The parent's algorithm and random stream (one Dirichlet per class, balancing,
+            # redraw, final shuffle), but a draw is judged on counts, so 1,000 draws take seconds.
+            if self._partition_id_to_indices_determined:
+                return
+            targets = np.asarray(self.dataset[self._partition_by])
+            self._unique_classes = sorted(self.dataset.unique(self._partition_by))
+            members = [np.nonzero(targets == k)[0] for k in self._unique_classes]
+            n = self._num_partitions
+            self._avg_num_of_samples_per_partition = avg = self.dataset.num_rows / n
+            for draw in range(1, self.max_draws + 1):
+                counts = np.zeros(n, np.int64)
+                cuts = []
+                for idx in members:
+                    prop = self._rng.dirichlet(self._alpha)
+                    if self._self_balancing:
+                        prop = np.where(counts > avg, 0.0, prop)
+                        prop = prop / prop.sum()
+                    cut = (np.cumsum(prop) * len(idx)).astype(int)[:-1]
+                    cuts.append(cut)
+                    counts += np.diff(np.concatenate(([0], cut, [len(idx)])))
+                if counts.min() >= self._min_partition_size:
+                    break
+            else:
+                raise ValueError(
+                    f"dirichlet-max-draws = {self.max_draws}: no Dirichlet({self._alpha[0]:g}) draw gave every one of "
+                    f"{n} partitions >= {self._min_partition_size} samples (dirichlet-min-size); "
+                    "raise dirichlet-max-draws or alpha, or lower dirichlet-min-size"
+                )
+            self.draws = draw
+            parts: dict[int, list[int]] = {p: [] for p in range(n)}
+            for idx, cut in zip(members, cuts):
+                for p, chunk in enumerate(np.split(idx, cut)):
+                    parts[p].extend(chunk.tolist())
+            if self._shuffle:
+                for indices in parts.values():
+                    self._rng.shuffle(indices)
+            self._partition_id_to_indices = parts
+            self._partition_id_to_indices_determined = True
+
+    return ResamplingDirichletPartitioner
+
+
 def make_partitioner(spec: DataSpec, num_train: int):
     """The flwr-datasets partitioner for a spec (IID, Dirichlet(alpha), pathological shards)."""
-    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, ShardPartitioner
+    from flwr_datasets.partitioner import IidPartitioner, ShardPartitioner
 
     label = DATASETS[spec.dataset].label_col
     if spec.partitioner == "iid":
         return IidPartitioner(num_partitions=spec.num_partitions)
     if spec.partitioner == "dirichlet":
-        return DirichletPartitioner(
+        return _resampling_dirichlet()(
             num_partitions=spec.num_partitions, partition_by=label, alpha=spec.alpha,
-            min_partition_size=spec.min_partition_size, self_balancing=False, seed=spec.seed,
+            min_partition_size=spec.min_partition_size, self_balancing=spec.balance, seed=spec.seed,
+            max_draws=spec.max_draws,
         )
     if spec.partitioner == "shards":
         # McMahan et al.: num_partitions * shards_per_client equal shards of label-sorted data

@@ -81,7 +81,7 @@ class ResNet(nn.Module):
 
     def __init__(self, blocks: tuple[int, ...], planes: tuple[int, ...], num_classes: int = 10,
                  in_channels: int = 3, width: float = 1.0, norm: Callable[[int], nn.Module] = nn.BatchNorm2d,
-                 widths: tuple[int, ...] | None = None) -> None:
+                 widths: tuple[int, ...] | None = None, pool: int = 1) -> None:
         super().__init__()
         # hidden layers: the stem, then one width per basic block (its conv1, conv2 and shortcut)
         full = [planes[0]] + [p for n, p in zip(blocks, planes, strict=True) for _ in range(n)]
@@ -101,8 +101,10 @@ class ResNet(nn.Module):
                 in_planes, k = w[k], k + 1
             layers.append(nn.Sequential(*stage))
         self.layers = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(in_planes, num_classes)
+        # pool = 2: FedKD's avg_pool2d(4) on the 8x8 map of a 32x32 input, flattened channel-major
+        # (so a width-sliced model's head is still a leading slice of the full head)
+        self.pool = nn.AdaptiveAvgPool2d(pool)
+        self.fc = nn.Linear(in_planes * pool * pool, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layers(self.relu(self.bn1(self.conv1(x))))
@@ -110,8 +112,9 @@ class ResNet(nn.Module):
 
 
 def resnet8(num_classes: int = 10, in_channels: int = 3, width: float = 1.0, **kw) -> ResNet:
-    """ResNet-8 as in FENS (3 stages of one basic block, 64-128-256 channels)."""
-    return ResNet((1, 1, 1), (64, 128, 256), num_classes, in_channels, width, **kw)
+    """ResNet-8 as FENS uses it (FedKD's): 3 stages of one basic block, 128-256-512 channels, a 2x2
+    average-pooled 2048-wide head; 4.9 M parameters on CIFAR-10 (docs/readings.md#fens-resnet8)."""
+    return ResNet((1, 1, 1), (128, 256, 512), num_classes, in_channels, width, pool=2, **kw)
 
 
 def resnet18(num_classes: int = 10, in_channels: int = 3, width: float = 1.0, **kw) -> ResNet:
@@ -214,17 +217,17 @@ def _resnet_widths(blocks: tuple[int, ...], planes: tuple[int, ...]) -> tuple[in
     return (planes[0],) + tuple(p for n, p in zip(blocks, planes, strict=True) for _ in range(n))
 
 
-_RESNETS = {"resnet8": ((1, 1, 1), (64, 128, 256)), "resnet18": ((2, 2, 2, 2), (64, 128, 256, 512)),
-            "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512))}
+_RESNETS = {"resnet8": ((1, 1, 1), (128, 256, 512), 2), "resnet18": ((2, 2, 2, 2), (64, 128, 256, 512), 1),
+            "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512), 1)}  # blocks, planes, pooled grid
 
 
-def _resnet_builder(blocks: tuple[int, ...], planes: tuple[int, ...]) -> Callable[..., nn.Module]:
-    return lambda nc, c, h, width, **kw: ResNet(blocks, planes, nc, c, width, **kw)
+def _resnet_builder(blocks: tuple[int, ...], planes: tuple[int, ...], pool: int) -> Callable[..., nn.Module]:
+    return lambda nc, c, h, width, **kw: ResNet(blocks, planes, nc, c, width, pool=pool, **kw)
 
 
 MODELS: dict[str, ModelSpec] = {
     "cnn": ModelSpec(lambda nc, c, h, width, **kw: CNN(nc, c, h, width, **kw), widths=(32, 64, 512, 128), min_size=4),
-    **{name: ModelSpec(_resnet_builder(*arch), widths=_resnet_widths(*arch), min_size=1) for name, arch in _RESNETS.items()},
+    **{name: ModelSpec(_resnet_builder(*arch), widths=_resnet_widths(*arch[:2]), min_size=1) for name, arch in _RESNETS.items()},
     "vgg16": ModelSpec(lambda nc, c, h, width, **kw: vgg16(nc, c, width, image_size=h, **kw),
                        widths=tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096), min_size=32),
     "mobilenetv2": ModelSpec(lambda nc, c, h, width: mobilenetv2(nc, c, width), min_size=1),

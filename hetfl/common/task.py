@@ -143,11 +143,25 @@ def client_data(context: Context, cfg: dict[str, Any]) -> ArrayData:
     return model_inputs(load_partition(DataSpec.from_config(cfg, n), pid, cfg["cache-dir"]), cfg)
 
 
-def test_data(cfg: dict[str, Any]) -> ArrayData:
-    """The centralized test split (optionally truncated by max-test-samples; tokenized for text)."""
+def eval_splits(cfg: dict[str, Any]) -> tuple[ArrayData | None, ArrayData]:
+    """(validation, test) from the centralized test split (truncated by max-test-samples; tokenized for text).
+
+    ``eval-split = "test-half"`` (FENS Sec. 3.1): the first half is validation, accuracy is
+    reported on the second half; ``"all"``: no validation, the whole split is the test set.
+    Every method of one comparison uses the same key, so they are scored on the same images.
+    """
     data = load_test(cfg["dataset"], cfg["data-source"], cfg["data-dir"], cfg["cache-dir"], cfg["partition-seed"])
     m = cfg["max-test-samples"]
-    return model_inputs(ArrayData(data.x[:m], data.y[:m]) if m else data, cfg)
+    data = model_inputs(ArrayData(data.x[:m], data.y[:m]) if m else data, cfg)
+    if cfg["eval-split"] == "all":
+        return None, data
+    half = len(data) // 2
+    return ArrayData(data.x[:half], data.y[:half]), ArrayData(data.x[half:], data.y[half:])
+
+
+def test_data(cfg: dict[str, Any]) -> ArrayData:
+    """The set accuracy is reported on (run-config ``eval-split``; see :func:`eval_splits`)."""
+    return eval_splits(cfg)[1]
 
 
 def round_lr(cfg: dict[str, Any], server_round: int) -> float:

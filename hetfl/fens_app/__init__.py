@@ -2,7 +2,7 @@
 
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS
+from .keys import KEYS, check
 
 LOCAL = "train.fens_local"  # phase 1: one-shot local training and upload
 LOGITS = "train.fens_logits"  # the (INT8) ensemble download; clients cache its logits
@@ -17,4 +17,5 @@ METHOD = MethodSpec(
         AGGREGATOR: "hetfl.fens_app.client_app:train_aggregator",
     },
     keys=KEYS,
+    check=check,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
@@ -10,7 +11,7 @@ from hetfl.common.data import ArrayData, label_histogram
 from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes, unpack_models
 from hetfl.common.train import Normalizer, train
 
-from .aggregators import make_aggregator
+from .aggregators import confusion_counts, make_aggregator
 from .core import build_members, ensemble_logits, split_indices, subset
 
 OWN, CACHE = "fens-own-model", "fens-logits"
@@ -27,8 +28,12 @@ def local(msg: Message, context: Context) -> Message:
     """Phase 1: train the local model to completion on the 90% split; upload it once with label counts."""
     cfg = config_of(context)
     local_data, _ = _splits(context, cfg)
-    model = make_model(cfg)  # the seeded initial model: identical on every client, no download
-    res = local_train(model, local_data, cfg, server_round=1, seed_offset=node_partition(context)[0])
+    pid = node_partition(context)[0]
+    if "arrays" in msg.content:  # the common initial model from the server
+        model = arrays_to_model(make_model(cfg), msg.content["arrays"])
+    else:  # fens-diff-init: this client's own random start (authors' diff_init)
+        model = make_model(cfg, seed=cfg["seed"] * 1_000_003 + 7 * pid + 1)
+    res = local_train(model, local_data, cfg, server_round=1, seed_offset=pid)
     arrays = model_to_arrays(model)
     context.state[OWN] = arrays
     counts = label_histogram(local_data.y, num_classes(cfg)).tolist()
@@ -38,12 +43,15 @@ def local(msg: Message, context: Context) -> Message:
 
 
 def logits(msg: Message, context: Context) -> Message:
-    """Receive the (INT8) ensemble, compute its logits on the 10% split once and cache them in the node state."""
+    """Receive the (INT8) ensemble, compute its logits on the 10% split once and cache them in the node state.
+
+    Replies with the confusion counts of this client's own member on the 10% split (for voting).
+    """
     cfg = config_of(context)
     conf = msg.content["config"]
     M, own = int(conf["num-models"]), int(conf["own-index"])
     states = unpack_models(msg.content["ensemble"], M)
-    if own >= 0 and not states[own]:  # not sent: use the local copy, quantized like the others
+    if own >= 0 and not states[own]:  # not sent (fens-exclude-own): use the local copy, quantized like the others
         st = {k: v.numpy() for k, v in context.state[OWN].items()}
         states[own] = quantize_state(st) if bool(conf["quantized"]) else st
     models = build_members(cfg, states, bool(conf["quantized"]))
@@ -51,7 +59,10 @@ def logits(msg: Message, context: Context) -> Message:
     torch.set_num_threads(cfg["client-threads"])
     z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]), **compute_options(cfg))
     context.state[CACHE] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
-    return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(agg_data)})}), reply_to=msg)
+    C = num_classes(cfg)
+    counts = confusion_counts(z[:, own], agg_data.y, C) if own >= 0 else np.zeros((C, C), np.int64)
+    return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(agg_data), "own-index": own}),
+                               "confusion": ArrayRecord({"counts": Array(counts)})}), reply_to=msg)
 
 
 def train_aggregator(msg: Message, context: Context) -> Message:
@@ -65,5 +76,7 @@ def train_aggregator(msg: Message, context: Context) -> Message:
     res = train(agg, data, torch.as_tensor, steps=cfg["agg-local-steps"], batch_size=cfg["agg-batch-size"],
                 lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_partition(context)[0],
                 device=client_device(cfg))  # the aggregator stays fp32 (docs/training.md)
-    metrics = MetricRecord({"num-examples": len(data), "train_loss": res.loss})
+    # the authors weight a client by the samples it saw this round: min(n_i, batch x steps) (docs/readings.md#fens-phase2)
+    seen = len(data) if cfg["adam-update"] == "flower" else min(len(data), cfg["agg-batch-size"] * cfg["agg-local-steps"])
+    metrics = MetricRecord({"num-examples": seen, "train_loss": res.loss})
     return Message(RecordDict({"arrays": model_to_arrays(agg), "metrics": metrics}), reply_to=msg)

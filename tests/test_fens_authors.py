@@ -1,0 +1,167 @@
+"""FENS as the authors run it: their FedAdam step, aggregator starts, voting, ResNet-8, resume and reuse.
+
+docs/readings.md#fens
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from hetfl.baselines.strategy import SeededFedAdam, adam_server_step
+from hetfl.common.config import ConfigError, validate
+from hetfl.common.models import build_model, count_parameters
+from hetfl.common.rounds import CHECKPOINT, load_checkpoint
+from hetfl.fens_app.aggregators import competencies, confusion_counts, make_aggregator
+
+from .conftest import require_fmnist
+from .inprocess import run_in_process
+
+
+def test_adam_server_step_hand_worked():
+    x, m, v = np.array([1.0]), np.array([0.1]), np.array([0.04])
+    # authors: no bias correction, x + eta m / (sqrt v + tau) = 1 + 0.5 * 0.1 / (0.2 + 0.05)
+    assert np.allclose(adam_server_step(x, m, v, 0.5, 0.05, 0.9, 0.99), 1.2)
+    # Flower: eta_t = eta sqrt(1 - b2^(t+1)) / (1 - b1^(t+1)); t = 1: 0.5 * sqrt(1 - 0.99^2) / (1 - 0.9^2)
+    eta_t = 0.5 * np.sqrt(1 - 0.99**2) / (1 - 0.9**2)
+    assert np.allclose(adam_server_step(x, m, v, 0.5, 0.05, 0.9, 0.99, server_round=1), 1 + eta_t * 0.1 / 0.25)
+    assert not np.allclose(eta_t, 0.5)  # the two updates differ
+
+
+def _reply(arrays: dict, n: int) -> Message:
+    content = RecordDict({"arrays": ArrayRecord({k: Array(np.asarray(v, np.float32)) for k, v in arrays.items()}),
+                          "metrics": MetricRecord({"num-examples": n})})
+    msg = Message(content, dst_node_id=1, message_type="train")
+    return Message(content, reply_to=msg)
+
+
+@pytest.mark.parametrize("update", ["authors", "flower"])
+def test_fedadam_strategy_applies_the_chosen_step_with_weighted_deltas(update, task_identity):
+    x0 = {"w": np.array([0.0, 1.0], np.float32)}
+    s = SeededFedAdam(eta=0.1, eta_l=1.0, beta_1=0.9, beta_2=0.99, tau=1e-3, bias_correction=update == "flower")
+    s.current_arrays = {k: v.copy() for k, v in x0.items()}
+    s._reference = {"w": (2,)}  # what configure_train records for the reply validator
+    replies = [_reply({"w": [1.0, 1.0]}, 3), _reply({"w": [0.0, 3.0]}, 1)]  # weighted mean [0.75, 1.5]
+    out, _ = s.aggregate_train(1, replies)
+    delta = np.array([0.75, 0.5])
+    m, v = 0.1 * delta, 0.01 * delta**2
+    expected = adam_server_step(x0["w"], m, v, 0.1, 1e-3, 0.9, 0.99, None if update == "authors" else 1)
+    assert np.allclose(out["w"].numpy(), expected, atol=1e-6)
+    assert out["w"].numpy().dtype == np.float32
+
+
+def test_aggregator_starts_like_the_authors():
+    M, C = 20, 10
+    pc = make_aggregator("per-class", M, C, seed=1)
+    bound = (6 / (M + C)) ** 0.5  # Xavier on an (M, C) matrix
+    w = pc.weight.detach()
+    assert w.abs().max() <= bound and w.std() > bound / 3  # spread over the whole range, not 1/M
+    assert torch.equal(w, make_aggregator("per-class", M, C, seed=1).weight.detach())  # seeded
+    assert not torch.equal(w, make_aggregator("per-class", M, C, seed=2).weight.detach())
+    lin = make_aggregator("linear", M, C, seed=1)
+    assert lin.weight.abs().max() <= (6 / (M + 1)) ** 0.5 and lin.bias.item() == 1.0
+    z = torch.randn(4, M, C)
+    assert torch.allclose(lin(z), torch.einsum("nmc,m->nc", z, lin.weight) + 1.0)
+
+
+def test_voting_hand_made_case():
+    # 3 classes, 2 clients. Client 0 confuses classes 0 and 1 (predicts 0 for both); client 1 tells them apart
+    # but never saw class 2.
+    conf0 = np.array([[10, 0, 0], [10, 0, 0], [0, 0, 10]])
+    conf1 = np.array([[9, 1, 0], [1, 9, 0], [0, 0, 0]])
+    comp = competencies(np.stack([conf0, conf1]))
+    assert np.allclose(comp[0], [[1, 0, 0], [1, 0, 0], [0, 0, 1]])
+    assert np.allclose(comp[1], [[0.9, 0.1, 0], [0.1, 0.9, 0], [0.5, 0.5, 0]])  # unseen class: 1/(seen classes)
+    agg = make_aggregator("voting", 2, 3, confusion=np.stack([conf0, conf1]))
+
+    def logits(*preds):  # member i predicts preds[i]
+        z = torch.full((1, 2, 3), -5.0)
+        for i, p in enumerate(preds):
+            z[0, i, p] = 5.0
+        return z
+
+    # client 0 says 0, client 1 says 1: P(0,1 | 0) = 1 * 0.1, P(0,1 | 1) = 1 * 0.9, P(0,1 | 2) = 0 -> class 1
+    assert agg(logits(0, 1)).argmax().item() == 1
+    assert agg(logits(0, 0)).argmax().item() == 0  # 0.9 vs 0.1
+    # client 0 says 2 (competent there), client 1 says 0: P(.|0) = 0, P(.|1) = 0, P(.|2) = 1 * 0.5 -> class 2
+    assert agg(logits(2, 0)).argmax().item() == 2
+    assert np.array_equal(confusion_counts(np.array([[0.0, 2.0], [3.0, 1.0]]), np.array([1, 1]), 2), [[0, 0], [1, 1]])
+
+
+def test_resnet8_is_fedkd_network():
+    m = build_model("resnet8", 10, (3, 32, 32))
+    assert 4.85e6 < count_parameters(m) < 4.95e6  # 128-256-512 channels, 2048-wide head
+    assert m.fc.in_features == 2048 and m.conv1.out_channels == 128
+
+
+def test_train_aggregator_weights_by_samples_seen(task_identity):
+    from hetfl.fens_app.client_app import CACHE, train_aggregator
+
+    for update, expected in (("authors", 32), ("flower", 100)):
+        cfg = validate({"method": "fens", "dataset": "digits", "agg-batch-size": 32, "agg-local-steps": 1, "adam-update": update})
+        ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(),
+                      run_config=cfg)
+        rng = np.random.default_rng(0)
+        ctx.state[CACHE] = ArrayRecord({"z": Array(rng.normal(size=(100, 3, 10)).astype(np.float32)),
+                                        "y": Array(rng.integers(0, 10, 100))})
+        agg = make_aggregator("nn", 3, 10, seed=0)
+        msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v.detach().numpy()) for k, v in agg.state_dict().items()}),
+                                  "config": ConfigRecord({"server-round": 1})}), dst_node_id=1, message_type="train")
+        out = train_aggregator(msg, ctx)
+        assert out.content["metrics"]["num-examples"] == expected, update  # authors: min(n_i, batch x steps)
+
+
+FENS = {"method": "fens", "dataset": "fashion_mnist", "data-source": "local", "partitioner": "dirichlet",
+        "dirichlet-alpha": 0.3, "min-available-nodes": 4, "fraction-train": 1.0, "local-steps": 4, "local-epochs": 1,
+        "batch-size": 16, "max-test-samples": 400, "eval-split": "test-half", "num-server-rounds": 4,
+        "fens-local-fraction": 0.9, "agg-server-lr": 0.01}
+
+
+def test_resume_continues_phase2_on_the_same_ensemble(tmp_path, task_identity):
+    """Stop after aggregator round 2, resume: the same rows as an uninterrupted run, and phase 1 never runs again."""
+    require_fmnist()
+    full = run_in_process(FENS, 4, tmp_path, "full")
+    run_in_process({**FENS, "stop-after-round": 2}, 4, tmp_path, "part")
+    # a resumed run that trained phase 1 again would fail: local training is switched off here
+    import hetfl.fens_app.client_app as fc
+
+    calls = []
+    real = fc.local_train
+    fc.local_train = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        part = run_in_process({**FENS, "resume": True}, 4, tmp_path, "part")
+    finally:
+        fc.local_train = real
+    assert calls == []
+    rows = lambda m: [(r["round"], r["accuracy"], r["loss"], r["bytes_down"], r["bytes_up"]) for r in m["rounds"]]  # noqa: E731
+    assert rows(part) == rows(full)
+    assert part["resume_download_bytes"] > 0  # the ensemble was sent again, outside the aggregator rounds
+    a, b = (load_checkpoint(tmp_path / n / CHECKPOINT) for n in ("full", "part"))
+    for k in a["arrays"]:
+        assert np.array_equal(a["arrays"][k], b["arrays"][k]), k
+
+
+def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_identity):
+    require_fmnist()
+    first = run_in_process({**FENS, "num-server-rounds": 1}, 4, tmp_path, "first")
+    second = run_in_process({**FENS, "aggregator": "per-class", "fens-reuse": str(tmp_path / "first")}, 4, tmp_path, "second")
+    assert second["phase1_reused_from"].endswith("ensemble.json")
+    assert second["static_aggregators_test_accuracy"] == first["static_aggregators_test_accuracy"]  # same models
+    assert second["phases"]["upload_bytes"] == first["phases"]["upload_bytes"]  # the training run's measured bytes
+    assert second["config"]["aggregator"] == "per-class" and len(second["rounds"]) == 5
+    with pytest.raises(ConfigError, match="fens-reuse"):
+        validate({"method": "fens", "fens-reuse": str(tmp_path / "nowhere")})
+
+
+def test_phase1_sends_the_initial_model_unless_diff_init(tmp_path, task_identity):
+    require_fmnist()
+    common = run_in_process({**FENS, "num-server-rounds": 1, "aggregator": "average"}, 4, tmp_path, "common")
+    diff = run_in_process({**FENS, "num-server-rounds": 1, "aggregator": "average", "fens-diff-init": True}, 4, tmp_path, "diff")
+    model_bytes = common["phases"]["upload_bytes"] / 4
+    assert common["phases"]["phase1_request_bytes"] > 4 * 0.99 * model_bytes  # counted: 4 initial downloads
+    assert diff["phases"]["phase1_request_bytes"] < 0.01 * model_bytes
+    assert common["rounds"][0]["bytes_down"] - diff["rounds"][0]["bytes_down"] == pytest.approx(
+        common["phases"]["phase1_request_bytes"] - diff["phases"]["phase1_request_bytes"])
+    json.dumps(diff)
