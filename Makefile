@@ -74,16 +74,23 @@ reproduce-shefl: install data
 		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml \
 		--set num-server-rounds=$(ROUNDS) $(EXTRA)
 
-# FENS comparison on FMNIST (20 clients, Dir 0.01/0.05/0.1): FENS (NN aggregator) with FedENS, weighted averaging
-# and one-shot FedAvg evaluated on the same local models, and iterative FedAdam; 3 seeds each. ~5.5 min per FENS run
-# on 2 CPU cores. FedAdam runs FEDADAM_ROUNDS rounds (~1.6 min each): the default 4 costs about as much client
-# communication as a whole FENS run (1.10 GB vs 0.98 GB); FEDADAM_ROUNDS=50 is the preset's full budget (~80 min per run).
-FEDADAM_ROUNDS ?= 4
+# FENS comparison on FMNIST (20 clients, Dir 0.01/0.05/0.1 drawn as the authors do): FENS (NN aggregator, 500 rounds)
+# with FedENS, weighted averaging, voting and one-shot FedAvg on the same local models, 3 seeds; then the aggregator
+# sweep on seed 0's ensemble; then iterative FedAdam (authors' update, 50 rounds x 2 local epochs, full participation)
+# for FEDADAM_SEEDS. Long: ~10 min per FENS run, ~1.5-2 h per FedAdam run on 2 CPU cores. A reproduction cut off by the
+# end of a session resumes its unfinished run from the last checkpoint when started again.
+FEDADAM_SEEDS ?= 0
 reproduce-fens: install data
 	for a in 0.01 0.05 0.1; do \
 	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 $(REPRO_FLAGS) \
-	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml@num-server-rounds=$(FEDADAM_ROUNDS) \
-	    --set $(EXTRA) || exit 1; \
+	    --presets configs/fens/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
+	  $(BIN)/python -m hetfl.fens_app.sweep results/reproduce/fens-fmnist-dir$$a/runs/fens-fmnist-dir$$a-s0 || exit 1; \
+	done
+	for a in 0.01 0.05 0.1; do \
+	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(FEDADAM_SEEDS) --supernodes 20 $(REPRO_FLAGS) \
+	    --presets configs/fedadam/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
+	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 --table-only \
+	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
 	done
 
 # AdaptiveFL comparison on FMNIST (CNN, 100 clients, 10% per round, 4:3:3 devices), Dir(0.6) and Dir(0.3), 3 seeds:

@@ -1,55 +1,5 @@
-"""Run a whole method in one process: the real ServerApp and ClientApp code over an in-process Grid.
+"""The in-process grid lives in the package (the FENS sweep uses it too); tests import it from here."""
 
-Like Flower's engines, every "run" gives its nodes fresh random node ids and returns replies in
-an arbitrary (here: shuffled) order, so a test can show that results depend on the seed only.
-Messages are handed over as objects (no network), which keeps a 2-round run of any method at a
-few seconds; byte counts still come from the real serialization (MeteredGrid).
-"""
+from hetfl.inprocess import InProcessGrid, run_in_process
 
-from __future__ import annotations
-
-import json
-import random
-from pathlib import Path
-from typing import Any
-
-from flwr.app import Context, Message, RecordDict
-
-from hetfl.client_app import dispatch, node_query
-from hetfl.common.registry import NODE_QUERY
-
-
-class InProcessGrid:
-    """`num_nodes` nodes with partitions 0..n-1 behind random node ids; shuffled replies."""
-
-    def __init__(self, run_config: dict[str, Any], num_nodes: int) -> None:
-        self._rng = random.Random()  # unseeded on purpose: node ids and reply order differ in every run
-        ids = self._rng.sample(range(1, 1 << 62), num_nodes)
-        self.contexts = {
-            nid: Context(run_id=1, node_id=nid, node_config={"partition-id": i, "num-partitions": num_nodes},
-                         state=RecordDict(), run_config=dict(run_config))
-            for i, nid in enumerate(ids)
-        }
-
-    def get_node_ids(self) -> list[int]:
-        ids = list(self.contexts)
-        self._rng.shuffle(ids)
-        return ids
-
-    def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
-        replies = []
-        for m in messages:
-            handler = node_query if m.metadata.message_type == NODE_QUERY else dispatch
-            replies.append(handler(m, self.contexts[m.metadata.dst_node_id]))
-        self._rng.shuffle(replies)
-        return replies
-
-
-def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path, run_name: str) -> dict[str, Any]:
-    """Run the ServerApp's main on an :class:`InProcessGrid`; return the run's metrics.json."""
-    from hetfl.server_app import main
-
-    run_config = {**run_config, "results-dir": str(results_dir), "run-name": run_name}
-    grid = InProcessGrid(run_config, num_nodes)
-    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
-    return json.loads((results_dir / run_name / "metrics.json").read_text())
+__all__ = ["InProcessGrid", "run_in_process"]

@@ -153,6 +153,16 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
     assert second["config"]["aggregator"] == "per-class" and len(second["rounds"]) == 5
     with pytest.raises(ConfigError, match="fens-reuse"):
         validate({"method": "fens", "fens-reuse": str(tmp_path / "nowhere")})
+    # the sweep command: other aggregators on the same ensemble, one table
+    from hetfl.fens_app.sweep import main as sweep_main
+
+    assert sweep_main([str(tmp_path / "first"), "--aggregators", "linear", "nn", "--set", "num-server-rounds=2"]) == 0
+    rows = json.loads((tmp_path / "first" / "sweep" / "table.json").read_text())
+    assert [r["aggregator"] for r in rows[:2]] == ["linear", "nn"] and all(r["rounds"] == 2 for r in rows[:2])
+    assert {r["aggregator"] for r in rows[2:]} >= {"FedENS (averaging)", "polychotomous voting"}
+    statics = {r["aggregator"]: r["final"] for r in rows[2:]}
+    assert statics["FedENS (averaging)"] == first["static_aggregators_test_accuracy"]["average"]
+    assert sweep_main([str(tmp_path / "first"), "--set", "agg-server-lr=-1"]) == 2  # one line, nothing runs
 
 
 def test_phase1_sends_the_initial_model_unless_diff_init(tmp_path, task_identity):
