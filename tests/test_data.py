@@ -113,14 +113,14 @@ def _indices(part):
 
 @pytest.mark.parametrize("balance", [False, True])
 def test_resampling_dirichlet_equals_flwr_datasets_where_flwr_succeeds(balance):
-    # min size 30 on digits at Dir(0.5) needs a few redraws, within flwr-datasets' 11
+    # min size 60 on digits at Dir(0.5) needs 3 draws, within flwr-datasets' 11
     import warnings
 
     from flwr_datasets.partitioner import DirichletPartitioner
 
     train = D.local_datasetdict("digits")["train"].shuffle(seed=42)
-    ours = D.make_partitioner(spec(min_partition_size=30, balance=balance), 0)
-    theirs = DirichletPartitioner(num_partitions=10, partition_by="label", alpha=0.5, min_partition_size=30,
+    ours = D.make_partitioner(spec(min_partition_size=60, balance=balance), 0)
+    theirs = DirichletPartitioner(num_partitions=10, partition_by="label", alpha=0.5, min_partition_size=60,
                                   self_balancing=balance, seed=42)
     ours.dataset = theirs.dataset = train
     with warnings.catch_warnings():

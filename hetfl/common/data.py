@@ -334,7 +334,7 @@ def _resampling_dirichlet():
                     prop = self._rng.dirichlet(self._alpha)
                     if self._self_balancing:
                         prop = np.where(counts > avg, 0.0, prop)
-                        prop = prop / prop.sum()
+                        prop = prop / sum(prop.tolist())  # the parent's left-to-right sum, bit for bit
                     cut = (np.cumsum(prop) * len(idx)).astype(int)[:-1]
                     cuts.append(cut)
                     counts += np.diff(np.concatenate(([0], cut, [len(idx)])))
