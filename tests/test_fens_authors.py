@@ -157,7 +157,7 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
     from hetfl.fens_app.sweep import main as sweep_main
 
     assert sweep_main([str(tmp_path / "first"), "--aggregators", "linear", "nn", "--set", "num-server-rounds=2"]) == 0
-    rows = json.loads((tmp_path / "first" / "sweep" / "table.json").read_text())
+    rows = json.loads((tmp_path / "first" / "sweep" / "table-num-server-rounds2.json").read_text())
     assert [r["aggregator"] for r in rows[:2]] == ["linear", "nn"] and all(r["rounds"] == 2 for r in rows[:2])
     assert {r["aggregator"] for r in rows[2:]} >= {"FedENS (averaging)", "polychotomous voting"}
     statics = {r["aggregator"]: r["final"] for r in rows[2:]}

@@ -6,7 +6,7 @@ Every trainable aggregator is trained by a whole FENS run with ``fens-reuse`` po
 ensemble that ``<fens-run>`` saved (its ``ensemble.json``): the same ServerApp and ClientApp code,
 on the in-process grid (:mod:`hetfl.inprocess`: no Simulation Engine, real serialization and byte
 counts). The static aggregators (averaging, weighted averaging, polychotomous voting) and one-shot
-FedAvg come out of every run. Prints one table and writes it to ``<fens-run>/sweep/table.md``
+FedAvg come out of every run. Prints one table and writes it to ``<fens-run>/sweep/table[-<overrides>].md``
 (docs/readings.md#fens-artifacts).
 """
 
@@ -76,10 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = table(rows, str(a.run_dir))
+    overrides = launch.parse_set(a.set)
+    text = table(rows, str(a.run_dir) + "".join(f", {k} = {v}" for k, v in overrides.items()))
+    stem = "table" + "".join(f"-{k}{v}" for k, v in overrides.items())  # one table per phase-2 setting
     (a.run_dir / "sweep").mkdir(exist_ok=True)
-    (a.run_dir / "sweep" / "table.md").write_text(text)
-    (a.run_dir / "sweep" / "table.json").write_text(json.dumps(rows, indent=2))
+    (a.run_dir / "sweep" / f"{stem}.md").write_text(text)
+    (a.run_dir / "sweep" / f"{stem}.json").write_text(json.dumps(rows, indent=2))
     print(text)
     return 0
 
