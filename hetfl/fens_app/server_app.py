@@ -16,7 +16,6 @@ phases 1-2 (its bytes are the initial download, the upload and the ensemble down
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -49,11 +48,12 @@ ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
 def _phase1(grid: MeteredGrid, directory: NodeDirectory, nodes: list[int], cfg: dict[str, Any]) -> Ensemble:
     """One-shot local training: send the initial model, collect every client's trained model once."""
     t0 = time.perf_counter()
+    init = make_model(cfg)
+    expected = {k: tuple(v.shape) for k, v in get_state(init).items()}
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
     if not cfg["fens-diff-init"]:  # the common initial model travels (and is counted); diff-init: built on the client
-        content["arrays"] = model_to_arrays(make_model(cfg))
+        content["arrays"] = model_to_arrays(init)
     raw = grid.send_and_receive([Message(content, message_type=LOCAL, dst_node_id=n) for n in nodes], timeout=cfg["round-timeout"])
-    expected = {k: tuple(v.shape) for k, v in get_state(make_model(cfg)).items()}
 
     def check(r: Message) -> tuple[dict[str, np.ndarray], float]:  # a diverged model would make every prediction NaN
         return check_arrays(r.content["arrays"], expected), check_weight(r.content["metrics"]["num-examples"])
@@ -92,15 +92,6 @@ def _ensemble_source(cfg: dict[str, Any], run_dir: Path) -> Path | None:
     return None
 
 
-def _digest(states: list[dict[str, np.ndarray]]) -> str:
-    h = hashlib.sha1()
-    for st in states:
-        for k in sorted(st):
-            h.update(k.encode())
-            h.update(np.ascontiguousarray(st[k]).tobytes())
-    return h.hexdigest()[:16]
-
-
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FENS end to end and return the summary."""
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
@@ -112,29 +103,26 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     if source is None:
         ens = _phase1(grid, directory, nodes, cfg)
         write_checkpoint(recorder.run_dir / ENSEMBLE, ens.to_state(), label="ensemble")
-        phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]})
-        phase1.add(discovery)
     else:
         ens = Ensemble.from_state(read_checkpoint(source))
         if source.resolve() != (recorder.run_dir / ENSEMBLE).resolve():
             write_checkpoint(recorder.run_dir / ENSEMBLE, ens.to_state(), label="ensemble")  # this run resumes from its own copy
         log.info("FENS: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", len(ens.states), source)
         recorder.extra["phase1_reused_from"] = str(source)
-        # the measured phase-1 traffic of the run that trained it, so totals stay comparable
-        phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
+    # round 0 carries discovery and phase 1 as measured by the run that trained the ensemble
+    # (this run, or the one a reused ensemble comes from, so totals stay comparable)
+    phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     M, C = len(ens.states), num_classes(cfg)
     node_of = {directory.client_of(n): n for n in nodes}
     members = [node_of.get(c) for c in ens.client_ids]  # node ids of the members in this run (None: gone)
     # ---- ensemble download (INT8), logit caching and confusion matrices -----------------------
     sent = [quantize_state(s) for s in ens.states] if cfg["fens-quantize"] else ens.states
     ens_models = build_members(cfg, sent, cfg["fens-quantize"])
-    digest = _digest(sent)
     msgs = []
     for n in nodes:
         own = members.index(n) if n in members else -1
         rec = pack_models(sent, skip=own if cfg["fens-exclude-own"] and own >= 0 else None)
-        conf = ConfigRecord({"num-models": M, "own-index": own, "exclude-own": cfg["fens-exclude-own"],
-                             "quantized": cfg["fens-quantize"], "ensemble-digest": digest})
+        conf = ConfigRecord({"num-models": M, "own-index": own, "quantized": cfg["fens-quantize"]})
         msgs.append(Message(RecordDict({"ensemble": rec, "config": conf}), message_type=LOGITS, dst_node_id=n))
     ready = [r for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]) if not r.has_error()]
     download = grid.take()
