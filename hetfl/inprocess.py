@@ -10,8 +10,10 @@ cheap aggregator rounds would otherwise be dominated by the Simulation Engine's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,19 @@ from flwr.app import Context, Message, RecordDict
 
 from hetfl.client_app import dispatch, node_query
 from hetfl.common.registry import NODE_QUERY
+
+
+@contextlib.contextmanager
+def task_identity() -> Iterator[None]:
+    """Flower 1.41 Messages need a run/node identity in the creating process (the engines set it); restored after."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    try:
+        yield
+    finally:
+        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = old
 
 
 class InProcessGrid:
@@ -49,17 +64,10 @@ class InProcessGrid:
 
 def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path, run_name: str) -> dict[str, Any]:
     """Run the ServerApp's main on an :class:`InProcessGrid`; return the run's metrics.json."""
-    from flwr.supercore.task_identity import TaskIdentity
-
     from hetfl.server_app import main
 
     run_config = {**run_config, "results-dir": str(results_dir), "run-name": run_name}
     grid = InProcessGrid(run_config, num_nodes)
-    # Flower 1.41 Messages need a run/node identity in the creating process (the engines set it)
-    old = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    try:
+    with task_identity():
         main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
-    finally:
-        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = old
     return json.loads((results_dir / run_name / "metrics.json").read_text())

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl import launch  # noqa: E402
+from hetfl.fens_app.aggregators import STATIC_LABELS  # noqa: E402
 
 
 def split_preset(spec: str) -> tuple[Path, dict, str]:
@@ -40,12 +41,16 @@ def label(preset: Path, suffix: str = "") -> str:
 _NOT_COMPARED = ("run-name", "results-dir", "resume")
 
 
+def _same(m: dict, wanted: dict | None) -> bool:
+    """Whether a run's metrics.json was made with the wanted config values."""
+    return all(m["config"].get(k) == v for k, v in (wanted or {}).items() if k not in _NOT_COMPARED)
+
+
 def partial(metrics: Path, wanted: dict) -> bool:
     """A run interrupted after a checkpoint, with the wanted config: it continues (resume) instead of restarting."""
     if not (metrics.exists() and (metrics.parent / "checkpoint.json").exists()):
         return False
-    cfg = json.loads(metrics.read_text())["config"]
-    return all(cfg.get(k) == v for k, v in wanted.items() if k not in _NOT_COMPARED)
+    return _same(json.loads(metrics.read_text()), wanted)
 
 
 def finished(metrics: Path, wanted: dict | None = None) -> bool:
@@ -53,8 +58,7 @@ def finished(metrics: Path, wanted: dict | None = None) -> bool:
     if not metrics.exists():
         return False
     m = json.loads(metrics.read_text())
-    same = all(m["config"].get(k) == v for k, v in (wanted or {}).items() if k not in _NOT_COMPARED)
-    return same and m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
+    return _same(m, wanted) and m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
 
 
 def mean_std(xs: list[float]) -> str:
@@ -115,8 +119,7 @@ def main() -> int:
         for name in sorted(runs[0].get("static_aggregators_test_accuracy", {})):
             acc = [100 * r["static_aggregators_test_accuracy"][name] for r in runs]
             upload = [r["phases"]["upload_bytes"] / 1e6 for r in runs]
-            label_ = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "oneshot-fedavg": "one-shot FedAvg",
-                      "voting": "polychotomous voting"}[name]
+            label_ = STATIC_LABELS[name]
             table.append(f"| {lab}: {label_} | {mean_std(acc)} | {mean_std(acc)} | n/a | n/a | {mean_std(upload)} | n/a | {len(runs)} |")
             rows.append({"method": f"{lab}: {label_}", "final": acc, "total_comm_mb": upload})
     # FENS: wall time of one phase-2 round relative to one local epoch of phase 1 (all clients, as the run saw it)

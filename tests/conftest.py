@@ -20,12 +20,10 @@ def _private_cache(tmp_path_factory):
 @pytest.fixture
 def task_identity():
     """Flower 1.41 Messages need a run/node identity in the creating process."""
-    from flwr.supercore.task_identity import TaskIdentity
+    from hetfl.inprocess import task_identity as identity
 
-    old = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = old
+    with identity():
+        yield
 
 
 def require_fmnist() -> None:

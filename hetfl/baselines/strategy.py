@@ -29,7 +29,18 @@ def adam_options(cfg: dict) -> dict:
             "bias_correction": cfg["adam-update"] == "flower"}
 
 
-class FedAdamF32(FedAdam):
+class FedOptState:
+    """Checkpoint state of Flower's FedOpt family (FedAdam, FedYogi): the moments and the current model."""
+
+    def state_dict(self) -> dict:
+        """Moments m_t, v_t and the current model (for checkpoints)."""
+        return {"m_t": self.m_t, "v_t": self.v_t, "current": self.current_arrays}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]
+
+
+class FedAdamF32(FedOptState, FedAdam):
     """Flower's FedAdam (Reddi et al. 2021) that keeps the parameters' dtype, with or without bias correction.
 
     Flower 1.41's FedAdam multiplies float32 arrays by a NumPy float64 scalar, which NumPy 2
@@ -68,13 +79,6 @@ class FedAdamF32(FedAdam):
             arrays = ArrayRecord({k: Array(np.asarray(v.numpy(), dtype=dtypes.get(k))) for k, v in arrays.items()})
         return arrays, metrics
 
-    def state_dict(self) -> dict:
-        """Adam moments and the current model (for checkpoints)."""
-        return {"m_t": self.m_t, "v_t": self.v_t, "current": self.current_arrays}
-
-    def load_state_dict(self, st: dict) -> None:
-        self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]
-
 
 class SeededFedAvg(SeededSampling):
     """Flower's FedAvg (McMahan et al. 2017) with seeded sampling by client id and validated replies."""
@@ -88,11 +92,5 @@ class SeededFedAdam(FedAdamF32, SeededSampling):
     """Flower's FedAdam (Reddi et al. 2021), dtype-preserving, with seeded sampling by client id."""
 
 
-class SeededFedYogi(FedYogi, SeededSampling):
+class SeededFedYogi(FedOptState, FedYogi, SeededSampling):
     """Flower's FedYogi (Reddi et al. 2021) with seeded sampling by client id (a FENS phase-2 option)."""
-
-    def state_dict(self) -> dict:
-        return {"m_t": self.m_t, "v_t": self.v_t, "current": self.current_arrays}
-
-    def load_state_dict(self, st: dict) -> None:
-        self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]

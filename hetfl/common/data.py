@@ -285,9 +285,10 @@ class DataSpec:
         )
 
     def key(self) -> str:
-        d = {k: v for k, v in self.__dict__.items() if k != "source"}  # hub and local give the same rows
+        # hub and local give the same rows; a draw that succeeds is the same under any max_draws
+        d = {k: v for k, v in self.__dict__.items() if k not in ("source", "max_draws")}
         if self.partitioner != "dirichlet":
-            d.pop("alpha"), d.pop("min_partition_size"), d.pop("balance"), d.pop("max_draws")
+            d.pop("alpha"), d.pop("min_partition_size"), d.pop("balance")
         if self.partitioner != "shards":
             d.pop("shards_per_client")
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

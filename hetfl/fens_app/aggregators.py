@@ -15,6 +15,8 @@ from torch import nn
 
 AGGREGATORS = ("nn", "per-class", "linear", "average", "weighted-average", "voting")
 STATIC = ("average", "weighted-average", "voting")
+STATIC_LABELS = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "voting": "polychotomous voting",
+                 "oneshot-fedavg": "one-shot FedAvg"}  # names in tables of what every FENS run scores on its ensemble
 INITS = ("xavier", "average")
 
 
@@ -48,12 +50,6 @@ class NNAggregator(Aggregator):
         return self.net(z.flatten(1))
 
 
-def _xavier(shape: tuple[int, ...], fan_in: int, fan_out: int, generator: torch.Generator | None) -> torch.Tensor:
-    """Xavier-uniform U(+-sqrt(6 / (fan_in + fan_out))) with torch's fans for the authors' parameter shapes."""
-    bound = (6.0 / (fan_in + fan_out)) ** 0.5
-    return torch.empty(shape).uniform_(-bound, bound, generator=generator)
-
-
 class PerClassAggregator(Aggregator):
     """f = sum_i lambda_i (elementwise) z_i, lambda in R^{M x C} (B.4).
 
@@ -63,7 +59,7 @@ class PerClassAggregator(Aggregator):
 
     def __init__(self, num_models: int, num_classes: int, init: str = "xavier", generator: torch.Generator | None = None) -> None:
         super().__init__(num_models, num_classes)
-        w = _xavier((num_models, num_classes), num_classes, num_models, generator) if init == "xavier" \
+        w = nn.init.xavier_uniform_(torch.empty(num_models, num_classes), generator=generator) if init == "xavier" \
             else torch.full((num_models, num_classes), 1.0 / num_models)
         self.weight = nn.Parameter(w)
 
@@ -81,8 +77,9 @@ class LinearAggregator(Aggregator):
     def __init__(self, num_models: int, num_classes: int, init: str = "xavier", generator: torch.Generator | None = None) -> None:
         super().__init__(num_models, num_classes)
         xavier = init == "xavier"
-        self.weight = nn.Parameter(_xavier((num_models,), num_models, 1, generator) if xavier
-                                   else torch.full((num_models,), 1.0 / num_models))
+        # Xavier on the authors' (1, M, 1) shape (its fans: M in, 1 out), kept as (M,)
+        self.weight = nn.Parameter(nn.init.xavier_uniform_(torch.empty(1, num_models, 1), generator=generator).view(num_models)
+                                   if xavier else torch.full((num_models,), 1.0 / num_models))
         self.bias = nn.Parameter(torch.ones(1) if xavier else torch.zeros(1))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

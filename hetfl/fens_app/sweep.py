@@ -18,11 +18,9 @@ import sys
 from pathlib import Path
 
 from hetfl.common.config import ConfigError, validate
-from hetfl.fens_app.aggregators import AGGREGATORS, STATIC
+from hetfl.fens_app.aggregators import AGGREGATORS, STATIC, STATIC_LABELS
 
 TRAINABLE = tuple(a for a in AGGREGATORS if a not in STATIC)
-STATIC_LABELS = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging (label counts)",
-                 "voting": "polychotomous voting", "oneshot-fedavg": "one-shot FedAvg (weight average)"}
 
 
 def sweep(run_dir: Path, aggregators: list[str], overrides: dict, nodes: int | None = None) -> list[dict]:
