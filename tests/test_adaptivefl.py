@@ -7,16 +7,17 @@ import json
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from .conftest import require_fmnist
 from hetfl import launch
 from hetfl.adaptivefl_app import core
 from hetfl.adaptivefl_app.core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state
-from hetfl.adaptivefl_app.strategy import AdaptiveFL
+from hetfl.adaptivefl_app.strategy import LEVELS, AdaptiveFL
 from hetfl.adaptivefl_app.task import pool_of
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.models import build_model, get_state, set_state
+from hetfl.common.task import pack_models, unpack_models
 
 CNN = ("cnn", 10, (1, 28, 28))
 ADAPTIVE_FL = {"method": "adaptivefl", "dataset": "fashion_mnist", "model": "cnn"}
@@ -38,7 +39,24 @@ def test_vgg16_pool_matches_table1():
     assert [e.name for e in pool.entries] == ["S3", "S2", "S1", "M3", "M2", "M1", "L1"]
 
 
-@pytest.mark.parametrize("model,shape", [("cnn", (1, 28, 28)), ("resnet18", (3, 32, 32)), ("vgg16", (3, 32, 32))])
+# parameter counts of the authors' own models (models/vgg.py vgg_16_bn(10, False, 1, I, r) and models/resnet.py
+# ResNet18_cifar(slim_idx, scale)), measured by building them; S3 .. L1
+AUTHORS_SIZES = {
+    ("vgg16", (1, 28, 28)): [2661580, 3477472, 5391538, 6675937, 7246705, 8651125, 14921674],
+    ("resnet18-afl", (3, 32, 32)): [2102535, 2627906, 4629290, 5129201, 5497657, 6915161, 11378186],
+}
+
+
+@pytest.mark.parametrize("model,shape", list(AUTHORS_SIZES))
+def test_pools_match_the_authors_models(model, shape):
+    pool = SubmodelPool(model, 10, shape, batch_stats=True)
+    assert [e.size for e in pool.entries] == AUTHORS_SIZES[model, shape]
+    with torch.no_grad():  # and the smallest member runs on that input
+        assert pool.build(0).eval()(torch.zeros(2, *shape)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("model,shape", [("cnn", (1, 28, 28)), ("resnet18", (3, 32, 32)), ("vgg16", (3, 32, 32)),
+                                         ("vgg16", (1, 28, 28)), ("resnet18-afl", (3, 32, 32))])
 def test_sizes_strictly_increase_along_pool(model, shape):
     pool = SubmodelPool(model, 10, shape)
     sizes = [e.size for e in pool.entries]
@@ -118,24 +136,26 @@ def test_fit_picks_the_largest_contained_model_that_fits(cnn_pool):
 
 def test_client_prunes_to_its_capacity_and_server_learns_only_from_the_reply(task_identity):
     require_fmnist()
-    run_config = {**ADAPTIVE_FL, "data-source": "local", "local-steps": 2, "batch-size": 8}
+    run_config = {**ADAPTIVE_FL, "data-source": "local", "local-steps": 2, "batch-size": 8, "device-capacity": "fixed"}
     cfg = validate(run_config)
     pool = pool_of(cfg)
     full = get_state(build_model("cnn", 10, (1, 28, 28)))
-    msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in full.items()}),
-                              "config": ConfigRecord({"server-round": 1, "pool-index": pool.largest, "slot": 0, "prune": True})}),
+    m2 = pool.index("M2")
+    jobs = [pool.largest, m2]  # two jobs in one message (as Decoupled sends): each is fitted on its own
+    msg = Message(RecordDict({"arrays": pack_models([full, slice_state(full, pool.shapes(m2))]),
+                              "config": ConfigRecord({"server-round": 1, "pool-index": jobs, "slot": [0, 0], "prune": True})}),
                   message_type="train.adaptivefl", dst_node_id=1)
     from hetfl.adaptivefl_app import client_app
 
-    for capacity, want in (("weak", "S1"), ("medium", "M1"), ("strong", "L1"), (str(pool.entries[0].size - 1), None)):
+    for capacity, want in (("weak", ("S1", "S2")), ("medium", ("M1", "M2")), ("strong", ("L1", "M2")),
+                           (str(pool.entries[0].size - 1), (None, None))):
         ctx = Context(1, 1, {"partition-id": 0, "num-partitions": 10, "capacity": capacity}, RecordDict(), run_config)
         reply = client_app.train(msg, ctx)
-        m = reply.content["metrics"]
-        if want is None:
-            assert m["trained"] == 0 and len(reply.content["arrays"]) == 0
-        else:
-            assert pool[int(m["pool-index"])].name == want
-            assert {k: tuple(v.shape) for k, v in reply.content["arrays"].items()} == pool.shapes(pool.index(want))
+        backs = [None if b == -1 else pool[b].name for b in reply.content["metrics"]["pool-index"]]
+        assert backs == list(want), capacity
+        got = unpack_models(reply.content["arrays"], 2)
+        for state, name in zip(got, want):
+            assert {k: v.shape for k, v in state.items()} == ({} if name is None else pool.shapes(pool.index(name)))
 
 
 # --- RL tables and selection (Alg. 1 lines 12-26, Sec. 3.3) ----------------------------------
@@ -147,8 +167,11 @@ def test_table_update_when_trained_as_sent():
     Tc, Tr = core.init_tables(2, 3)
     core.update_tables(Tc, Tr, 1, sent=4, back=4, p=3, type_of=P3_TYPES)  # M2 trained as M2
     assert Tc[:, 1].tolist() == [1, 3, 1]  # type M counted for sent and back
-    assert Tr[:, 1].tolist() == [1, 1, 1, 1, 2, 2, 2 + 2]  # +1 from M2 up to L1, L1 += p - 1
+    assert Tr[:, 1].tolist() == [1, 1, 1, 1, 2, 2, 2]  # +1 from M2 up to L1; no bonus below L1
     assert Tr[:, 0].tolist() == [1] * 7 and Tc[:, 0].tolist() == [1, 1, 1]
+    core.update_tables(Tc, Tr, 1, sent=6, back=6, p=3, type_of=P3_TYPES)  # L1 trained as L1: +1, then +p
+    assert Tr[:, 1].tolist() == [1, 1, 1, 1, 2, 2, 2 + 1 + 3]
+    assert Tc[:, 1].tolist() == [1, 3, 3]
 
 
 def test_table_update_when_pruned():
@@ -165,15 +188,19 @@ def test_table_update_when_pruned():
 
 def test_rewards_by_hand():
     Tc, Tr = core.init_tables(1, 3)
-    # all ones: S numerator 7 + 6 + 5, M 4 + 3 + 2, L 1; denominator p * 7 = 21
-    assert core.resource_reward(Tr, 0, 3, P3_TYPES)[0] == pytest.approx(18 / 21)
-    assert core.resource_reward(Tr, 4, 3, P3_TYPES)[0] == pytest.approx(9 / 21)
-    assert core.resource_reward(Tr, 6, 3, P3_TYPES)[0] == pytest.approx(1 / 21)
-    Tc[1, 0] = 4
-    assert core.rewards(Tc, Tr, 4, 3, P3_TYPES)[0] == pytest.approx(min(0.5, 9 / 21) / 2)
-    assert core.rewards(Tc, Tr, 0, 3, P3_TYPES)[0] == pytest.approx(0.5)  # capped at 0.5, Tc[S] = 1
-    assert core.rewards(Tc, Tr, 4, 3, P3_TYPES, "curiosity")[0] == pytest.approx(0.5)
-    assert core.rewards(Tc, Tr, 4, 3, P3_TYPES, "resource")[0] == pytest.approx(9 / 21)
+    # all ones: S numerator 7 + 6 + 5, M 4 + 3 + 2 over 3 * 7 = 21; L has one member: 1 / 7
+    assert core.resource_reward(Tr, 0, P3_TYPES)[0] == pytest.approx(18 / 21)
+    assert core.resource_reward(Tr, 4, P3_TYPES)[0] == pytest.approx(9 / 21)
+    assert core.resource_reward(Tr, 6, P3_TYPES)[0] == pytest.approx(1 / 7)
+    Tr[:, 0] = [0, 1, 2, 3, 4, 5, 6]  # total 21; S: (21 + 21 + 20) / 63, M: (18 + 15 + 11) / 63, L: 6 / 21
+    assert core.resource_reward(Tr, 1, P3_TYPES)[0] == pytest.approx(62 / 63)
+    assert core.resource_reward(Tr, 3, P3_TYPES)[0] == pytest.approx(44 / 63)
+    assert core.resource_reward(Tr, 6, P3_TYPES)[0] == pytest.approx(6 / 21)
+    Tc[:, 0] = [1, 4, 9]
+    assert core.rewards(Tc, Tr, 6, P3_TYPES)[0] == pytest.approx((6 / 21) / 3)
+    assert core.rewards(Tc, Tr, 4, P3_TYPES)[0] == pytest.approx(0.5 / 2)  # R_s capped at 0.5, R_c = 1/sqrt(4)
+    assert core.rewards(Tc, Tr, 4, P3_TYPES, "curiosity")[0] == pytest.approx(0.5)
+    assert core.rewards(Tc, Tr, 4, P3_TYPES, "resource")[0] == pytest.approx(44 / 63)  # +S: uncapped, no R_c
 
 
 def test_selection_probabilities_sum_to_one_and_skip_zero_rewards():
@@ -189,11 +216,123 @@ def test_selector_never_picks_zero_reward_or_repeats(cnn_pool):
     L1 = cnn_pool.largest
     for n in (11, 12):  # weak devices: L1 came back as S1 -> no resource score for L1 left
         sel.update(n, L1, cnn_pool.index("S1"))
-    assert core.rewards(sel.Tc, sel.Tr, L1, sel.p, sel.type_of)[:2].tolist() == [0.0, 0.0]
+    assert core.rewards(sel.Tc, sel.Tr, L1, sel.type_of)[:2].tolist() == [0.0, 0.0]
     picks = [sel.select(L1, nodes) for _ in range(300)]
     assert set(picks) == {13, 14}
     assert sel.select(L1, nodes, chosen=[13, 14]) is None  # only zero-reward clients left
     assert sel.select(0, nodes, chosen=[11, 12, 13]) == 14  # a client is chosen at most once per round
+
+
+# --- devices (Sec. 4.1: the authors' uncertain environment) -------------------------------------
+
+VGG = ("vgg16", 10, (3, 32, 32))
+
+
+def test_gaussian_devices_are_the_authors_numbers_scaled_to_the_pool():
+    vgg = SubmodelPool(*VGG)
+    caps = core.tier_capacities(vgg)
+    authors = {"weak": (8, 1, 6, 11), "medium": (16, 1, 13, 19), "strong": (35, 2, 25, 40)}  # millions, VGG16
+    for tier, numbers in authors.items():  # VGG16's own pool gives back the authors' numbers
+        got = (caps[tier].loc, caps[tier].scale, caps[tier].low, caps[tier].high)
+        assert [g / 1e6 for g in got] == pytest.approx(numbers, rel=2e-3), tier
+    fixed = core.tier_capacities(vgg, "fixed")
+    rng = np.random.default_rng(0)
+    assert [fixed[t].draw(rng) for t in core.TIERS] == [vgg[vgg.index(n)].size for n in ("S1", "M1", "L1")]
+
+
+def test_no_draw_lets_a_tier_train_a_larger_type(cnn_pool):
+    caps = core.tier_capacities(cnn_pool)
+    smallest_m = min(e.size for e in cnn_pool.entries if e.type == "M")
+    # the authors' weak limit scaled to the CNN (11 / 8.39 x S1 = 0.92M) would reach M2 (0.76M): capped below it
+    assert 11 / 8.39 * cnn_pool[cnn_pool.index("S1")].size > smallest_m > caps["weak"].high
+    assert caps["medium"].high < cnn_pool[cnn_pool.largest].size
+    for tier, top in (("weak", "S"), ("medium", "M"), ("strong", "L")):
+        draws = [core.request_capacity(caps[tier], 0, r, 7) for r in range(2000)]
+        assert caps[tier].low <= min(draws) and max(draws) <= caps[tier].high
+        types = {cnn_pool[cnn_pool.fit(cnn_pool.largest, d)].type for d in draws}
+        assert max(types, key=core.TYPES.index) == top, (tier, types)  # never above its type, and it does reach it
+    assert types == {"M", "L"}  # a strong device sometimes affords only M1 (its draw fell below L1)
+    c = caps["medium"]
+    assert core.request_capacity(c, 0, 3, 7) == core.request_capacity(c, 0, 3, 7)
+    assert len({core.request_capacity(c, 0, 3, 7, j) for j in range(3)}) == 3  # a new draw at every request
+
+
+def _simulate(pool, mode, rounds=300, seed=0):
+    """Alg. 1 against simulated uncertain devices, without training: (waste rate, share of L1 sent to strong devices)."""
+    tiers = core.assign_tiers(100, (4, 3, 3), seed)
+    caps = core.tier_capacities(pool)
+    sel = ClientSelector(pool, "random" if mode == "greed" else mode, seed)
+    rng = np.random.default_rng(seed)
+    sent, back, l1 = [], [], []
+    for r in range(rounds):
+        chosen = []
+        for _ in range(10):
+            m = pool.largest if mode == "greed" else int(rng.integers(len(pool)))
+            c = sel.select(m, range(100), chosen)
+            chosen.append(c)
+            b = pool.fit(m, core.request_capacity(caps[tiers[c]], seed, r, c))
+            sel.update(c, m, b)
+            sent.append(pool[m].size)
+            back.append(0 if b is None else pool[b].size)
+            if m == pool.largest:
+                l1.append(tiers[c] == "strong")
+    return core.waste_rate(sent, back), float(np.mean(l1))
+
+
+@pytest.mark.parametrize("pool_args", [VGG, CNN], ids=["vgg16", "cnn"])
+def test_rl_selection_wastes_less_than_random_and_sends_l1_to_strong_devices(pool_args):
+    pool = SubmodelPool(*pool_args)
+    rl, rand, greed, s = (_simulate(pool, mode) for mode in ("rl", "random", "greed", "resource"))
+    assert rl[0] < 0.7 * rand[0] and rand[0] < greed[0], (rl, rand, greed)  # measured: 0.17-0.18 / 0.30-0.33 / 0.48-0.52
+    assert s[0] < 0.7 * rand[0]
+    assert rl[1] > 0.55 and rand[1] < 0.45, (rl, rand)  # 30% of the devices are strong; RL: 65-68% of L1 go there
+
+
+# --- sampling plans of the baselines (docs/readings.md#adaptivefl-baselines) ---------------------
+
+def _planner(variant, tiers):
+    cfg = validate({**ADAPTIVE_FL, "adaptivefl-variant": variant, "fraction-train": 0.1})
+    return AdaptiveFL(cfg, pool_of(cfg), clients={n: n for n in range(100)}, tiers=tiers)
+
+
+def test_sampling_plans_of_the_baselines():
+    tiers = dict(enumerate(core.assign_tiers(100, (4, 3, 3), 0)))
+    rank = {n: core.TIERS.index(t) for n, t in tiers.items()}  # 0 weak: S1, 1 medium: up to M1, 2 strong: up to L1
+    nodes = list(range(100))
+    dec, repeated = _planner("decoupled", tiers), 0
+    for _ in range(50):  # each model its own 10 affordable clients; the draws are independent
+        plan = dec.plan(nodes)
+        for slot, level in enumerate(LEVELS):
+            got = [(c, m) for c, s, m in plan if s == slot]
+            assert len(got) == len({c for c, _ in got}) == 10
+            assert all(rank[c] >= slot and m == dec.pool.index(level) for c, m in got)
+        repeated += len(plan) - len({c for c, _, _ in plan})
+    assert repeated > 0  # some client trained two models in one round
+    het, levels = _planner("heterofl", tiers), []
+    for _ in range(300):  # a uniform level, then a client that affords it
+        plan = het.plan(nodes)
+        assert len({c for c, _, _ in plan}) == 10 and {s for _, s, _ in plan} == {0}
+        for c, _, m in plan:
+            level = LEVELS.index(het.pool[m].name)
+            assert level <= rank[c]
+            levels.append(level)
+    assert np.bincount(levels) / len(levels) == pytest.approx([1 / 3] * 3, abs=0.04)
+    large = _planner("all-large", tiers).plan(nodes)
+    assert len({c for c, _, _ in large}) == 10 and {m for _, _, m in large} == {len(pool_of(validate(ADAPTIVE_FL))) - 1}
+    afl = _planner("adaptivefl", None).plan(nodes)
+    assert len({c for c, _, _ in afl}) == 10
+
+
+def test_batchnorm_uses_batch_statistics_unless_asked():
+    cifar = {**ADAPTIVE_FL, "model": "resnet18", "dataset": "cifar10"}
+    pool = pool_of(validate(cifar))
+    assert not any("running" in k or "num_batches" in k for k in pool.shapes(pool.largest))
+    running = pool_of(validate({**cifar, "adaptivefl-bn": "running"}))
+    assert any("running_mean" in k for k in running.shapes(running.largest))
+    model = pool.build(0).eval()  # evaluation also normalises by the batch's own statistics
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        assert not torch.allclose(model(x)[:1], model(torch.cat([x[:1], 5 * x[1:]]))[:1])
 
 
 # --- strategy ---------------------------------------------------------------------------------
@@ -203,9 +342,9 @@ def _reply(task_identity_node, content):
     return Message(content, reply_to=msg)
 
 
-def _content(state, index, n=10, trained=1):
-    return RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in state.items()}),
-                       "metrics": MetricRecord({"trained": trained, "num-examples": n, "pool-index": index, "train_loss": 0.1})})
+def _content(state, index, n=10):
+    return RecordDict({"arrays": pack_models([state]),
+                       "metrics": MetricRecord({"num-examples": n, "pool-index": [index], "train_loss": 0.1})})
 
 
 def test_strategy_rejects_malformed_updates(task_identity, cnn_pool):
@@ -213,7 +352,8 @@ def test_strategy_rejects_malformed_updates(task_identity, cnn_pool):
     full = get_state(build_model(*CNN))
     m1 = cnn_pool.index("M1")
     good = slice_state(full, cnn_pool.shapes(m1))
-    assert strat.check_reply(_reply(1, _content(good, m1)), cnn_pool.largest)[0] == m1
+    assert strat.check_reply(_reply(1, _content(good, m1)), [cnn_pool.largest])[0] == [m1]
+    assert strat.check_reply(_reply(1, _content({}, -1)), [cnn_pool.largest])[0] == [None]  # nothing fit
     bad_shape = {**good, "classifier.1.bias": np.zeros(3, np.float32)}
     nan = {k: v.copy() for k, v in good.items()}
     nan["classifier.1.weight"][0, 0] = np.nan
@@ -223,9 +363,12 @@ def test_strategy_rejects_malformed_updates(task_identity, cnn_pool):
         (_content(good, m1), cnn_pool.index("M2"), "not a submodel"),  # bigger than what was sent
         (_content(good, 99), cnn_pool.largest, "out of range"),
         (_content({k: v for k, v in good.items() if k != "classifier.1.bias"}, m1), cnn_pool.largest, "keys"),
+        (_content(good, -1), cnn_pool.largest, "keys"),  # "nothing fit" with arrays attached
     ):
         with pytest.raises(ValueError, match=match):
-            strat.check_reply(_reply(1, content), sent)
+            strat.check_reply(_reply(1, content), [sent])
+    with pytest.raises(ValueError, match="2 jobs"):
+        strat.check_reply(_reply(1, _content(good, m1)), [cnn_pool.largest, m1])
 
 
 def test_invalid_adaptivefl_config_names_the_key():

@@ -128,7 +128,7 @@ def test_prunable_models_are_the_ones_with_widths():
 # --- pre-flight: one line, exit 2, nothing started ------------------------------------------------
 
 @pytest.mark.parametrize("args,fragment", [
-    (["configs/quickstart.toml", "--set", "model=vgg16"], "'model' = 'vgg16' does not fit dataset 'fashion_mnist'"),
+    (["configs/quickstart.toml", "--set", "model=text"], "'model' = 'text' does not fit dataset 'fashion_mnist'"),
     (["configs/quickstart.toml", "--supernodes", "10"], "'min-available-nodes' = 20 exceeds the 10 simulated SuperNodes"),
     (["configs/quickstart.toml", "--supernodes", "20", "--set", "dataset=cifar10"], "'dataset' = 'cifar10': no local files"),
     (["configs/quickstart.toml", "--supernodes", "20", "--set", "lr=-1"], "'lr' = -1 is out of range"),
@@ -153,7 +153,7 @@ def test_cuda_device_on_a_machine_without_one_fails_preflight(monkeypatch):
 def test_debug_shows_the_traceback(monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(ConfigError):
-        launch.main(["configs/quickstart.toml", "--debug", "--set", "model=vgg16"])
+        launch.main(["configs/quickstart.toml", "--debug", "--set", "model=text"])
 
 
 def test_cluster_submit_checks_before_starting(capsys, monkeypatch):

@@ -1,15 +1,16 @@
-"""AdaptiveFL client: prune the received submodel to this device's capacity (Sec. 3.2), train it, send it back."""
+"""AdaptiveFL client: prune each received submodel to this request's capacity (Sec. 3.2), train it, send it back."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 
-from hetfl.common.models import set_state
-from hetfl.common.task import client_data, config_of, local_train, model_to_arrays, node_partition
+from hetfl.common.models import get_state, set_state
+from hetfl.common.task import client_data, config_of, local_train, node_partition, pack_models, unpack_models
 
-from .core import fluctuate, slice_state
+from .core import request_capacity, slice_state
 from .task import device_capacity, pool_of
 
 
@@ -20,24 +21,31 @@ def node_info(context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def train(msg: Message, context: Context) -> Message:
-    """Alg. 1 LocalTrain: fit the received pool member to Gamma (largest contained member that fits), train, reply."""
+    """Alg. 1 LocalTrain for every job of the message: fit the received pool member to this request's capacity
+    (largest contained member that fits; docs/readings.md#adaptivefl-pruning), train, reply with pool index -1
+    where nothing fits."""
     cfg = config_of(context)
     conf = msg.content["config"]
-    rnd, sent = int(conf["server-round"]), int(conf["pool-index"])
+    rnd, sent = int(conf["server-round"]), [int(m) for m in conf["pool-index"]]
     pool = pool_of(cfg)
     pid = node_partition(context)[0]
     data = client_data(context, cfg)
-    back: int | None = sent
-    if bool(conf["prune"]):
-        _, gamma = device_capacity(context, cfg)
-        back = pool.fit(sent, fluctuate(gamma, cfg["capacity-fluctuation"], cfg["seed"], rnd, pid))
-    if back is None:  # not even the smallest contained model fits this round
-        metrics = MetricRecord({"trained": 0, "num-examples": len(data), "pool-index": -1, "train_loss": 0.0})
-        return Message(RecordDict({"arrays": ArrayRecord(), "metrics": metrics}), reply_to=msg)
-    received = {k: v.numpy() for k, v in msg.content["arrays"].items()}
-    model = pool.build(back)
-    set_state(model, slice_state(received, pool.shapes(back)))
-    res = local_train(model, data, cfg, rnd, seed_offset=pid)
-    metrics = MetricRecord({"trained": 1, "num-examples": len(data), "pool-index": back, "train_loss": res.loss,
-                            "train_s": res.seconds})
-    return Message(RecordDict({"arrays": model_to_arrays(model), "metrics": metrics}), reply_to=msg)
+    received = unpack_models(msg.content["arrays"], len(sent))
+    capacity = device_capacity(context, cfg)[1] if bool(conf["prune"]) else None
+    backs, states, losses, seconds = [], [], [], 0.0
+    for j, m in enumerate(sent):
+        back = m if capacity is None else pool.fit(m, request_capacity(capacity, cfg["seed"], rnd, pid, j))
+        if back is None:  # not even the smallest contained model fits this request
+            backs.append(-1)
+            states.append({})
+            continue
+        model = pool.build(back)
+        set_state(model, slice_state(received[j], pool.shapes(back)))
+        res = local_train(model, data, cfg, rnd, seed_offset=pid + 7919 * j)
+        backs.append(back)
+        states.append(get_state(model))
+        losses.append(res.loss)
+        seconds += res.seconds
+    metrics = MetricRecord({"num-examples": len(data), "pool-index": backs, "train_s": seconds,
+                            "train_loss": sum(losses) / len(losses) if losses else math.nan})
+    return Message(RecordDict({"arrays": pack_models(states), "metrics": metrics}), reply_to=msg)

@@ -8,10 +8,12 @@ Reading of the paper (each point explained in docs/readings.md#adaptivefl):
 * Client-side pruning (Sec. 3.2, argmax size s.t. size <= Gamma, I >= tau) picks among pool
   members that are *contained* in the received model (every layer no wider), because a device
   can only keep parameters it received; e.g. M3 (I=4) can shrink to S3 but not to S1 (I=8).
-* RL tables (Alg. 1 lines 12-26) and rewards (Sec. 3.3) as the paper's extracted text reads
-  (the authors' code differs: docs/readings.md#adaptivefl-not-yet); a device that
+* RL tables (Alg. 1 lines 12-26), rewards and selection (Sec. 3.3) as the authors' code runs
+  them (the extracted text is garbled; docs/readings.md#adaptivefl-tables); a device that
   cannot fit even the smallest contained model returns nothing (an extension: the paper assumes
   the smallest model always fits); its resource scores are all penalised.
+* Devices (Sec. 4.1, uncertain environments): a capacity drawn at every request from a clipped
+  Gaussian per tier, the authors' VGG16 numbers scaled to the pool (docs/readings.md#adaptivefl-devices).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from hetfl.common.models import build_model, count_parameters, hidden_widths, pr
 
 TYPES = ("S", "M", "L")
 TIERS = ("weak", "medium", "strong")
-DEFAULT_STARTS = {"cnn": (2, 1), "resnet8": (2, 1), "resnet18": (6, 4, 2), "resnet34": (10, 6, 2), "vgg16": (8, 6, 4)}
+DEFAULT_STARTS = {"cnn": (2, 1), "resnet8": (2, 1), "resnet18": (6, 4, 2), "resnet34": (10, 6, 2), "vgg16": (8, 6, 4),
+                  "resnet18-afl": (7, 5, 3)}  # the authors' stage-level starts 4, 3, 2 (stem + stages kept whole)
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,11 @@ class SubmodelPool:
     """
 
     def __init__(self, model: str, num_classes: int, in_shape: tuple[int, int, int],
-                 ratios: Sequence[float] = (0.66, 0.40), starts: Sequence[int] | None = None, tau: int = 1) -> None:
+                 ratios: Sequence[float] = (0.66, 0.40), starts: Sequence[int] | None = None, tau: int = 1,
+                 batch_stats: bool = False) -> None:
         self.model, self.num_classes, self.in_shape = model, num_classes, tuple(in_shape)
-        self.full = hidden_widths(model)
+        self.batch_stats = batch_stats  # BatchNorm without running statistics (docs/readings.md#adaptivefl-batchnorm)
+        self.full = hidden_widths(model, self.in_shape)
         starts = tuple(DEFAULT_STARTS[model] if not starts else starts)
         if len(ratios) != 2 or not 1.0 > ratios[0] > ratios[1] > 0.0:
             raise ValueError(f"adaptivefl-ratios = {tuple(ratios)}: expected two ratios 1 > r_M > r_S > 0")
@@ -80,7 +85,8 @@ class SubmodelPool:
     def size_of(self, widths: tuple[int, ...]) -> int:
         """#parameters of this architecture with the given hidden widths (built on the meta device)."""
         with torch.device("meta"):
-            return count_parameters(build_model(self.model, self.num_classes, self.in_shape, widths=widths))
+            return count_parameters(build_model(self.model, self.num_classes, self.in_shape, widths=widths,
+                                                batch_stats=self.batch_stats))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -101,7 +107,8 @@ class SubmodelPool:
 
     def build(self, i: int) -> torch.nn.Module:
         """A real (smaller) nn.Module for pool member i."""
-        return build_model(self.model, self.num_classes, self.in_shape, widths=self.entries[i].widths)
+        return build_model(self.model, self.num_classes, self.in_shape, widths=self.entries[i].widths,
+                           batch_stats=self.batch_stats)
 
     def shapes(self, i: int) -> dict[str, tuple[int, ...]]:
         """State-dict shapes of pool member i (parameters and buffers)."""
@@ -176,39 +183,42 @@ def init_tables(num_clients: int, p: int) -> tuple[np.ndarray, np.ndarray]:
 
 def update_tables(Tc: np.ndarray, Tr: np.ndarray, c: int, sent: int, back: int | None, p: int,
                   type_of: Sequence[int]) -> None:
-    """Alg. 1 lines 12-26 (in place) for client column c after sending pool index `sent` and getting `back`.
+    """Alg. 1 lines 12-26 (in place) as the authors' code runs it, for client column c after sending `sent`, getting `back`.
 
-    ``type_of[i]`` is the type (0 S, 1 M, 2 L) of pool index i; the largest index is L_1.
+    Accepted (back = sent): Tr[t] += 1 for t = sent..L1, and Tr[L1] += p more only when sent = L1.
+    Pruned (back < sent): Tr[back] += p, then Tr[t] = max(Tr[t] - penalty, 0) for t = back+1..L1 with
+    the penalty 1, 2, 3, .. Tc[type(sent)] and Tc[type(back)] rise by 1 (docs/readings.md#adaptivefl-tables).
+    ``type_of[i]`` is the type (0 S, 1 M, 2 L) of pool index i; the largest index is L1.
     ``back = None`` (nothing fit, an extension: docs/readings.md#adaptivefl-nothing-fits) counts the
     curiosity of the sent type once and penalises every resource score with the growing penalty
     from the smallest model up.
-    Follows the paper's extracted text (docs/readings.md#adaptivefl-tables); the authors' accepted
-    branch differs (docs/readings.md#adaptivefl-not-yet).
     """
     top = Tr.shape[0] - 1
     Tc[type_of[sent], c] += 1
     if back is None:
-        for tau, t in enumerate(range(0, top + 1)):
-            Tr[t, c] = max(Tr[t, c] - (tau + 1), 0.0)
+        for k, t in enumerate(range(0, top + 1)):
+            Tr[t, c] = max(Tr[t, c] - (k + 1), 0.0)
         return
     Tc[type_of[back], c] += 1
-    if back == sent:  # lines 15-18: trained as sent
+    if back == sent:  # trained as sent
         Tr[sent:, c] += 1
-        Tr[top, c] += p - 1
-    else:  # lines 20-25: pruned to `back`
+        if sent == top:
+            Tr[top, c] += p
+    else:  # pruned to `back`
         Tr[back, c] += p
-        for tau, t in enumerate(range(back, top + 1)):
-            Tr[t, c] = max(Tr[t, c] - tau, 0.0)
+        for k, t in enumerate(range(back + 1, top + 1)):
+            Tr[t, c] = max(Tr[t, c] - (k + 1), 0.0)
 
 
-def resource_reward(Tr: np.ndarray, m: int, p: int, type_of: Sequence[int]) -> np.ndarray:
-    """Sec. 3.3 R_s(m, c) for all clients: sum_{k in type(m)} sum_{t=k..L1} Tr[t] / (p * sum_k Tr[k]).
+def resource_reward(Tr: np.ndarray, m: int, type_of: Sequence[int]) -> np.ndarray:
+    """Sec. 3.3 R_s(m, c) for all clients: mean over the pool indices k of type(m) of sum_{t >= k} Tr[t] / sum_t Tr[t].
 
-    docs/readings.md#adaptivefl-rewards
+    With p = 3: R_s(S) = (sum Tr[0:] + sum Tr[1:] + sum Tr[2:]) / (3 total), R_s(L) = Tr[L1] / total
+    (the authors' code; docs/readings.md#adaptivefl-rewards). 0 for a client whose scores are all 0.
     """
     ks = [k for k in range(Tr.shape[0]) if type_of[k] == type_of[m]]
     num = sum(Tr[k:].sum(axis=0) for k in ks)
-    den = p * Tr.sum(axis=0)
+    den = len(ks) * Tr.sum(axis=0)
     return np.divide(num, den, out=np.zeros(Tr.shape[1]), where=den > 0)
 
 
@@ -217,15 +227,22 @@ def curiosity_reward(Tc: np.ndarray, m: int, type_of: Sequence[int]) -> np.ndarr
     return 1.0 / np.sqrt(Tc[type_of[m]])
 
 
-def rewards(Tc: np.ndarray, Tr: np.ndarray, m: int, p: int, type_of: Sequence[int], mode: str = "rl") -> np.ndarray:
-    """R(m, c) = min(0.5, R_s) * R_c ('rl'); ablations 'curiosity' (R_c only) and 'resource' (min(0.5, R_s)).
+REWARD_MODES = ("rl", "curiosity", "resource")
+
+
+def rewards(Tc: np.ndarray, Tr: np.ndarray, m: int, type_of: Sequence[int], mode: str = "rl") -> np.ndarray:
+    """R(m, c) = min(R_s, 0.5) * R_c ('rl'); Table 4 ablations +C = R_c alone ('curiosity'), +S = R_s uncapped ('resource').
 
     docs/readings.md#adaptivefl-rewards
     """
     if mode == "curiosity":
         return curiosity_reward(Tc, m, type_of)
-    rs = np.minimum(0.5, resource_reward(Tr, m, p, type_of))
-    return rs if mode == "resource" else rs * curiosity_reward(Tc, m, type_of)
+    rs = resource_reward(Tr, m, type_of)
+    if mode == "resource":
+        return rs
+    if mode != "rl":
+        raise ValueError(f"reward mode {mode!r}; expected one of {REWARD_MODES}")
+    return np.minimum(rs, 0.5) * curiosity_reward(Tc, m, type_of)
 
 
 def selection_probabilities(R: np.ndarray, excluded: Sequence[int] = ()) -> np.ndarray | None:
@@ -267,7 +284,7 @@ class ClientSelector:
         if self.mode == "random":
             R = np.ones(len(cols))
         else:
-            R = rewards(self.Tc, self.Tr, m, self.p, self.type_of, self.mode)[cols]
+            R = rewards(self.Tc, self.Tr, m, self.type_of, self.mode)[cols]
         P = selection_probabilities(R, excluded)
         if P is None:
             return None
@@ -301,12 +318,47 @@ def assign_tiers(num_partitions: int, proportions: Sequence[float], seed: int) -
     return [tiers[i] for i in order]
 
 
-def fluctuate(capacity: float, fluctuation: float, seed: int, server_round: int, pid: int) -> float:
-    """Uncertain environments: this round's capacity = Gamma * U(1 - f, 1 + f) (deterministic per seed/round/node).
+# The authors' device model (VGG16, millions of parameters): per tier loc, scale, low, high of a clipped
+# Gaussian, and the VGG16 pool member (Table 1 size) it is measured against.
+AUTHORS_DEVICES = {"weak": (8.0, 1.0, 6.0, 11.0, "S1", 8.39), "medium": (16.0, 1.0, 13.0, 19.0, "M1", 16.81),
+                   "strong": (35.0, 2.0, 25.0, 40.0, "L1", 33.65)}
 
-    A project model, not the authors' clipped Gaussian (docs/readings.md#adaptivefl-devices).
+
+@dataclass(frozen=True)
+class Capacity:
+    """One tier's capacity in parameters: clip(N(loc, scale), low, high) drawn at every request (scale 0: fixed)."""
+
+    loc: float
+    scale: float
+    low: float
+    high: float
+
+    def draw(self, rng: np.random.Generator) -> float:
+        if self.scale == 0:
+            return self.loc
+        return float(np.clip(rng.normal(self.loc, self.scale), self.low, self.high))
+
+
+def tier_capacities(pool: SubmodelPool, mode: str = "gaussian") -> dict[str, Capacity]:
+    """Sec. 4.1 devices: per tier, the authors' clipped Gaussian scaled to this pool, or the fixed S1/M1/L1 size.
+
+    Each tier's numbers are the authors' VGG16 ones times size(ref) / size_VGG16(ref), ref = S1, M1, L1.
+    A weak device's upper limit is kept below the smallest medium model and a medium device's below
+    L1, so no fluctuation lets a tier train a larger type (docs/readings.md#adaptivefl-devices).
     """
-    if fluctuation <= 0:
-        return capacity
-    u = np.random.default_rng([seed, server_round, pid, 0xF1]).uniform(1.0 - fluctuation, 1.0 + fluctuation)
-    return math.floor(capacity * u)
+    if mode == "fixed":
+        return {t: Capacity(float(pool.tier_capacity(t)), 0.0, 0.0, 0.0) for t in TIERS}
+    if mode != "gaussian":
+        raise ValueError(f"device-capacity = {mode!r}; expected 'gaussian' or 'fixed'")
+    smallest = {ty: min(e.size for e in pool.entries if e.type == ty) for ty in TYPES}
+    ceiling = {"weak": smallest["M"] - 1, "medium": smallest["L"] - 1, "strong": math.inf}
+    out = {}
+    for tier, (loc, scale, low, high, ref, ref_size) in AUTHORS_DEVICES.items():
+        k = pool[pool.index(ref)].size / ref_size
+        out[tier] = Capacity(loc * k, scale * k, low * k, min(high * k, ceiling[tier]))
+    return out
+
+
+def request_capacity(capacity: Capacity, seed: int, server_round: int, pid: int, request: int = 0) -> float:
+    """This request's capacity of device `pid` (deterministic per seed, round, device and request)."""
+    return capacity.draw(np.random.default_rng([seed, server_round, pid, request, 0xF1]))

@@ -47,5 +47,6 @@ KEYS = (
     Key("adaptivefl-starts", str, "", "AdaptiveFL: start layers I_1 > .. > I_p ('' = model default; one value = coarse-grained)"),
     Key("adaptivefl-tau", int, 1, "AdaptiveFL: shallow-layer threshold tau (I >= tau)", min=0),
     Key("device-proportions", str, "4:3:3", "AdaptiveFL: weak:medium:strong devices (simulation)"),
-    Key("capacity-fluctuation", float, 0.0, "AdaptiveFL: per-round capacity = Gamma * U(1 - f, 1 + f) (uncertain environments)", min=0.0, max=0.9),
+    Key("device-capacity", str, "gaussian", "AdaptiveFL: device capacity per request: the authors' clipped Gaussian per tier (uncertain environments), or fixed S1/M1/L1 sizes", choices=("gaussian", "fixed")),
+    Key("adaptivefl-bn", str, "batch", "AdaptiveFL and its baselines: BatchNorm with batch statistics (authors: track_running_stats=False) or running statistics aggregated by Alg. 2", choices=("batch", "running")),
 )

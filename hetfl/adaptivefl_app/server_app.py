@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
 from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
@@ -12,12 +14,12 @@ from hetfl.common.nodes import discover_nodes
 from hetfl.common.models import get_state, set_state
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
+from hetfl.common.task import compute_options, dataset_threshold, log, pack_models, test_data, unpack_models
 from hetfl.common.train import Normalizer, evaluate
 
-from .core import slice_state
+from .core import slice_state, tier_capacities
 from .strategy import LEVELS, AdaptiveFL
-from .task import pool_of
+from .task import pool_of, reference_pool
 
 def discover_clients(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[dict[int, int], dict[int, str]]:
     """Ask every node for its client id (partition id); the HeteroFL/Decoupled baselines also get the
@@ -37,7 +39,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     variant = cfg["adaptivefl-variant"]
     clients, tiers = discover_clients(grid, cfg)
     strategy = AdaptiveFL(cfg, pool, clients, tiers)
-    full = get_state(make_model(cfg))
+    torch.manual_seed(cfg["seed"])  # the full model L1, as make_model would build it, with the pool's BatchNorm
+    full = get_state(pool.build(pool.largest))
     if variant == "decoupled":  # separate models, each initialised from the same full model's slices
         initial = [slice_state(full, pool.shapes(pool.index(level))) for level in LEVELS]
     else:
@@ -47,6 +50,10 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     opts = compute_options(cfg, server=True)  # server-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size} for e in pool.entries]
+    caps = tier_capacities(reference_pool(cfg), cfg["device-capacity"])
+    recorder.extra["devices"] = {t: vars(c) for t, c in caps.items()}
+    log.info("device capacities (%s, parameters): %s", cfg["device-capacity"], ", ".join(
+        f"{t} {c.loc:,.0f}" + (f" +- {c.scale:,.0f} in [{c.low:,.0f}, {c.high:,.0f}]" if c.scale else "") for t, c in caps.items()))
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         t0 = time.perf_counter()

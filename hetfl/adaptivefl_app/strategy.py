@@ -9,10 +9,13 @@ Variants (``adaptivefl-variant``; docs/readings.md#adaptivefl-baselines):
   * ``adaptivefl`` - the paper; ``adaptivefl-selection`` = random / curiosity / resource gives
     +Random / +C / +S, ``adaptivefl-dispatch = largest`` with random selection gives +Greed.
   * ``all-large`` - FedAvg of the full model on randomly sampled clients, no resource limits.
-  * ``heterofl`` - static uniform-width levels assigned by the device tier (queried once).
-  * ``decoupled`` - three separate FedAvg models (S1, M1, L1), each trained by clients that can
-    afford it (a sampled client trains one affordable level, chosen uniformly).
-Malformed replies (wrong pool index, shapes, NaN/inf) are rejected and logged, never applied.
+  * ``heterofl`` - static uniform-width levels: each slot draws a level uniformly, then a client
+    whose tier affords it (tiers queried once; the authors' 'available' rule).
+  * ``decoupled`` - three separate FedAvg models (S1, M1, L1), each trained every round by its
+    own sample of K clients that afford it (a client may train several in one round).
+One message per node carries every (model, pool index) job it has this round. Only AdaptiveFL's
+devices prune; the baselines know the tiers and send what fits. Malformed replies (wrong pool
+index, shapes, NaN/inf) are rejected and logged, never applied.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from hetfl.common.strategy import StrategyBase, check_arrays, check_weight
@@ -57,7 +60,7 @@ class AdaptiveFL(StrategyBase):
         self.selector = ClientSelector(pool, mode, cfg["seed"])
         self.rng = np.random.default_rng([cfg["seed"], 0xAF])
         self.num_models = len(LEVELS) if self.variant == "decoupled" else 1
-        self.sent: dict[int, tuple[int, int]] = {}  # node -> (model slot, pool index) this round
+        self.sent: dict[int, list[tuple[int, int]]] = {}  # node -> [(model slot, pool index)] this round
         self._states: list[dict[str, np.ndarray]] = []
         self.last_round: dict[str, Any] = {}
         self.total_sent = self.total_back = 0
@@ -65,21 +68,32 @@ class AdaptiveFL(StrategyBase):
     # --- planning ---------------------------------------------------------------------------
 
     def plan(self, nodes: list[int]) -> list[tuple[int, int, int]]:
-        """(client, model slot, pool index) for this round's K slots over the online client ids `nodes`."""
+        """(client, model slot, pool index) jobs of this round over the online client ids `nodes`.
+
+        docs/readings.md#adaptivefl-baselines
+        """
         K = max(1, int(len(nodes) * self.cfg["fraction-train"]))
         if self.variant == "adaptivefl":
             return self._plan_adaptivefl(nodes, K)
-        chosen = [int(n) for n in self.rng.choice(np.array(nodes, dtype=object), size=min(K, len(nodes)), replace=False)]
         if self.variant == "all-large":
-            return [(n, 0, self.pool.largest) for n in chosen]
-        out = []
-        for n in chosen:
-            level = TIER_LEVEL[self.tiers.get(n, "weak")]
-            if self.variant == "heterofl":
-                out.append((n, 0, self.pool.index(level)))
-            else:  # decoupled: one affordable level, uniformly
-                slot = int(self.rng.integers(LEVELS.index(level) + 1))
-                out.append((n, slot, self.pool.index(LEVELS[slot])))
+            chosen = self.rng.choice(np.array(nodes, dtype=object), size=min(K, len(nodes)), replace=False)
+            return [(int(n), 0, self.pool.largest) for n in chosen]
+        rank = {n: LEVELS.index(TIER_LEVEL[self.tiers.get(n, "weak")]) for n in nodes}  # largest affordable level
+        out: list[tuple[int, int, int]] = []
+        if self.variant == "decoupled":  # each model its own K affordable clients (Training_Decoupled)
+            for slot, level in enumerate(LEVELS):
+                able = np.array([n for n in nodes if rank[n] >= slot], dtype=object)
+                for n in self.rng.choice(able, size=min(K, len(able)), replace=False):
+                    out.append((int(n), slot, self.pool.index(level)))
+            return out
+        chosen: set[int] = set()  # heterofl: a uniform level, then a client that affords it
+        for _ in range(min(K, len(nodes))):
+            level = int(self.rng.integers(len(LEVELS)))
+            free = [n for n in nodes if n not in chosen]
+            level = min(level, max(rank[n] for n in free))  # nobody left affords it: the largest some client does
+            n = int(self.rng.choice(np.array([n for n in free if rank[n] >= level], dtype=object)))
+            chosen.add(n)
+            out.append((n, 0, self.pool.index(LEVELS[level])))
         return out
 
     def _plan_adaptivefl(self, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
@@ -113,37 +127,44 @@ class AdaptiveFL(StrategyBase):
         if unknown:
             log.warning("round %d: %d connected nodes are not known clients (joined after start); not sampled",
                         server_round, len(unknown))
-        self.sent = {}
-        messages = []
+        jobs: dict[int, list[tuple[int, int]]] = {}
         for client, slot, m in self.plan(sorted(node_of)):
-            node = node_of[client]
-            sub = slice_state(self._states[slot], self.pool.shapes(m))
-            conf = ConfigRecord({"server-round": server_round, "pool-index": m, "slot": slot,
-                                 "prune": self.variant != "all-large"})
-            content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in sub.items()}), "config": conf})
+            jobs.setdefault(node_of[client], []).append((slot, m))
+        self.sent = jobs
+        messages = []
+        for node, todo in jobs.items():
+            subs = [slice_state(self._states[slot], self.pool.shapes(m)) for slot, m in todo]
+            conf = ConfigRecord({"server-round": server_round, "pool-index": [m for _, m in todo],
+                                 "slot": [slot for slot, _ in todo], "prune": self.variant == "adaptivefl"})
+            content = RecordDict({"arrays": pack_models(subs), "config": conf})
             messages.append(Message(content=content, message_type=TRAIN, dst_node_id=node))
-            self.sent[node] = (slot, m)
         self.sampled = sorted(self.clients[n] for n in self.sent)
         log.info("round %d: sent %s", server_round,
-                 ", ".join(f"{self.pool[m].name}" for _, m in self.sent.values()))
+                 ", ".join(self.pool[m].name for todo in jobs.values() for _, m in todo))
         return messages
 
-    def check_reply(self, reply: Message, sent: int) -> tuple[int | None, dict[str, np.ndarray], float]:
-        """(pool index back or None, state, weight) of a reply; ValueError if malformed."""
+    def check_reply(self, reply: Message, sent: list[int]) -> tuple[list[int | None], list[dict[str, np.ndarray]], float]:
+        """(pool index back or None per sent job, states, weight) of a reply; ValueError if malformed."""
         metrics = reply.content["metrics"]
         weight = check_weight(metrics["num-examples"])
-        if int(metrics["trained"]) == 0:
-            return None, {}, weight
-        back = int(metrics["pool-index"])
-        if not 0 <= back < len(self.pool):
-            raise ValueError(f"pool index {back} out of range [0, {len(self.pool)})")
-        if not self.pool[sent].contains(self.pool[back]):
-            raise ValueError(f"returned {self.pool[back].name}, which is not a submodel of the sent {self.pool[sent].name}")
-        try:
-            state = check_arrays(reply.content["arrays"], self.pool.shapes(back))
-        except ValueError as err:
-            raise ValueError(f"{self.pool[back].name}: {err}") from None
-        return back, state, weight
+        backs = [int(b) for b in metrics["pool-index"]]
+        if len(backs) != len(sent):
+            raise ValueError(f"{len(backs)} pool indices returned for {len(sent)} jobs")
+        expected: dict[str, tuple[int, ...]] = {}
+        for j, (back, m) in enumerate(zip(backs, sent, strict=True)):
+            if back == -1:  # nothing fit this device
+                continue
+            if not 0 <= back < len(self.pool):
+                raise ValueError(f"pool index {back} out of range [0, {len(self.pool)})")
+            if not self.pool[m].contains(self.pool[back]):
+                raise ValueError(f"returned {self.pool[back].name}, which is not a submodel of the sent {self.pool[m].name}")
+            expected.update({f"m{j}.{k}": shape for k, shape in self.pool.shapes(back).items()})
+        flat = check_arrays(reply.content["arrays"], expected)
+        states: list[dict[str, np.ndarray]] = [{} for _ in sent]
+        for key, value in flat.items():
+            j, name = key.split(".", 1)
+            states[int(j[1:])][name] = value
+        return [None if b == -1 else b for b in backs], states, weight
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         got: list[list[tuple[dict[str, np.ndarray], float]]] = [[] for _ in range(self.num_models)]
@@ -155,34 +176,38 @@ class AdaptiveFL(StrategyBase):
             if node not in self.sent or node in answered:
                 continue
             answered.add(node)
-            slot, m = self.sent[node]
-            sent_sizes.append(self.pool[m].size)
+            todo = self.sent[node]
+            sent_sizes += [self.pool[m].size for _, m in todo]
             if r.has_error():
                 failed += 1
-                back_sizes.append(0)
-                self.selector.update(self.clients[node], m, None)
+                back_sizes += [0] * len(todo)
+                for _, m in todo:
+                    self.selector.update(self.clients[node], m, None)
                 continue
             try:
-                back, state, weight = self.check_reply(r, m)
+                backs, states, weight = self.check_reply(r, [m for _, m in todo])
             except (ValueError, KeyError, TypeError) as err:
                 rejected += 1
-                back_sizes.append(0)
+                back_sizes += [0] * len(todo)
                 log.warning("round %d: rejected update from node %d: %s", server_round, node, err)
                 continue
-            self.selector.update(self.clients[node], m, back)
-            if back is None:
-                untrained += 1
-                back_sizes.append(0)
-                continue
-            pruned += back != m
-            back_sizes.append(self.pool[back].size)
-            got[slot].append((state, weight))
-            losses.append(float(r.content["metrics"]["train_loss"]))
+            for (slot, m), back, state in zip(todo, backs, states, strict=True):
+                self.selector.update(self.clients[node], m, back)
+                if back is None:
+                    untrained += 1
+                    back_sizes.append(0)
+                    continue
+                pruned += back != m
+                back_sizes.append(self.pool[back].size)
+                got[slot].append((state, weight))
+            if any(b is not None for b in backs):
+                losses.append(float(r.content["metrics"]["train_loss"]))
         lost = [n for n in self.sent if n not in answered]  # timed out: nothing came back
         for node in lost:
-            sent_sizes.append(self.pool[self.sent[node][1]].size)
-            back_sizes.append(0)
-            self.selector.update(self.clients[node], self.sent[node][1], None)
+            for _, m in self.sent[node]:
+                sent_sizes.append(self.pool[m].size)
+                back_sizes.append(0)
+                self.selector.update(self.clients[node], m, None)
         new = []
         for slot, st in enumerate(self._states):
             updates = [u for u in got[slot] if u[1] > 0]

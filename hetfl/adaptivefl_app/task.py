@@ -8,18 +8,17 @@ from typing import Any
 from flwr.app import Context
 
 from hetfl.common.data import DATASETS
+from hetfl.common.models import pruned_widths
 from hetfl.common.task import node_partition
 
-from hetfl.common.models import pruned_widths
-
-from .core import TIERS, SubmodelPool, assign_tiers
+from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities
 from .keys import parse_floats
 
 
 @lru_cache(maxsize=8)
 def _pool(model: str, num_classes: int, shape: tuple[int, int, int], ratios: tuple[float, ...],
-          starts: tuple[int, ...], tau: int) -> SubmodelPool:
-    return SubmodelPool(model, num_classes, shape, ratios, starts or None, tau)
+          starts: tuple[int, ...], tau: int, batch_stats: bool) -> SubmodelPool:
+    return SubmodelPool(model, num_classes, shape, ratios, starts or None, tau, batch_stats)
 
 
 def reference_pool(cfg: dict[str, Any]) -> SubmodelPool:
@@ -27,7 +26,7 @@ def reference_pool(cfg: dict[str, Any]) -> SubmodelPool:
     info = DATASETS[cfg["dataset"]]
     starts = tuple(int(s) for s in parse_floats(cfg, "adaptivefl-starts"))
     return _pool(cfg["model"], info.num_classes, tuple(info.shape), parse_floats(cfg, "adaptivefl-ratios"),
-                 starts, cfg["adaptivefl-tau"])
+                 starts, cfg["adaptivefl-tau"], cfg["adaptivefl-bn"] == "batch")
 
 
 def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
@@ -42,7 +41,7 @@ def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
         return ref
     info = DATASETS[cfg["dataset"]]
     ratios = tuple(uniform_ratio(ref, ref.tier_capacity(t)) for t in ("medium", "weak"))
-    return _pool(cfg["model"], info.num_classes, tuple(info.shape), ratios, (0,), 0)
+    return _pool(cfg["model"], info.num_classes, tuple(info.shape), ratios, (0,), 0, ref.batch_stats)
 
 
 def uniform_ratio(pool: SubmodelPool, capacity: float) -> float:
@@ -57,21 +56,25 @@ def uniform_ratio(pool: SubmodelPool, capacity: float) -> float:
     return lo / 100
 
 
-def device_capacity(context: Context, cfg: dict[str, Any]) -> tuple[str, float]:
-    """(tier, Gamma in parameters): node config 'capacity' (weak | medium | strong | #params) in deployment,
-    else the simulated tier of this partition (device-proportions). Tier capacities: S1, M1, L1 of
-    the reference pool."""
+def device_capacity(context: Context, cfg: dict[str, Any]) -> tuple[str, Capacity]:
+    """(tier, capacity) of this node: node config 'capacity' (weak | medium | strong | #params) in deployment, else
+    the simulated tier of this partition (device-proportions). A tier's capacity follows `device-capacity`
+    (the authors' clipped Gaussian or fixed S1/M1/L1 sizes of the reference pool); a declared number is fixed.
+
+    docs/readings.md#adaptivefl-devices
+    """
     pool = reference_pool(cfg)
+    tiers = tier_capacities(pool, cfg["device-capacity"])
     declared = context.node_config.get("capacity")
     if declared is not None:
         if str(declared) in TIERS:
-            return str(declared), float(pool.tier_capacity(str(declared)))
+            return str(declared), tiers[str(declared)]
         try:
             gamma = float(declared)
         except ValueError:
             raise ValueError(f"node config capacity={declared!r}; expected one of {TIERS} or a number of parameters") from None
         fits = [t for t in TIERS if pool.tier_capacity(t) <= gamma]
-        return (fits[-1] if fits else "weak"), gamma
+        return (fits[-1] if fits else "weak"), Capacity(gamma, 0.0, gamma, gamma)
     pid, n = node_partition(context)
     tier = assign_tiers(n, parse_floats(cfg, "device-proportions", ":"), cfg["seed"])[pid]
-    return tier, float(pool.tier_capacity(tier))
+    return tier, tiers[tier]

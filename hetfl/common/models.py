@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -81,10 +82,11 @@ class ResNet(nn.Module):
 
     def __init__(self, blocks: tuple[int, ...], planes: tuple[int, ...], num_classes: int = 10,
                  in_channels: int = 3, width: float = 1.0, norm: Callable[[int], nn.Module] = nn.BatchNorm2d,
-                 widths: tuple[int, ...] | None = None, pool: int = 1) -> None:
+                 widths: tuple[int, ...] | None = None, pool: int = 1, stem: int | None = None) -> None:
         super().__init__()
-        # hidden layers: the stem, then one width per basic block (its conv1, conv2 and shortcut)
-        full = [planes[0]] + [p for n, p in zip(blocks, planes, strict=True) for _ in range(n)]
+        # hidden layers: the stem (default: as wide as the first stage), then one width per basic block
+        # (its conv1, conv2 and shortcut)
+        full = [planes[0] if stem is None else stem] + [p for n, p in zip(blocks, planes, strict=True) for _ in range(n)]
         w = list(widths) if widths is not None else [_w(c, width) for c in full]
         if len(w) != len(full):
             raise ValueError(f"ResNet widths: {len(w)} given, {len(full)} hidden layers")
@@ -131,10 +133,11 @@ VGG16_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
 
 
 class VGG(nn.Module):
-    """VGG16 for 32x32 inputs with batch norm and the 512-4096-4096-C classifier (AdaptiveFL)."""
+    """VGG with batch norm and a 2-hidden-layer classifier with dropout (AdaptiveFL authors' VGG16 projector)."""
 
     def __init__(self, cfg: tuple = VGG16_CFG, num_classes: int = 10, in_channels: int = 3, width: float = 1.0,
-                 image_size: int = 32, hidden: int = 4096, widths: tuple[int, ...] | None = None) -> None:
+                 image_size: int = 32, hidden: int = 4096, widths: tuple[int, ...] | None = None,
+                 norm: Callable[[int], nn.Module] = nn.BatchNorm2d, dropout: float = 0.5) -> None:
         super().__init__()
         full = [v for v in cfg if v != "M"] + [hidden, hidden]  # hidden layers: convs, then 2 FC
         w = list(widths) if widths is not None else [_w(c, width) for c in full]
@@ -149,21 +152,28 @@ class VGG(nn.Module):
             else:
                 out = w[k]
                 k += 1
-                layers += [nn.Conv2d(c, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU(inplace=True)]
+                layers += [nn.Conv2d(c, out, 3, padding=1), norm(out), nn.ReLU(inplace=True)]
                 c = out
         self.features = nn.Sequential(*layers)
         spatial = max(1, image_size // 2**pools)
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(c * spatial * spatial, w[-2]), nn.ReLU(inplace=True),
-            nn.Linear(w[-2], w[-1]), nn.ReLU(inplace=True), nn.Linear(w[-1], num_classes),
+            nn.Flatten(), nn.Linear(c * spatial * spatial, w[-2]), nn.ReLU(inplace=True), nn.Dropout(dropout),
+            nn.Linear(w[-2], w[-1]), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.Linear(w[-1], num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
 
 
+VGG16_SMALL = (32, 256)  # inputs below 32 pixels: last max-pool dropped, 256-wide head (AdaptiveFL authors, 1-channel data)
+
+
 def vgg16(num_classes: int = 10, in_channels: int = 3, width: float = 1.0, image_size: int = 32, **kw) -> VGG:
-    """VGG16 (CIFAR variant)."""
+    """VGG16 as AdaptiveFL's authors build it: five max-pools and a 4096-wide head for 32x32 inputs (CIFAR);
+    below 32 pixels (28x28 FMNIST) the last max-pool is dropped and the head is 256 wide
+    (docs/readings.md#adaptivefl-models)."""
+    if image_size < VGG16_SMALL[0]:
+        return VGG(VGG16_CFG[:-1], num_classes, in_channels, width, image_size, hidden=VGG16_SMALL[1], **kw)
     return VGG(VGG16_CFG, num_classes, in_channels, width, image_size, **kw)
 
 
@@ -192,17 +202,31 @@ class ModelSpec:
         model cannot be width-pruned (AdaptiveFL/HeteroFL need it).
     min_size : int
         Smallest square input side the architecture runs on (e.g. VGG16's five 2x2 max-pools need 32).
+    batchnorm : bool
+        Whether the builder takes ``norm`` (a BatchNorm factory), so that :func:`build_model` can ask for batch
+        statistics.
+    small : tuple of (int, tuple of int), optional
+        ``(side, widths)``: inputs smaller than ``side`` pixels build a variant whose hidden widths are ``widths``
+        (VGG16's 256-wide head on 28x28 data).
     """
 
     builder: Callable[..., nn.Module] | None
     kind: str = "image"
     widths: tuple[int, ...] | None = None
     min_size: int = 1
+    batchnorm: bool = False
+    small: tuple[int, tuple[int, ...]] | None = None
 
     @property
     def prunable(self) -> bool:
         """Whether the model takes per-layer `widths` (width-wise submodels)."""
         return self.widths is not None
+
+    def hidden_widths(self, shape: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
+        """Output widths of the full model's hidden layers for inputs of `shape` (C, H, W)."""
+        if self.small is not None and shape is not None and min(shape[1:]) < self.small[0]:
+            return self.small[1]
+        return self.widths
 
     def unsupported(self, kind: str, shape: tuple[int, ...]) -> str | None:
         """Why this model cannot take inputs of a dataset of `kind` and `shape` (C, H, W), or None if it can."""
@@ -213,23 +237,27 @@ class ModelSpec:
         return None
 
 
-def _resnet_widths(blocks: tuple[int, ...], planes: tuple[int, ...]) -> tuple[int, ...]:
-    return (planes[0],) + tuple(p for n, p in zip(blocks, planes, strict=True) for _ in range(n))
+def _resnet_widths(blocks: tuple[int, ...], planes: tuple[int, ...], pool: int = 1, stem: int | None = None) -> tuple[int, ...]:
+    return (planes[0] if stem is None else stem,) + tuple(p for n, p in zip(blocks, planes, strict=True) for _ in range(n))
 
 
 _RESNETS = {"resnet8": ((1, 1, 1), (128, 256, 512), 2), "resnet18": ((2, 2, 2, 2), (64, 128, 256, 512), 1),
-            "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512), 1)}  # blocks, planes, pooled grid
+            "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512), 1),
+            # AdaptiveFL authors' ResNet-18: a 64-wide stem, stages 96-128-256-512 (docs/readings.md#adaptivefl-models)
+            "resnet18-afl": ((2, 2, 2, 2), (96, 128, 256, 512), 1, 64)}  # blocks, planes, pooled grid[, stem]
 
 
-def _resnet_builder(blocks: tuple[int, ...], planes: tuple[int, ...], pool: int) -> Callable[..., nn.Module]:
-    return lambda nc, c, h, width, **kw: ResNet(blocks, planes, nc, c, width, pool=pool, **kw)
+def _resnet_builder(blocks: tuple[int, ...], planes: tuple[int, ...], pool: int, stem: int | None = None) -> Callable[..., nn.Module]:
+    return lambda nc, c, h, width, **kw: ResNet(blocks, planes, nc, c, width, pool=pool, stem=stem, **kw)
 
 
 MODELS: dict[str, ModelSpec] = {
     "cnn": ModelSpec(lambda nc, c, h, width, **kw: CNN(nc, c, h, width, **kw), widths=(32, 64, 512, 128), min_size=4),
-    **{name: ModelSpec(_resnet_builder(*arch), widths=_resnet_widths(*arch[:2]), min_size=1) for name, arch in _RESNETS.items()},
+    **{name: ModelSpec(_resnet_builder(*arch), widths=_resnet_widths(*arch), min_size=1, batchnorm=True)
+       for name, arch in _RESNETS.items()},
     "vgg16": ModelSpec(lambda nc, c, h, width, **kw: vgg16(nc, c, width, image_size=h, **kw),
-                       widths=tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096), min_size=32),
+                       widths=tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096), min_size=16, batchnorm=True,
+                       small=(VGG16_SMALL[0], tuple(v for v in VGG16_CFG if v != "M") + (VGG16_SMALL[1],) * 2)),
     "mobilenetv2": ModelSpec(lambda nc, c, h, width: mobilenetv2(nc, c, width), min_size=1),
     "text": ModelSpec(None, kind="text"),
 }
@@ -239,15 +267,23 @@ PRUNABLE = tuple(name for name, spec in MODELS.items() if spec.prunable)  # mode
 
 
 def build_model(name: str, num_classes: int, in_shape: tuple[int, int, int], width: float = 1.0,
-                widths: tuple[int, ...] | None = None) -> nn.Module:
-    """Build an image model by its registry name for inputs of shape (C, H, W); `widths` sets each hidden layer."""
+                widths: tuple[int, ...] | None = None, batch_stats: bool = False) -> nn.Module:
+    """Build an image model by its registry name for inputs of shape (C, H, W); `widths` sets each hidden layer.
+
+    ``batch_stats=True`` builds BatchNorm with ``track_running_stats=False``: normalisation by the batch's own
+    statistics in training and evaluation, no running buffers in the state (AdaptiveFL authors;
+    docs/readings.md#adaptivefl-batchnorm). Models without BatchNorm ignore it.
+    """
     spec = MODELS.get(name)
     if spec is None or spec.builder is None:
         raise ValueError(f"unknown image model {name!r}; expected one of {[n for n, s in MODELS.items() if s.builder]}")
     if widths is not None and not spec.prunable:
         raise ValueError(f"model {name!r} does not take per-layer widths; use one of {PRUNABLE}")
     c, h, _ = in_shape
-    return spec.builder(num_classes, c, h, width, **({} if widths is None else {"widths": tuple(widths)}))
+    kw: dict = {} if widths is None else {"widths": tuple(widths)}
+    if batch_stats and spec.batchnorm:
+        kw["norm"] = partial(nn.BatchNorm2d, track_running_stats=False)
+    return spec.builder(num_classes, c, h, width, **kw)
 
 
 def pruned_widths(full: tuple[int, ...], ratio: float, start: int) -> tuple[int, ...]:
@@ -255,12 +291,12 @@ def pruned_widths(full: tuple[int, ...], ratio: float, start: int) -> tuple[int,
     return tuple(d if k <= start else max(1, int(d * ratio)) for k, d in enumerate(full, 1))
 
 
-def hidden_widths(name: str) -> tuple[int, ...]:
-    """Output widths of the full model's hidden layers, in forward order (layer k = index k-1)."""
+def hidden_widths(name: str, in_shape: tuple[int, int, int] | None = None) -> tuple[int, ...]:
+    """Output widths of the full model's hidden layers for inputs of `in_shape`, in forward order (layer k = index k-1)."""
     spec = MODELS.get(name)
     if spec is None or spec.widths is None:
         raise ValueError(f"model {name!r} has no per-layer widths; use one of {PRUNABLE}")
-    return spec.widths
+    return spec.hidden_widths(in_shape)
 
 
 def count_parameters(model: nn.Module) -> int:
