@@ -100,7 +100,7 @@ reproduce-fens: install data
 # AFL_ROUNDS/SEEDS/AFL_EXTRA change it, e.g. make reproduce-adaptivefl AFL_ROUNDS=20 SEEDS=0.
 AFL_ROUNDS ?= 30
 AFL_EXTRA ?=
-AFL_METHODS = adaptivefl heterofl all-large decoupled
+AFL_METHODS = adaptivefl heterofl scalefl all-large decoupled
 reproduce-adaptivefl: install data
 	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
 	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.6.toml) \

@@ -308,19 +308,74 @@ def test_sampling_plans_of_the_baselines():
             assert all(rank[c] >= slot and m == dec.pool.index(level) for c, m in got)
         repeated += len(plan) - len({c for c, _, _ in plan})
     assert repeated > 0  # some client trained two models in one round
-    het, levels = _planner("heterofl", tiers), []
-    for _ in range(300):  # a uniform level, then a client that affords it
-        plan = het.plan(nodes)
-        assert len({c for c, _, _ in plan}) == 10 and {s for _, s, _ in plan} == {0}
-        for c, _, m in plan:
-            level = LEVELS.index(het.pool[m].name)
-            assert level <= rank[c]
-            levels.append(level)
-    assert np.bincount(levels) / len(levels) == pytest.approx([1 / 3] * 3, abs=0.04)
+    for variant in ("heterofl", "scalefl"):
+        het, levels = _planner(variant, tiers), []
+        for _ in range(300):  # a uniform level, then a client that affords it
+            plan = het.plan(nodes)
+            assert len({c for c, _, _ in plan}) == 10 and {s for _, s, _ in plan} == {0}
+            for c, _, m in plan:
+                level = LEVELS.index(het.pool[m].name)
+                assert level <= rank[c]
+                levels.append(level)
+        assert np.bincount(levels) / len(levels) == pytest.approx([1 / 3] * 3, abs=0.04), variant
     large = _planner("all-large", tiers).plan(nodes)
     assert len({c for c, _, _ in large}) == 10 and {m for _, _, m in large} == {len(pool_of(validate(ADAPTIVE_FL))) - 1}
     afl = _planner("adaptivefl", None).plan(nodes)
     assert len({c for c, _, _ in afl}) == 10
+
+
+# --- ScaleFL baseline (docs/readings.md#adaptivefl-scalefl) ---------------------------------------
+
+def test_scalefl_levels_are_width_and_depth_slices_that_fit_the_tiers():
+    cfg = validate({**ADAPTIVE_FL, "adaptivefl-variant": "scalefl"})
+    ref, pool = pool_of(validate(ADAPTIVE_FL)), pool_of(cfg)
+    assert [(e.name, e.depth) for e in pool.entries] == [("S1", 1), ("M1", 2), ("L1", 3)]
+    assert pool[0].size <= ref.tier_capacity("weak") and pool[1].size <= ref.tier_capacity("medium")
+    assert pool[1].ratio < 1.0  # M1 (layers 1-3 and two exits) must be narrowed to fit a medium device
+    full = pool.shapes(pool.largest)
+    x = torch.randn(3, 1, 28, 28)
+    for i, e in enumerate(pool.entries):
+        shapes = pool.shapes(i)
+        assert all(k in full and all(a <= b for a, b in zip(v, full[k], strict=True)) for k, v in shapes.items())
+        net = pool.build(i)
+        outs = net.exit_logits(x)
+        assert len(outs) == e.depth and torch.equal(net(x), outs[-1])  # evaluated: the deepest exit
+    assert pool[2].contains(pool[1]) and not pool[1].contains(pool[2])
+
+
+def test_scalefl_vgg16_is_the_authors_model():
+    from hetfl.adaptivefl_app.scalefl import ScaleFLNet
+    from hetfl.common.models import hidden_widths
+
+    # the authors' vgg_16_scaleFL(10, False, channels, 1.0) (models/vgg2.py, exits after convs 8 and 10), measured
+    for shape, authors in (((3, 32, 32), 71_493_726), ((1, 28, 28), 15_321_054)):
+        net = ScaleFLNet("vgg16", 10, shape, hidden_widths("vgg16", shape), (8, 10), 3, batch_stats=True)
+        assert sum(p.numel() for p in net.parameters()) == authors
+
+
+class _Exits(torch.nn.Module):
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits
+
+    def exit_logits(self, x):
+        return self.logits
+
+
+def test_scalefl_loss_by_hand():
+    from hetfl.adaptivefl_app.scalefl import scalefl_loss
+
+    y = torch.tensor([0, 1])
+    z1, z2 = torch.tensor([[2.0, 0.0], [0.0, 1.0]]), torch.tensor([[0.5, 0.0], [3.0, 0.0]])
+    ce = torch.nn.functional.cross_entropy
+    model = _Exits([z1, z2])
+    assert scalefl_loss()(model, None, y).item() == pytest.approx(((1 * ce(z1, y) + 2 * ce(z2, y)) / 3).item())
+    T = 3.0  # distillation from the deepest exit into the shallower one only
+    p2 = torch.softmax(z2 / T, 1)
+    kl = (p2 * (p2.log() - torch.log_softmax(z1 / T, 1))).sum(1).mean()
+    want = (1 * (ce(z1, y) + 0.5 * T**2 * kl) + 2 * ce(z2, y)) / 3
+    assert scalefl_loss(0.5)(model, None, y).item() == pytest.approx(want.item())
+    assert scalefl_loss(0.5)(_Exits([z2]), None, y).item() == pytest.approx(ce(z2, y).item())
 
 
 def test_batchnorm_uses_batch_statistics_unless_asked():

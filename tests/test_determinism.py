@@ -27,6 +27,7 @@ METHODS = {
     "fens": {"method": "fens", "local-steps": 3, "fraction-train": 1.0, "fens-local-fraction": 0.98},
     "adaptivefl": {"method": "adaptivefl"},
     "decoupled": {"method": "adaptivefl", "adaptivefl-variant": "decoupled"},
+    "scalefl": {"method": "adaptivefl", "adaptivefl-variant": "scalefl"},
 }
 COMPARED = ("round", "accuracy", "loss", "bytes_down", "bytes_up", "clients")
 

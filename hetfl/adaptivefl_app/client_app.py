@@ -11,13 +11,15 @@ from hetfl.common.models import get_state, set_state
 from hetfl.common.task import client_data, config_of, local_train, node_partition, pack_models, unpack_models
 
 from .core import request_capacity, slice_state
+from .keys import KNOWN_TIERS
+from .scalefl import scalefl_loss
 from .task import device_capacity, pool_of
 
 
 def node_info(context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """What an AdaptiveFL node reports when discovered: its device tier, only to the HeteroFL/Decoupled baselines
     (AdaptiveFL's server learns capacities only from the models that come back)."""
-    return {"tier": device_capacity(context, cfg)[0]} if cfg["adaptivefl-variant"] in ("heterofl", "decoupled") else {}
+    return {"tier": device_capacity(context, cfg)[0]} if cfg["adaptivefl-variant"] in KNOWN_TIERS else {}
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -32,6 +34,9 @@ def train(msg: Message, context: Context) -> Message:
     data = client_data(context, cfg)
     received = unpack_models(msg.content["arrays"], len(sent))
     capacity = device_capacity(context, cfg)[1] if bool(conf["prune"]) else None
+    loss_fn = None
+    if cfg["adaptivefl-variant"] == "scalefl":  # early exits; distillation after the first 25% of the rounds
+        loss_fn = scalefl_loss(cfg["scalefl-kd"] if rnd - 1 > 0.25 * cfg["num-server-rounds"] else 0.0)
     backs, states, losses, seconds = [], [], [], 0.0
     for j, m in enumerate(sent):
         back = m if capacity is None else pool.fit(m, request_capacity(capacity, cfg["seed"], rnd, pid, j))
@@ -41,7 +46,7 @@ def train(msg: Message, context: Context) -> Message:
             continue
         model = pool.build(back)
         set_state(model, slice_state(received[j], pool.shapes(back)))
-        res = local_train(model, data, cfg, rnd, seed_offset=pid + 7919 * j)
+        res = local_train(model, data, cfg, rnd, seed_offset=pid + 7919 * j, loss_fn=loss_fn)
         backs.append(back)
         states.append(get_state(model))
         losses.append(res.loss)

@@ -35,7 +35,8 @@ DEFAULT_STARTS = {"cnn": (2, 1), "resnet8": (2, 1), "resnet18": (6, 4, 2), "resn
 
 @dataclass(frozen=True)
 class PoolEntry:
-    """One submodel of the pool: name (e.g. 'M2'), type (S/M/L), ratio r_w, start layer I, widths, #params."""
+    """One submodel of the pool: name (e.g. 'M2'), type (S/M/L), ratio r_w, start layer I, widths, #params, and
+    for ScaleFL the number of early exits it runs (depth; 0 = the plain model)."""
 
     name: str
     type: str
@@ -43,10 +44,12 @@ class PoolEntry:
     start: int
     widths: tuple[int, ...]
     size: int
+    depth: int = 0
 
     def contains(self, other: PoolEntry) -> bool:
-        """True when `other` is a slice of this model (no layer wider)."""
-        return all(o <= s for o, s in zip(other.widths, self.widths, strict=True))
+        """True when `other` is a slice of this model (no layer wider, no deeper)."""
+        deeper = (other.depth or math.inf) > (self.depth or math.inf)
+        return not deeper and all(o <= s for o, s in zip(other.widths, self.widths, strict=True))
 
 
 class SubmodelPool:

@@ -3,8 +3,9 @@
 from hetfl.common.config import ConfigError, Key
 from hetfl.common.models import MODELS, PRUNABLE
 
-VARIANTS = ("adaptivefl", "heterofl", "all-large", "decoupled")
+VARIANTS = ("adaptivefl", "heterofl", "all-large", "decoupled", "scalefl")
 SELECTION = ("rl", "curiosity", "resource", "random")
+KNOWN_TIERS = ("heterofl", "decoupled", "scalefl")  # baselines that are told each device's tier
 
 
 def parse_floats(cfg: dict, key: str, sep: str = ",") -> tuple[float, ...]:
@@ -34,6 +35,16 @@ def check(cfg: dict) -> None:
     if len(props) != 3 or min(props) < 0 or sum(props) <= 0:
         raise ConfigError(f"run-config key 'device-proportions' = {cfg['device-proportions']!r}: expected "
                           "'weak:medium:strong' with non-negative numbers, e.g. '4:3:3'")
+    if cfg["adaptivefl-variant"] == "scalefl":
+        from .scalefl import DEFAULT_EXITS
+
+        exits = parse_floats(cfg, "scalefl-exits")
+        if cfg["model"] not in DEFAULT_EXITS:
+            raise ConfigError(f"run-config key 'model' = {cfg['model']!r}: the ScaleFL baseline needs a conv/FC stack; "
+                              f"expected one of {tuple(DEFAULT_EXITS)}")
+        if exits and (len(exits) != 2 or exits[0] >= exits[1] or exits[0] < 1 or any(e != int(e) for e in exits)):
+            raise ConfigError(f"run-config key 'scalefl-exits' = {cfg['scalefl-exits']!r}: expected two increasing "
+                              "hidden-layer indices such as '8,10' ('' = the model's default)")
     if not MODELS[cfg["model"]].prunable:
         raise ConfigError(f"run-config key 'model' = {cfg['model']!r}: AdaptiveFL needs a width-prunable model; "
                           f"expected one of {PRUNABLE}")
@@ -48,5 +59,7 @@ KEYS = (
     Key("adaptivefl-tau", int, 1, "AdaptiveFL: shallow-layer threshold tau (I >= tau)", min=0),
     Key("device-proportions", str, "4:3:3", "AdaptiveFL: weak:medium:strong devices (simulation)"),
     Key("device-capacity", str, "gaussian", "AdaptiveFL: device capacity per request: the authors' clipped Gaussian per tier (uncertain environments), or fixed S1/M1/L1 sizes", choices=("gaussian", "fixed")),
+    Key("scalefl-exits", str, "", "ScaleFL baseline: hidden layers followed by an early exit ('' = model default: VGG16 '8,10', CNN '2,3')"),
+    Key("scalefl-kd", float, 0.0, "ScaleFL baseline: self-distillation weight from the deepest exit after 25% of the rounds (authors' comparison: 0)", min=0.0),
     Key("adaptivefl-bn", str, "batch", "AdaptiveFL and its baselines: BatchNorm with batch statistics (authors: track_running_stats=False) or running statistics aggregated by Alg. 2", choices=("batch", "running")),
 )

@@ -6,12 +6,11 @@ import time
 from typing import Any
 
 import torch
-
 from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
-from hetfl.common.nodes import discover_nodes
 from hetfl.common.models import get_state, set_state
+from hetfl.common.nodes import discover_nodes
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import compute_options, dataset_threshold, log, pack_models, test_data, unpack_models
@@ -21,8 +20,9 @@ from .core import slice_state, tier_capacities
 from .strategy import LEVELS, AdaptiveFL
 from .task import pool_of, reference_pool
 
+
 def discover_clients(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[dict[int, int], dict[int, str]]:
-    """Ask every node for its client id (partition id); the HeteroFL/Decoupled baselines also get the
+    """Ask every node for its client id (partition id); the HeteroFL/Decoupled/ScaleFL baselines also get the
     device tier (they assume known tiers; AdaptiveFL's server never asks)."""
     nodes = discover_nodes(grid, cfg)
     clients, tiers = nodes.clients(), {c: str(t) for c, t in nodes.field("tier").items()}
@@ -49,7 +49,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
     opts = compute_options(cfg, server=True)  # server-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size} for e in pool.entries]
+    recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size, "exits": e.depth}
+                              for e in pool.entries]
     caps = tier_capacities(reference_pool(cfg), cfg["device-capacity"])
     recorder.extra["devices"] = {t: vars(c) for t, c in caps.items()}
     log.info("device capacities (%s, parameters): %s", cfg["device-capacity"], ", ".join(

@@ -11,6 +11,7 @@ Variants (``adaptivefl-variant``; docs/readings.md#adaptivefl-baselines):
   * ``all-large`` - FedAvg of the full model on randomly sampled clients, no resource limits.
   * ``heterofl`` - static uniform-width levels: each slot draws a level uniformly, then a client
     whose tier affords it (tiers queried once; the authors' 'available' rule).
+  * ``scalefl`` - ScaleFL's width-and-depth levels with early exits, sampled as HeteroFL's.
   * ``decoupled`` - three separate FedAvg models (S1, M1, L1), each trained every round by its
     own sample of K clients that afford it (a client may train several in one round).
 One message per node carries every (model, pool index) job it has this round. Only AdaptiveFL's
@@ -33,6 +34,7 @@ from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
 from .core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state, waste_rate
+from .keys import KNOWN_TIERS
 
 log = logging.getLogger("hetfl")
 LEVELS = ("S1", "M1", "L1")
@@ -52,7 +54,7 @@ class AdaptiveFL(StrategyBase):
                  tiers: dict[int, str] | None = None) -> None:
         self.cfg, self.pool = cfg, pool
         self.variant = cfg["adaptivefl-variant"]
-        if self.variant in ("heterofl", "decoupled") and not tiers:
+        if self.variant in KNOWN_TIERS and not tiers:
             raise ValueError(f"adaptivefl-variant = {self.variant!r} needs the device tiers of the clients")
         self.tiers = tiers or {}
         self.clients = dict(clients or {})
@@ -86,7 +88,7 @@ class AdaptiveFL(StrategyBase):
                 for n in self.rng.choice(able, size=min(K, len(able)), replace=False):
                     out.append((int(n), slot, self.pool.index(level)))
             return out
-        chosen: set[int] = set()  # heterofl: a uniform level, then a client that affords it
+        chosen: set[int] = set()  # heterofl, scalefl: a uniform level, then a client that affords it
         for _ in range(min(K, len(nodes))):
             level = int(self.rng.integers(len(LEVELS)))
             free = [n for n in nodes if n not in chosen]

@@ -13,12 +13,19 @@ from hetfl.common.task import node_partition
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities
 from .keys import parse_floats
+from .scalefl import ScaleFLPool
 
 
 @lru_cache(maxsize=8)
 def _pool(model: str, num_classes: int, shape: tuple[int, int, int], ratios: tuple[float, ...],
           starts: tuple[int, ...], tau: int, batch_stats: bool) -> SubmodelPool:
     return SubmodelPool(model, num_classes, shape, ratios, starts or None, tau, batch_stats)
+
+
+@lru_cache(maxsize=8)
+def _scalefl_pool(model: str, num_classes: int, shape: tuple[int, int, int], exits: tuple[int, ...], batch_stats: bool,
+                  weak: int, medium: int) -> ScaleFLPool:
+    return ScaleFLPool(model, num_classes, shape, (weak, medium), exits or None, batch_stats)
 
 
 def reference_pool(cfg: dict[str, Any]) -> SubmodelPool:
@@ -32,14 +39,21 @@ def reference_pool(cfg: dict[str, Any]) -> SubmodelPool:
 def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
     """The pool the run's variant dispatches from (same on server and clients).
 
+    ScaleFL's levels scale width and depth (docs/readings.md#adaptivefl-scalefl), their widths fitted to the
+    weak and medium tiers' capacities like HeteroFL's.
+
     HeteroFL (Diao et al. 2021) scales every hidden layer by one ratio per level (start layer 0);
     its two ratios are the largest uniform widths whose models fit the weak and medium tiers'
     capacities, so that all variants run on the same devices.
     """
     ref = reference_pool(cfg)
+    info = DATASETS[cfg["dataset"]]
+    if cfg["adaptivefl-variant"] == "scalefl":
+        exits = tuple(int(e) for e in parse_floats(cfg, "scalefl-exits"))
+        return _scalefl_pool(cfg["model"], info.num_classes, tuple(info.shape), exits, ref.batch_stats,
+                             ref.tier_capacity("weak"), ref.tier_capacity("medium"))
     if cfg["adaptivefl-variant"] != "heterofl":
         return ref
-    info = DATASETS[cfg["dataset"]]
     ratios = tuple(uniform_ratio(ref, ref.tier_capacity(t)) for t in ("medium", "weak"))
     return _pool(cfg["model"], info.num_classes, tuple(info.shape), ratios, (0,), 0, ref.batch_stats)
 

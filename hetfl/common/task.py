@@ -190,7 +190,7 @@ def compute_options(cfg: dict[str, Any], server: bool = False) -> dict[str, Any]
 
 def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_round: int, *,
                 steps: int | None = None, epochs: int | None = None, proximal_mu: float = 0.0,
-                seed_offset: int = 0) -> TrainResult:
+                seed_offset: int = 0, loss_fn: Callable[..., torch.Tensor] | None = None) -> TrainResult:
     """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `device`."""
     torch.set_num_threads(cfg["client-threads"])
     return train(
@@ -200,7 +200,7 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
         batch_size=cfg["batch-size"], lr=round_lr(cfg, server_round), momentum=cfg["momentum"],
         weight_decay=cfg["weight-decay"], optimizer=cfg["optimizer"], lr_schedule=cfg["lr-schedule"],
         lr_min=cfg["lr-min"], proximal_mu=proximal_mu, seed=cfg["seed"] * 1_000_003 + server_round * 1009 + seed_offset,
-        augment=cfg["augment"], drop_last=cfg["drop-last"], **compute_options(cfg),
+        augment=cfg["augment"], drop_last=cfg["drop-last"], loss_fn=loss_fn, **compute_options(cfg),
     )
 
 

@@ -12,7 +12,7 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,6 +221,7 @@ def train(
     precision: str = "fp32",
     augment: str = "none",
     drop_last: bool = False,
+    loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> TrainResult:
     """Train `model` in place on `data` (Sec. 'local training' of every method; FedProx adds mu/2 ||w - w_g||^2).
 
@@ -232,6 +233,8 @@ def train(
         (weights, optimiser state and the loss stay float32).
     augment : :func:`augment_batch` mode applied to every raw image batch, drawn from the seeded generator.
     drop_last : drop each epoch's incomplete last batch (a partition smaller than one batch still trains).
+    loss_fn : ``loss_fn(model, x, y) -> loss`` in place of cross-entropy of ``model(x)`` (e.g. ScaleFL's
+        weighted early-exit loss); it runs under the same autocast.
 
     All of it in docs/training.md. Same arguments and seed, same result.
     """
@@ -268,8 +271,8 @@ def train(
         y = y_all[idx]
         opt.zero_grad(set_to_none=True)
         with autocast(device, precision):
-            out = model(x)
-        loss = F.cross_entropy(out.float(), y)
+            out = model(x) if loss_fn is None else loss_fn(model, x, y)
+        loss = F.cross_entropy(out.float(), y) if loss_fn is None else out.float()
         if global_params is not None:
             prox = sum(((p - g) ** 2).sum() for p, g in zip(model.parameters(), global_params, strict=True))
             loss = loss + 0.5 * proximal_mu * prox
