@@ -23,6 +23,7 @@ METHODS = {
     "fedavg": {"method": "fedavg"},
     "fedprox": {"method": "fedprox"},
     "fedadam": {"method": "fedadam"},
+    "fedbe": {"method": "fedbe", "server-holdout": 1000, "fedbe-epochs": 2, "fedbe-samples": 2},
     "shefl": {"method": "shefl", "shefl-models": 2, "hpc-per-round": 2},
     "fens": {"method": "fens", "local-steps": 3, "fraction-train": 1.0, "fens-local-fraction": 0.98},
     "adaptivefl": {"method": "adaptivefl"},

@@ -12,7 +12,9 @@ from typing import Any
 from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedProx, adam_options
+from hetfl.baselines.fedbe import DistillOptions
+from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedBE, SeededFedProx, adam_options
+from hetfl.common.data import DataSpec, load_server_set
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import NodeDirectory, discover_nodes
 from hetfl.common.results import RunRecorder
@@ -20,14 +22,16 @@ from hetfl.common.rounds import run_rounds
 from hetfl.common.task import (
     arrays_to_model,
     centralized_evaluator,
+    compute_options,
     dataset_threshold,
     make_model,
     model_to_arrays,
 )
+from hetfl.common.train import Normalizer
 
 
 def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: dict[str, float] | None = None) -> SeededFedAvg:
-    """The Flower strategy for `method` (fedavg | fedprox | fedadam), sampling from `directory`'s clients
+    """The Flower strategy for `method` (fedavg | fedprox | fedadam | fedbe), sampling from `directory`'s clients
     with the run's seed, with centralized evaluation only.
 
     The weighted-average client train metrics of the latest round are copied into `train_metrics`.
@@ -49,6 +53,8 @@ def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: 
         min_available_nodes=1,
         train_metrics_aggr_fn=aggregate_metrics,
     )
+    if cfg["method"] == "fedbe":
+        return _fedbe(cfg, SeededFedBE(**kwargs).bind(directory, cfg["seed"], cfg["round-timeout"]))
     if cfg["method"] == "fedprox":
         strategy = SeededFedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
     elif cfg["method"] == "fedadam":
@@ -56,6 +62,15 @@ def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: 
     else:
         strategy = SeededFedAvg(**kwargs)
     return strategy.bind(directory, cfg["seed"], cfg["round-timeout"])
+
+
+def _fedbe(cfg: dict[str, Any], strategy: SeededFedBE) -> SeededFedBE:
+    """FedBE's server side: the held-out unlabeled images (never their labels) and the distillation settings."""
+    held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])
+    opts = DistillOptions(cfg["fedbe-epochs"], cfg["fedbe-batch-size"], cfg["fedbe-lr"], cfg["fedbe-momentum"],
+                          cfg["fedbe-weight-decay"], cfg["fedbe-swa-start"])
+    return strategy.setup(lambda: make_model(cfg), held.x, Normalizer(cfg["dataset"]), cfg["fedbe-samples"], opts,
+                          compute_options(cfg, server=True))
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:

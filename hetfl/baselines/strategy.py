@@ -8,7 +8,10 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAdam, FedProx, FedYogi
 
-from hetfl.common.strategy import SeededSampling
+from hetfl.common.models import get_state, set_state
+from hetfl.common.strategy import SeededSampling, single_array_record
+
+from .fedbe import distill, gaussian_samples, soft_labels
 
 
 def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, tau: float,
@@ -94,3 +97,38 @@ class SeededFedAdam(FedAdamF32, SeededSampling):
 
 class SeededFedYogi(FedOptState, FedYogi, SeededSampling):
     """Flower's FedYogi (Reddi et al. 2021) with seeded sampling by client id (a FENS phase-2 option)."""
+
+
+class SeededFedBE(SeededSampling):
+    """FedBE (Chen and Chao, ICLR 2021): Flower's FedAvg with seeded sampling, then the Bayesian ensemble of the
+    round's client models distilled into the FedAvg mean on the server's unlabeled set (:mod:`hetfl.baselines.fedbe`).
+
+    Call :meth:`setup` after :meth:`bind`. docs/readings.md#fedbe
+    """
+
+    def setup(self, make_model, unlabeled_x: np.ndarray, normalize, samples: int, opts, compute: dict) -> SeededFedBE:
+        """`make_model()` builds an empty global-model architecture; `unlabeled_x` are the held-out images."""
+        self.make_model, self.unlabeled_x, self.normalize = make_model, unlabeled_x, normalize
+        self.samples, self.opts, self.compute = samples, opts, compute
+        return self
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        accepted = self.order_replies(getattr(self, "accepted", []))
+        if arrays is None or not accepted:
+            return arrays, metrics
+        clients = [{k: v.numpy() for k, v in single_array_record(r).items()} for r in accepted]
+        weights = [float(r.content["metrics"][self.weighted_by_key]) for r in accepted]
+        mean = {k: v.numpy() for k, v in arrays.items()}
+        rng = np.random.default_rng([self.seed, server_round, 0xBE])
+        members = []
+        for state in (mean, *clients, *gaussian_samples(clients, weights, self.samples, rng)):
+            model = self.make_model()
+            set_state(model, state)
+            members.append(model)
+        targets = soft_labels(members, self.unlabeled_x, self.normalize, **self.compute)
+        student = self.make_model()
+        set_state(student, mean)
+        distill(student, self.unlabeled_x, targets, self.normalize, self.opts, seed=self.seed * 7919 + server_round,
+                **self.compute)
+        return ArrayRecord({k: Array(v) for k, v in get_state(student).items()}), metrics

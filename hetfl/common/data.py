@@ -273,6 +273,7 @@ class DataSpec:
     max_draws: int = 11
     shards_per_client: int = 4
     seed: int = 42
+    server_holdout: int = 0  # train samples kept out of every partition for the server (FedBE's unlabeled set)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], num_partitions: int) -> DataSpec:
@@ -282,6 +283,7 @@ class DataSpec:
             alpha=cfg["dirichlet-alpha"], min_partition_size=cfg["dirichlet-min-size"],
             balance=cfg["dirichlet-balance"], max_draws=cfg["dirichlet-max-draws"],
             shards_per_client=cfg["shards-per-client"], seed=cfg["partition-seed"],
+            server_holdout=cfg["server-holdout"],
         )
 
     def key(self) -> str:
@@ -291,6 +293,8 @@ class DataSpec:
             d.pop("alpha"), d.pop("min_partition_size"), d.pop("balance")
         if self.partitioner != "shards":
             d.pop("shards_per_client")
+        if not self.server_holdout:  # keys of specs without a holdout are unchanged
+            d.pop("server_holdout")
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -447,15 +451,63 @@ def _partitioner_for(spec: DataSpec):
                 f"dataset '{spec.dataset}' could not be loaded from the Hugging Face hub ({info.hub_id}): {err}. "
                 f"Offline: {info.how_to_get}, and set data-source = 'local'."
             ) from err
-        return FederatedDataset(
-            dataset=info.hub_id, subset=info.subset,
-            partitioners={"train": make_partitioner(spec, n_train)}, shuffle=True, seed=spec.seed,
+        if not spec.server_holdout:
+            return FederatedDataset(
+                dataset=info.hub_id, subset=info.subset,
+                partitioners={"train": make_partitioner(spec, n_train)}, shuffle=True, seed=spec.seed,
+            )
+        return FederatedDataset(  # the first server_holdout shuffled rows go to the server, the rest to clients
+            dataset=info.hub_id, subset=info.subset, preprocessor=_holdout_divider(spec, n_train),
+            partitioners={"clients": make_partitioner(spec, n_train - spec.server_holdout)}, shuffle=True, seed=spec.seed,
         )
     # exactly what FederatedDataset does with the hub's DatasetDict: shuffle every split with the seed
-    train = local_datasetdict(spec.dataset, spec.data_dir)["train"].shuffle(seed=spec.seed)
+    train = _local_train_splits(spec)[0]
     part = make_partitioner(spec, len(train))
     part.dataset = train
     return part
+
+
+def _holdout_divider(spec: DataSpec, n_train: int):
+    """flwr-datasets Divider: the shuffled train split's first `server_holdout` rows -> 'server', the rest -> 'clients'."""
+    from flwr_datasets.preprocessor import Divider
+
+    if not 0 < spec.server_holdout < n_train:
+        raise ValueError(f"server-holdout = {spec.server_holdout}: expected 0 < n < {n_train} (the train split's size)")
+    return Divider(divide_config={"server": spec.server_holdout, "clients": n_train - spec.server_holdout},
+                   divide_split="train", drop_remaining_splits=True)
+
+
+def _local_train_splits(spec: DataSpec):
+    """(clients' train split, server's held-out split or None) from local files, as FederatedDataset makes them."""
+    from datasets import DatasetDict
+
+    train = local_datasetdict(spec.dataset, spec.data_dir)["train"].shuffle(seed=spec.seed)
+    if not spec.server_holdout:
+        return train, None
+    dd = _holdout_divider(spec, len(train))(DatasetDict({"train": train}))
+    return dd["clients"], dd["server"]
+
+
+def load_server_set(spec: DataSpec, cache_dir: str = "") -> ArrayData:
+    """The `server_holdout` train samples no client holds (FedBE's unlabeled server set; the server must not
+    use its labels)."""
+    if not spec.server_holdout:
+        raise ValueError("load_server_set: the spec holds nothing out (server-holdout = 0)")
+    tag = hashlib.sha1(f"{spec.seed}-{spec.server_holdout}-{spec.data_dir}".encode()).hexdigest()[:12]
+    path = _cache_root(cache_dir) / spec.dataset / f"server-{tag}.npz"  # the same for any partitioning
+    if str(path) in _MEM:
+        return _MEM[str(path)]
+    if path.exists():
+        data = _load_npz(path)
+    else:
+        if _resolve_source(spec) == "hub":
+            ds = _partitioner_for(spec).load_split("server")
+        else:
+            ds = _local_train_splits(spec)[1]
+        data = _from_hf(spec.dataset, ds)
+        _atomic_save(path, data)
+    _MEM[str(path)] = data
+    return data
 
 
 def _cache_root(cache_dir: str) -> Path:

@@ -196,5 +196,6 @@ class SeededSampling(FedAvg, StrategyBase):
             check_arrays(single_array_record(r), reference)
 
         ok, _, self.rejected = validate_replies(replies, check, server_round)
+        self.accepted = [r for r, _ in ok]  # what was aggregated (FedBE reads the client models)
         errors = [r for r in replies if r.has_error()]  # Flower counts them itself
         return super().aggregate_train(server_round, [r for r, _ in ok] + errors)
