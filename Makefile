@@ -62,7 +62,7 @@ cluster: install data
 clean:
 	rm -rf .flwr results .pytest_cache
 
-# SHEFL paper comparison on FMNIST Dir(0.6): SHEFL, Fed-Ensemble, FedAvg, FedProx, 100 rounds, 3 seeds.
+# SHEFL paper comparison on FMNIST Dir(0.6): SHEFL, Fed-Ensemble, FedAvg, FedProx, FedBE, 100 rounds, 3 seeds.
 # Long: ~40 min per seed on 2 CPU cores. ROUNDS/SEEDS/EXTRA shorten it, e.g. make reproduce-shefl ROUNDS=30 SEEDS=0;
 # REPRO_FLAGS=--table-only tabulates the runs that finished.
 ROUNDS ?= 100
@@ -71,7 +71,7 @@ EXTRA ?=
 reproduce-shefl: install data
 	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
 		--presets configs/shefl/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
-		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml \
+		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml configs/fedbe/fmnist-dir0.6.toml \
 		--set num-server-rounds=$(ROUNDS) $(EXTRA)
 
 # FENS comparison on FMNIST (20 clients, Dir 0.01/0.05/0.1 drawn as the authors do): FENS (NN aggregator, 500 rounds)
