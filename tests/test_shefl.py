@@ -166,3 +166,45 @@ def test_shefl_fmnist_end_to_end(tmp_path):
         # sparse upload, k = 0.1 for both roles (k_h = 0.1 * 3 / 3): <= 0.2 of the dense models sent
         assert r["bytes_up"] <= 0.2 * r["bytes_down"]
     assert all(f"acc_m{j}" in rows[-1] for j in range(3))
+
+
+# --- per-role local work (straggler study, Fig. 7) ------------------------------------------------
+def test_role_work_and_its_check():
+    from hetfl.common.config import ConfigError
+    from hetfl.shefl_app.keys import role_work
+
+    cfg = validate({"method": "shefl", "hpc-local-epochs": 10, "lpc-local-epochs": 1})
+    assert role_work(cfg, "hpc") == (0, 10) and role_work(cfg, "lpc") == (0, 1)
+    cfg = validate({"method": "shefl", "lpc-local-steps": 3})
+    assert role_work(cfg, "lpc") == (3, None) and role_work(cfg, "hpc") == (None, None)
+    with pytest.raises(ConfigError, match="'hpc-local-steps' = 5 and 'hpc-local-epochs' = 2"):
+        validate({"method": "shefl", "hpc-local-steps": 5, "hpc-local-epochs": 2})
+
+
+@pytest.mark.parametrize("role,want", [("hpc", (0, 10)), ("lpc", (0, 1))])
+def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_identity):
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+    from hetfl.common.data import ArrayData
+    from hetfl.shefl_app import client_app
+
+    run_config = {"method": "shefl", "dataset": "digits", "shefl-models": 2, "hpc-local-epochs": 10, "lpc-local-epochs": 1}
+    cfg = validate(run_config)
+    seen = []
+
+    def fake_train(model, data, cfg, rnd, *, steps=None, epochs=None, seed_offset=0):
+        seen.append((steps, epochs))
+        return SimpleNamespace(loss=0.0, seconds=0.0)
+
+    monkeypatch.setattr(client_app, "local_train", fake_train)
+    monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))
+    arrays = model_to_arrays(make_model(cfg))
+    models = [0, 1] if role == "hpc" else [1]
+    content = RecordDict({**{f"model.{m}": arrays for m in models},
+                          "config": ConfigRecord({"server-round": 1, "role": role, "models": models, "density": 1.0})})
+    msg = Message(content, message_type="train.shefl", dst_node_id=1)
+    ctx = Context(1, 1, {"partition-id": 0, "num-partitions": 4}, RecordDict(), run_config)
+    client_app.train(msg, ctx)
+    assert seen == [want] * len(models)

@@ -13,6 +13,7 @@ from hetfl.common.models import get_state
 from hetfl.common.task import client_data, config_of, local_train, node_partition, received_model
 
 from .core import hpc_partitions
+from .keys import role_work
 
 
 def device_class(context: Context, cfg: dict[str, Any]) -> str:
@@ -44,14 +45,14 @@ def train(msg: Message, context: Context) -> Message:
     models = [int(m) for m in conf["models"]]
     data = client_data(context, cfg)
     pid = node_partition(context)[0]
-    steps = cfg["hpc-local-steps" if role == "hpc" else "lpc-local-steps"] or None
+    steps, epochs = role_work(cfg, "hpc" if role == "hpc" else "lpc")
     out, losses, secs = ArrayRecord(), [], 0.0
     for m in models:
         arrays = msg.content[f"model.{m}"]
         model = received_model(cfg, arrays)
         start = {k: v.numpy() for k, v in arrays.items()}
         layout = StateLayout.of(start)
-        res = local_train(model, data, cfg, rnd, steps=steps, seed_offset=pid * 64 + m)
+        res = local_train(model, data, cfg, rnd, steps=steps, epochs=epochs, seed_offset=pid * 64 + m)
         delta = layout.flatten(get_state(model)) - layout.flatten(start)
         segments = layout.segments if cfg["topk-scope"] == "tensor" else None
         if cfg["error-feedback"] and density < 1.0:

@@ -6,12 +6,26 @@ from .core import COEFFICIENTS
 
 
 def check(cfg: dict) -> None:
-    """SHEFL needs HPCs when it samples HPC clusters."""
+    """SHEFL needs HPCs when it samples HPC clusters; a role's local work is given in steps or in epochs, not both."""
     if cfg["method"] == "shefl" and cfg["hpc-per-round"] > 0 and cfg["hpc-fraction"] == 0.0:
         raise ConfigError(
             "run-config key 'hpc-per-round' = %d needs HPCs, but 'hpc-fraction' = 0.0; "
             "set hpc-fraction in (0, 1] or hpc-per-round = 0" % cfg["hpc-per-round"]
         )
+    for role in ("hpc", "lpc"):
+        if cfg[f"{role}-local-steps"] and cfg[f"{role}-local-epochs"]:
+            raise ConfigError(f"run-config keys '{role}-local-steps' = {cfg[f'{role}-local-steps']} and "
+                              f"'{role}-local-epochs' = {cfg[f'{role}-local-epochs']}: set one of them (the other 0)")
+
+
+def role_work(cfg: dict, role: str) -> tuple[int | None, int | None]:
+    """(steps, epochs) for local_train of a client in `role` (straggler study, Fig. 7): the role's own local
+    epochs or steps when set, else the run's local-steps / local-epochs (None, None)."""
+    if cfg[f"{role}-local-epochs"]:
+        return 0, cfg[f"{role}-local-epochs"]
+    if cfg[f"{role}-local-steps"]:
+        return cfg[f"{role}-local-steps"], None
+    return None, None
 
 
 KEYS = (
@@ -25,4 +39,6 @@ KEYS = (
     Key("coefficients", str, "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS),
     Key("lpc-local-steps", int, 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0),
     Key("hpc-local-steps", int, 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0),
+    Key("lpc-local-epochs", int, 0, "SHEFL: local epochs of LPCs (0 = the run's local work; straggler study: 1)", min=0),
+    Key("hpc-local-epochs", int, 0, "SHEFL: local epochs of HPCs (0 = the run's local work; straggler study: 10)", min=0),
 )

@@ -9,14 +9,15 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
-from hetfl.common.nodes import discover_nodes
 from hetfl.common.models import get_state, set_state
+from hetfl.common.nodes import discover_nodes
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
 from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
 
 from .strategy import SHEFL
+
 
 def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> tuple[dict[int, str], dict[int, int]]:
     """Wait for min-available-nodes nodes and ask each for its device class (hpc | lpc) and client id.

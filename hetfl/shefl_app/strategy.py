@@ -24,7 +24,15 @@ from hetfl.common.strategy import StrategyBase, check_sparse
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
-from .core import PermutationSchedule, RoundPlan, aggregate_deltas, make_clusters, sample_from_clusters, topk_densities, workload_weights
+from .core import (
+    PermutationSchedule,
+    RoundPlan,
+    aggregate_deltas,
+    make_clusters,
+    sample_from_clusters,
+    topk_densities,
+    workload_weights,
+)
 
 log = logging.getLogger("hetfl")
 
