@@ -208,3 +208,110 @@ def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_ide
     ctx = Context(1, 1, {"partition-id": 0, "num-partitions": 4}, RecordDict(), run_config)
     client_app.train(msg, ctx)
     assert seen == [want] * len(models)
+
+
+# --- Algorithm 1 on hand-made replies -------------------------------------------------------------
+def _shefl(**over):
+    from hetfl.shefl_app.strategy import SHEFL
+
+    cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 2, "fraction-train": 1.0, **over})
+    roles = {1: "hpc", 2: "hpc", 3: "lpc", 4: "lpc", 5: "lpc"}
+    return SHEFL(cfg, roles, clients={n: n for n in roles})
+
+
+def _delta_reply(node, deltas):
+    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+
+    rec = ArrayRecord()
+    for m, d in deltas.items():
+        idx = np.flatnonzero(d)
+        put_sparse(rec, f"m{m}", encode_sparse(idx, d[idx].astype(np.float32), d.size))
+    msg = Message(RecordDict({"config": ConfigRecord({})}), message_type="train.shefl", dst_node_id=node)
+    return Message(RecordDict({"deltas": rec, "metrics": MetricRecord({"train_loss": 0.1})}), reply_to=msg)
+
+
+def test_aggregation_by_hand_with_unequal_hpc_and_lpc_counts(task_identity):
+    strat = _shefl()  # balanced coefficients: the HPC mean and the LPC mean of each model weigh 1/2 each
+    states = [{"w": np.zeros(4, np.float32)}, {"w": np.ones(4, np.float32)}]
+    strat._states, strat.layout = states, StateLayout.of(states[0])
+    strat.sent = {1: ("hpc", [0, 1]), 2: ("hpc", [0, 1]), 3: ("lpc", [0]), 4: ("lpc", [1]), 5: ("lpc", [1])}
+    e = np.eye(4, dtype=np.float32)
+    replies = [
+        _delta_reply(1, {0: 1 * e[0], 1: 2 * e[2]}), _delta_reply(2, {0: 3 * e[0], 1: 4 * e[2]}),  # HPCs
+        _delta_reply(3, {0: 4 * e[1]}), _delta_reply(4, {1: 8 * e[3]}), _delta_reply(5, {1: 4 * e[3]}),  # LPCs
+    ]
+    arrays, _ = strat.aggregate_train(1, replies)
+    new = unpack_models(arrays, 2)
+    # model 0: H = 2 (mean 2 e0), L = 1 (4 e1) -> + (2 e0 + 4 e1) / 2; swapping a_h and a_l gives (1, 2) the other way
+    assert new[0]["w"].tolist() == [1.0, 2.0, 0.0, 0.0]
+    # model 1: H = 2 (mean 3 e2), L = 2 (mean 6 e3) -> 1 + (3 e2 + 6 e3) / 2
+    assert new[1]["w"].tolist() == [1.0, 1.0, 2.5, 4.0]
+    assert strat.last_round["H_m0"] == 2 and strat.last_round["L_m0"] == 1 and strat.last_round["L_m1"] == 2
+
+
+def test_hpc_and_lpc_densities_reach_the_clients(task_identity):
+    from flwr.app import ConfigRecord
+
+    strat = _shefl(**{"topk-density": 0.1, "resource-ratio": 10.0})  # k_h = min(1, k r / M) = 0.5
+    states = [{"w": np.full(4, float(m), np.float32)} for m in range(2)]
+    messages = strat.configure_train(1, pack_models(states), ConfigRecord(), None)
+    got = {str(m.content["config"]["role"]): float(m.content["config"]["density"]) for m in messages}
+    assert got == {"hpc": 0.5, "lpc": 0.1}
+    for m in messages:  # each model travels with its own global weights
+        for j in m.content["config"]["models"]:
+            assert m.content[f"model.{j}"]["w"].numpy().tolist() == [float(j)] * 4
+
+
+def test_hpcs_train_each_model_from_its_own_global_weights(monkeypatch, task_identity):
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+    from hetfl.common.data import ArrayData
+    from hetfl.shefl_app import client_app
+
+    run_config = {"method": "shefl", "dataset": "digits", "shefl-models": 3}
+    cfg = validate(run_config)
+    starts = []
+
+    def fake_train(model, data, cfg, rnd, **kw):
+        starts.append(float(next(model.parameters()).detach().sum()))
+        return SimpleNamespace(loss=0.0, seconds=0.0)
+
+    monkeypatch.setattr(client_app, "local_train", fake_train)
+    monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))
+    per_model = [model_to_arrays(make_model(cfg, seed=s)) for s in range(3)]
+    content = RecordDict({**{f"model.{m}": per_model[m] for m in range(3)},
+                          "config": ConfigRecord({"server-round": 1, "role": "hpc", "models": [0, 1, 2], "density": 1.0})})
+    client_app.train(Message(content, message_type="train.shefl", dst_node_id=1),
+                     Context(1, 1, {"partition-id": 0, "num-partitions": 4}, RecordDict(), run_config))
+    first = next(iter(per_model[0].keys()))
+    assert starts == pytest.approx([float(per_model[m][first].numpy().sum()) for m in range(3)], rel=1e-4)
+    assert len(set(starts)) == 3
+
+
+def test_lr_decay_and_weight_decay_reach_the_optimizer(monkeypatch):
+    from hetfl.common import task
+    from hetfl.common.data import ArrayData
+
+    seen = {}
+    monkeypatch.setattr(task, "train", lambda model, data, norm, **kw: seen.update(kw))
+    cfg = validate({"dataset": "digits", "lr": 0.01, "lr-decay": 0.99, "lr-decay-every": 10, "weight-decay": 1e-3})
+    task.local_train(make_model(cfg), ArrayData(np.zeros((2, 1, 8, 8), np.uint8), np.zeros(2, np.int64)), cfg, 21)
+    assert seen["lr"] == pytest.approx(0.01 * 0.99**2) and seen["weight_decay"] == 1e-3
+
+
+def test_fedensemble_preset_runs(tmp_path, task_identity):
+    import tomllib
+    from pathlib import Path
+
+    from .inprocess import run_in_process
+
+    require_fmnist()
+    preset = tomllib.loads((Path(__file__).resolve().parent.parent / "configs/fedensemble/fmnist-dir0.6.toml").read_text())
+    over = {"data-source": "local", "num-server-rounds": 1, "min-available-nodes": 10, "fraction-train": 0.5,
+            "local-steps": 2, "max-test-samples": 300, "checkpoint": False}
+    m = run_in_process({**preset, **over}, 10, tmp_path, "fedens")
+    last = m["rounds"][-1]
+    assert last["round"] == 1 and last["replies"] == 5 and last["bytes_up"] > 0
+    assert sum(last[f"H_m{j}"] for j in range(5)) == 0 and sum(last[f"L_m{j}"] for j in range(5)) == 5  # C_h = 0
