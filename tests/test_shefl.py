@@ -315,3 +315,26 @@ def test_fedensemble_preset_runs(tmp_path, task_identity):
     last = m["rounds"][-1]
     assert last["round"] == 1 and last["replies"] == 5 and last["bytes_up"] > 0
     assert sum(last[f"H_m{j}"] for j in range(5)) == 0 and sum(last[f"L_m{j}"] for j in range(5)) == 5  # C_h = 0
+
+
+def test_restricted_fedensemble_samples_every_device_for_one_model_with_its_own_work(task_identity):
+    from flwr.app import ConfigRecord
+
+    from hetfl.common.config import ConfigError
+    from hetfl.shefl_app.strategy import SHEFL
+
+    cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 0, "fraction-train": 0.5, "hpc-models": "one",
+                    "topk-density": 1.0, "coefficients": "uniform"})
+    roles = {n: ("hpc" if n < 6 else "lpc") for n in range(12)}
+    strat = SHEFL(cfg, roles, clients={n: n for n in roles})
+    states = [{"w": np.zeros(4, np.float32)} for _ in range(2)]
+    seen_hpc = set()
+    for rnd in range(1, 9):
+        for m in strat.configure_train(rnd, pack_models(states), ConfigRecord(), None):
+            conf = m.content["config"]
+            assert len(conf["models"]) == 1 and float(conf["density"]) == 1.0
+            assert str(conf["role"]) == roles[m.metadata.dst_node_id]  # the device's own work
+            seen_hpc |= {m.metadata.dst_node_id} if roles[m.metadata.dst_node_id] == "hpc" else set()
+    assert seen_hpc  # HPC devices are sampled too (plain Fed-Ensemble with hpc-per-round = 0 never samples them)
+    with pytest.raises(ConfigError, match="'hpc-per-round' = 5 must be 0"):
+        validate({"method": "shefl", "hpc-models": "one"})

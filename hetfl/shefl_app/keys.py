@@ -12,6 +12,9 @@ def check(cfg: dict) -> None:
             "run-config key 'hpc-per-round' = %d needs HPCs, but 'hpc-fraction' = 0.0; "
             "set hpc-fraction in (0, 1] or hpc-per-round = 0" % cfg["hpc-per-round"]
         )
+    if cfg["method"] == "shefl" and cfg["hpc-models"] == "one" and cfg["hpc-per-round"] > 0:
+        raise ConfigError(f"run-config key 'hpc-models' = 'one' samples every device as a one-model client; "
+                          f"'hpc-per-round' = {cfg['hpc-per-round']} must be 0")
     for role in ("hpc", "lpc"):
         if cfg[f"{role}-local-steps"] and cfg[f"{role}-local-epochs"]:
             raise ConfigError(f"run-config keys '{role}-local-steps' = {cfg[f'{role}-local-steps']} and "
@@ -39,6 +42,7 @@ KEYS = (
     Key("coefficients", str, "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS),
     Key("lpc-local-steps", int, 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0),
     Key("hpc-local-steps", int, 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0),
+    Key("hpc-models", str, "all", "SHEFL: HPCs train all M models (SHEFL), or every device one model with its device's work (restricted Fed-Ensemble, Fig. 7)", choices=("all", "one")),
     Key("lpc-local-epochs", int, 0, "SHEFL: local epochs of LPCs (0 = the run's local work; straggler study: 1)", min=0),
     Key("hpc-local-epochs", int, 0, "SHEFL: local epochs of HPCs (0 = the run's local work; straggler study: 10)", min=0),
 )

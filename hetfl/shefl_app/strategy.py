@@ -48,6 +48,11 @@ class SHEFL(StrategyBase):
         order = (lambda n: (clients[n], n)) if clients else (lambda n: n)  # by client id when known
         hpc = sorted((n for n, r in roles.items() if r == "hpc"), key=order)
         lpc = sorted((n for n, r in roles.items() if r != "hpc"), key=order)
+        # hpc-models = "one" (restricted Fed-Ensemble, Fig. 7): every device is scheduled as a one-model client;
+        # an HPC device keeps its HPC local work (its role in the message) but trains one model at the LPC density
+        self.one_model_hpcs = set(hpc) if cfg["hpc-models"] == "one" else set()
+        if self.one_model_hpcs:
+            hpc, lpc = [], sorted(roles, key=order)
         C = max(1, int(len(roles) * cfg["fraction-train"]))
         self.C_h = min(cfg["hpc-per-round"], len(hpc), C)
         self.C_l = min(C - self.C_h, len(lpc))
@@ -94,10 +99,10 @@ class SHEFL(StrategyBase):
         self.sent = {}
         messages = []
         for node, models in plan.assignments(self.M).items():
-            role = "hpc" if node in hpc_set else "lpc"
+            role = "hpc" if node in hpc_set or node in self.one_model_hpcs else "lpc"
             conf = ConfigRecord({
                 "server-round": server_round, "role": role, "models": models,
-                "density": self.k_h if role == "hpc" else self.k_l,
+                "density": self.k_h if node in hpc_set else self.k_l,
             })
             content = RecordDict({**{f"model.{m}": per_model[m] for m in models}, "config": conf})
             messages.append(Message(content=content, message_type=TRAIN, dst_node_id=node))
