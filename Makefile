@@ -15,7 +15,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-fast bench clean cluster reproduce-shefl reproduce-fens reproduce-adaptivefl
+.PHONY: install data compose-cli run test test-fast bench clean cluster reproduce-shefl calibrate-shefl reproduce-fens reproduce-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -73,6 +73,15 @@ reproduce-shefl: install data
 		--presets configs/shefl/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
 		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml configs/fedbe/fmnist-dir0.6.toml \
 		--set num-server-rounds=$(ROUNDS) $(EXTRA)
+
+# SHEFL local-work calibration (issue #13, docs/readings.md#shefl-not-yet): FedAvg on FMNIST Dir(0.6), 100 clients,
+# 10 per round, 10 rounds, with 10 local steps / 1 / 5 / 10 local epochs; the table gives each one's round to 80%.
+CAL = configs/fedavg/fmnist-dir0.6.toml
+calibrate-shefl: install data
+	$(BIN)/python scripts/reproduce.py --name shefl-calibration-fmnist-dir0.6 --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
+		--presets "$(CAL)@local-steps=10" "$(CAL)@local-steps=0,local-epochs=1" "$(CAL)@local-steps=0,local-epochs=5" \
+		          "$(CAL)@local-steps=0,local-epochs=10" \
+		--set num-server-rounds=10
 
 # FENS comparison on FMNIST (20 clients, Dir 0.01/0.05/0.1 drawn as the authors do): FENS (NN aggregator, 500 rounds)
 # with FedENS, weighted averaging, voting and one-shot FedAvg on the same local models, 3 seeds; then the aggregator
