@@ -76,7 +76,7 @@ reproduce-shefl: install data
 
 # SHEFL local-work calibration (issue #13, docs/readings.md#shefl-not-yet): FedAvg on FMNIST Dir(0.6), 100 clients,
 # 10 per round, 10 rounds, with 10 local steps / 1 / 5 / 10 local epochs; the table gives each one's round to 80%.
-CAL = configs/fedavg/fmnist-dir0.6.toml
+CAL = configs/fedavg/fmnist-dir0.6-literal.toml
 calibrate-shefl: install data
 	$(BIN)/python scripts/reproduce.py --name shefl-calibration-fmnist-dir0.6 --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
 		--presets "$(CAL)@local-steps=10" "$(CAL)@local-steps=0,local-epochs=1" "$(CAL)@local-steps=0,local-epochs=5" \
