@@ -19,7 +19,7 @@ Reading of the paper (each point explained in docs/readings.md#adaptivefl):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,6 +139,21 @@ class SubmodelPool:
         rows = [f"{e.name:>3}  r_w={e.ratio:.2f}  I={e.start if e.type != 'L' else 'N/A':>3}  "
                 f"{e.size / 1e6:7.2f}M  ratio {e.size / full:.2f}" for e in reversed(self.entries)]
         return "\n".join(rows)
+
+
+def uniform_ratio(size_of: Callable[[tuple[int, ...]], int], full: tuple[int, ...], capacity: float,
+                  top: int = 99) -> float:
+    """Largest width ratio r in hundredths (1 .. top) with every hidden layer of `full` scaled by r and
+    size_of(widths) <= capacity: HeteroFL's and ScaleFL's levels sized to the device tiers
+    (docs/readings.md#adaptivefl-baselines)."""
+    lo, hi = 1, top
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if size_of(pruned_widths(full, mid / 100, 0)) <= capacity:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo / 100
 
 
 def slice_state(state: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:

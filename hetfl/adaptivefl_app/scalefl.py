@@ -19,7 +19,7 @@ from torch import nn
 
 from hetfl.common.models import build_model, count_parameters, hidden_widths, pruned_widths
 
-from .core import PoolEntry, SubmodelPool
+from .core import PoolEntry, SubmodelPool, uniform_ratio
 
 DEFAULT_EXITS = {"cnn": (2, 3), "vgg16": (8, 10)}  # hidden layers followed by an early exit (VGG16: the authors')
 SCALEFL_LEVELS = (("S", "S1", 1), ("M", "M1", 2), ("L", "L1", 3))  # type, name, exits run
@@ -131,24 +131,14 @@ class ScaleFLPool(SubmodelPool):
         self.full = hidden_widths(model, self.in_shape)
         self.exits = tuple(exits or DEFAULT_EXITS.get(model, ()))
         if len(self.exits) != 2 or list(self.exits) != sorted(set(self.exits)):
-            raise ValueError(f"scalefl-exits = {self.exits}: expected two increasing conv layer indices")
+            raise ValueError(f"scalefl-exits = {self.exits}: expected two increasing hidden-layer indices")
         entries = []
         for (ty, name, depth), cap in zip(SCALEFL_LEVELS, (*capacities, None), strict=True):
-            ratio = 1.0 if cap is None else self._ratio(depth, cap)
+            ratio = 1.0 if cap is None else uniform_ratio(lambda w, d=depth: self.size_of(w, d), self.full, cap, top=100)
             w = pruned_widths(self.full, ratio, 0) if cap is not None else self.full
             entries.append(PoolEntry(name, ty, ratio, 0, w, self.size_of(w, depth), depth))
         self.entries = entries
         self.ratios, self.starts = (entries[1].ratio, entries[0].ratio), (0,)
-
-    def _ratio(self, depth: int, capacity: float) -> float:
-        lo, hi = 1, 100  # hundredths
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.size_of(pruned_widths(self.full, mid / 100, 0), depth) <= capacity:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo / 100
 
     def size_of(self, widths: tuple[int, ...], depth: int = 3) -> int:  # type: ignore[override]
         with torch.device("meta"):

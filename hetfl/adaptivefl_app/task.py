@@ -8,10 +8,9 @@ from typing import Any
 from flwr.app import Context
 
 from hetfl.common.data import DATASETS
-from hetfl.common.models import pruned_widths
 from hetfl.common.task import node_partition
 
-from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities
+from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
 from .keys import parse_floats
 from .scalefl import ScaleFLPool
 
@@ -54,20 +53,8 @@ def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
                              ref.tier_capacity("weak"), ref.tier_capacity("medium"))
     if cfg["adaptivefl-variant"] != "heterofl":
         return ref
-    ratios = tuple(uniform_ratio(ref, ref.tier_capacity(t)) for t in ("medium", "weak"))
+    ratios = tuple(uniform_ratio(ref.size_of, ref.full, ref.tier_capacity(t)) for t in ("medium", "weak"))
     return _pool(cfg["model"], info.num_classes, tuple(info.shape), ratios, (0,), 0, ref.batch_stats)
-
-
-def uniform_ratio(pool: SubmodelPool, capacity: float) -> float:
-    """Largest width ratio r (2 decimals) with every hidden layer scaled by r and size <= capacity."""
-    lo, hi = 1, 99  # in hundredths
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if pool.size_of(pruned_widths(pool.full, mid / 100, 0)) <= capacity:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo / 100
 
 
 def device_capacity(context: Context, cfg: dict[str, Any]) -> tuple[str, Capacity]:

@@ -114,7 +114,7 @@ class SeededFedBE(SeededSampling):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         arrays, metrics = super().aggregate_train(server_round, replies)
-        accepted = self.order_replies(getattr(self, "accepted", []))
+        accepted = self.order_replies(self.accepted)
         if arrays is None or not accepted:
             return arrays, metrics
         clients = [{k: v.numpy() for k, v in single_array_record(r).items()} for r in accepted]

@@ -237,7 +237,7 @@ class ModelSpec:
         return None
 
 
-def _resnet_widths(blocks: tuple[int, ...], planes: tuple[int, ...], pool: int = 1, stem: int | None = None) -> tuple[int, ...]:
+def _resnet_widths(blocks: tuple[int, ...], planes: tuple[int, ...], stem: int | None = None) -> tuple[int, ...]:
     return (planes[0] if stem is None else stem,) + tuple(p for n, p in zip(blocks, planes, strict=True) for _ in range(n))
 
 
@@ -253,7 +253,7 @@ def _resnet_builder(blocks: tuple[int, ...], planes: tuple[int, ...], pool: int,
 
 MODELS: dict[str, ModelSpec] = {
     "cnn": ModelSpec(lambda nc, c, h, width, **kw: CNN(nc, c, h, width, **kw), widths=(32, 64, 512, 128), min_size=4),
-    **{name: ModelSpec(_resnet_builder(*arch), widths=_resnet_widths(*arch), min_size=1, batchnorm=True)
+    **{name: ModelSpec(_resnet_builder(*arch), widths=_resnet_widths(arch[0], arch[1], *arch[3:]), min_size=1, batchnorm=True)
        for name, arch in _RESNETS.items()},
     "vgg16": ModelSpec(lambda nc, c, h, width, **kw: vgg16(nc, c, width, image_size=h, **kw),
                        widths=tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096), min_size=16, batchnorm=True,

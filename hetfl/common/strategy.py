@@ -159,6 +159,7 @@ class SeededSampling(FedAvg, StrategyBase):
 
     directory: NodeDirectory | None = None
     seed: int = 0
+    accepted: list[Message] = []  # the replies the latest aggregate_train aggregated (reassigned, never mutated)
     _reference: dict[str, tuple[int, ...]] | None = None
 
     def bind(self, directory: NodeDirectory, seed: int, timeout: float = 600.0) -> SeededSampling:
