@@ -42,9 +42,12 @@ compose-cli:
 run: install data
 	$(BIN)/python -m hetfl.launch configs/quickstart.toml --supernodes 20
 
+# Two pytest workers (pytest-xdist): the end-to-end tests spend much of their time starting processes and
+# waiting on heartbeats, so the second core is busy while the first waits. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: install data compose-cli
 	$(BIN)/ruff check --select F,E9 hetfl tests scripts
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
