@@ -15,7 +15,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-fast bench clean cluster reproduce-shefl calibrate-shefl reproduce-fens reproduce-adaptivefl
+.PHONY: install data compose-cli run test test-fast bench clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -65,17 +65,32 @@ cluster: install data
 clean:
 	rm -rf .flwr results .pytest_cache
 
-# SHEFL paper comparison on FMNIST Dir(0.6): SHEFL, Fed-Ensemble, FedAvg, FedProx, FedBE, 100 rounds, 3 seeds.
-# Long: ~40 min per seed on 2 CPU cores. ROUNDS/SEEDS/EXTRA shorten it, e.g. make reproduce-shefl ROUNDS=30 SEEDS=0;
-# REPRO_FLAGS=--table-only tabulates the runs that finished.
+# SHEFL paper comparison (full paper Table 1) on FMNIST Dir(0.6) and pathological 4 shards: SHEFL, Fed-Ensemble,
+# FedAvg, FedProx, FedBE at the calibrated local work (10 epochs), 3 seeds. Long: 10 local epochs make a round
+# ~1-3 min on 2 CPU cores (SHEFL's HPCs train every model). ROUNDS/SEEDS/SPLITS/EXTRA shorten it, e.g.
+# make reproduce-shefl ROUNDS=30 SEEDS=0 SPLITS=dir0.6; REPRO_FLAGS=--table-only tabulates the runs that finished.
 ROUNDS ?= 100
 SEEDS ?= 0 1 2
+SPLITS ?= dir0.6 path4
 EXTRA ?=
 reproduce-shefl: install data
-	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
-		--presets configs/shefl/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
-		          configs/fedavg/fmnist-dir0.6.toml configs/fedprox/fmnist-dir0.6.toml configs/fedbe/fmnist-dir0.6.toml \
-		--set num-server-rounds=$(ROUNDS) $(EXTRA)
+	for s in $(SPLITS); do \
+	  $(BIN)/python scripts/reproduce.py --name shefl-fmnist-$$s-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
+	    --presets $(foreach m,shefl fedensemble fedavg fedprox fedbe,configs/$(m)/fmnist-$$s.toml) \
+	    --set num-server-rounds=$(ROUNDS) $(EXTRA) || exit 1; \
+	done
+
+# SHEFL studies at 1 seed (issue #13): the straggler comparison (full paper Fig. 7: SHEFL with 10-epoch HPCs and
+# 1-epoch LPCs, FedAvg with every client at HPC work and at LPC work, restricted Fed-Ensemble) on Dir(0.6), and the
+# resource-ratio study (ICASSP Table 1b: ratios 1:1 / 1:3 / 1:5, k = 0.1 / 0.02) on Dir(0.1).
+reproduce-shefl-studies: install data
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-straggler-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
+	  --presets configs/shefl/fmnist-dir0.6-straggler.toml configs/fedavg/fmnist-dir0.6-hpcwork.toml \
+	            configs/fedavg/fmnist-dir0.6-lpcwork.toml configs/fedensemble/fmnist-dir0.6-straggler.toml \
+	  --set num-server-rounds=$(ROUNDS) $(EXTRA)
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.1-ratio-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
+	  --presets $(foreach r,1 3 5,$(foreach k,0.1 0.02,configs/shefl/fmnist-dir0.1-r$(r)-k$(k).toml)) \
+	  --set num-server-rounds=$(ROUNDS) $(EXTRA)
 
 # SHEFL local-work calibration (issue #13, docs/readings.md#shefl-not-yet): FedAvg on FMNIST Dir(0.6), 100 clients,
 # 10 per round, 10 rounds, with 10 local steps / 1 / 5 / 10 local epochs; the table gives each one's round to 80%.

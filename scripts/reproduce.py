@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl import launch  # noqa: E402
+from hetfl.common.results import convergence_round  # noqa: E402
 from hetfl.fens_app.aggregators import STATIC_LABELS  # noqa: E402
 
 
@@ -139,6 +140,29 @@ def main() -> int:
             ratio = [100 * x / e for x, e in zip(rnd, epoch, strict=True)]
             table.append(f"| {lab} | {mean_std(epoch)} | {mean_std(client)} | {mean_std(rnd)} | {mean_std(ratio)} % | {len(runs)} |")
             rows.append({"method": f"{lab}: timing", "phase1_epoch_s": epoch, "client_epoch_s": client, "phase2_round_s": rnd})
+    # FENS paper, Fig. 1/4: the communication at which iterative FL passes FENS's final accuracy (same seed paired)
+    fens = {lab: runs for lab, runs in results.items() if "phases" in runs[0] and "upload_bytes" in runs[0]["phases"]}
+    iterative = {lab: runs for lab, runs in results.items() if lab not in fens and "static_aggregators_test_accuracy" not in runs[0]}
+    if fens and iterative:
+        table += ["", "| FL method vs FENS | seed | FENS final (%) | FENS client comm. (MB) | FL passes FENS at round | "
+                      "FL comm. then (MB) | FL final (%) | FL best (%) | FL final - FENS final (points) |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for (flab, fruns), (ilab, iruns) in ((f, i) for f in fens.items() for i in iterative.items()):
+            by_seed = {r["config"]["seed"]: r for r in fruns}
+            for r in iruns:
+                f = by_seed.get(r["config"]["seed"])
+                if f is None:
+                    continue
+                target = f["summary"]["final_accuracy"]
+                fmb = (f["summary"]["total_bytes_down"] + f["summary"]["total_bytes_up"]) / 1e6
+                at = convergence_round([(x["round"], x["accuracy"]) for x in r["rounds"]], target)
+                mb = next(((x["cum_bytes_down"] + x["cum_bytes_up"]) / 1e6 for x in r["rounds"] if x["round"] == at), None)
+                gap = 100 * (r["summary"]["final_accuracy"] - target)
+                table.append(f"| {ilab} vs {flab} | {r['config']['seed']} | {100 * target:.2f} | {fmb:.0f} | "
+                             f"{at if at is not None else 'never'} | {f'{mb:.0f}' if mb is not None else 'n/a'} | "
+                             f"{100 * r['summary']['final_accuracy']:.2f} | {100 * r['summary']['best_accuracy']:.2f} | {gap:+.2f} |")
+                rows.append({"method": f"{ilab} vs {flab}", "seed": r["config"]["seed"], "fens_final": target,
+                             "fens_comm_mb": fmb, "passes_at_round": at, "passes_at_mb": mb, "fl_final_minus_fens": gap})
     # AdaptiveFL family: full (L1) and avg (L1, M1, S1) accuracy, communication waste (Table 2, Sec. 4.4)
     hetero = {lab: runs for lab, runs in results.items() if "acc_avg" in runs[0]["rounds"][-1]}
     if hetero:
