@@ -266,6 +266,33 @@ def uses_cuda(cfg: dict[str, Any]) -> bool:
     return torch.cuda.is_available()
 
 
+def stage_app(app_dir: Path, dest: Path) -> Path:
+    """`app_dir` without its git-ignored files and directories (hard links, a copy across file systems) at `dest`.
+
+    Flower 1.41's `flwr run <dir>` lists every file under `dir` (resolving each path) before it filters them into
+    the FAB, and the project's `.venv` alone holds ~56,000 files: 7-15 s of every run here. The FAB only takes
+    files that the app's `.gitignore` keeps (Flower filters with these same patterns), so the staged tree builds
+    the same FAB, byte for byte (tests/test_deploy.py), in milliseconds.
+    """
+    from flwr.cli.utils import build_pathspec, load_gitignore_patterns
+
+    ignored = build_pathspec(load_gitignore_patterns(app_dir / ".gitignore"))
+    for dirpath, dirnames, filenames in os.walk(app_dir):
+        rel = Path(dirpath).relative_to(app_dir)
+        dirnames[:] = [d for d in dirnames if d != ".git" and Path(dirpath, d) != dest
+                       and not ignored.match_file(f"{(rel / d).as_posix()}/")]
+        for name in filenames:
+            src, target = Path(dirpath) / name, dest / rel / name
+            if src.is_symlink() or ignored.match_file((rel / name).as_posix()):
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src, target)
+            except OSError:
+                shutil.copy2(src, target)
+    return dest
+
+
 def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides: dict[str, Any],
              num_supernodes: int | None, client_cpus: int = 1, timeout: float | None = None,
              log_path: Path | None = None, client_gpus: float = 0.0) -> int:
@@ -275,7 +302,8 @@ def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides:
     CPUs (an integer, as Flower expects) and a fraction `client_gpus` of a GPU per simulated ClientApp.
     """
     run_config = write_run_config(link.home / f"run-config-{time.time_ns()}.toml", config_file, overrides)
-    cmd = [_bin("flwr"), "run", str(app_dir), link.connection, "--stream", "--run-config", str(run_config)]
+    staged = stage_app(app_dir, Path(tempfile.mkdtemp(prefix="app-", dir=link.home)))
+    cmd = [_bin("flwr"), "run", str(staged), link.connection, "--stream", "--run-config", str(run_config)]
     if num_supernodes is not None:
         fed = (f"num-supernodes={num_supernodes} client-resources-num-cpus={int(client_cpus)} "
                f"client-resources-num-gpus={client_gpus:g}")
@@ -297,6 +325,7 @@ def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides:
         finally:
             if proc.poll() is None:
                 proc.kill()
+            shutil.rmtree(staged, ignore_errors=True)
 
 
 def setup_signals() -> None:

@@ -82,7 +82,7 @@ def test_shefl_rejects_malformed_sparse_deltas(task_identity):
 
 # --- the FAB every SuperNode installs ------------------------------------------------------------
 
-def test_fab_holds_the_app_and_not_the_experiment_logs():
+def test_fab_holds_the_app_and_not_the_experiment_logs(tmp_path):
     """`fab-include` in pyproject.toml: code and presets only (Flower refuses FABs over 10 MB)."""
     import io
     import zipfile
@@ -90,8 +90,12 @@ def test_fab_holds_the_app_and_not_the_experiment_logs():
 
     from flwr.cli.build import build_fab_from_disk
 
-    fab = build_fab_from_disk(Path(__file__).resolve().parents[1])
+    root = Path(__file__).resolve().parents[1]
+    fab = build_fab_from_disk(root)
     names = set(zipfile.ZipFile(io.BytesIO(fab)).namelist())
+    # what launch.flwr_run hands to `flwr run`: the tree without git-ignored paths builds the same FAB
+    assert build_fab_from_disk(launch.stage_app(root, tmp_path / "app")) == fab
+    assert not (tmp_path / "app" / ".venv").exists() and (tmp_path / "app" / "hetfl" / "server_app.py").exists()
     assert {"hetfl/server_app.py", "hetfl/client_app.py", "hetfl/common/train.py", "pyproject.toml"} <= names
     assert any(n.startswith("configs/fens/") for n in names)
     assert not [n for n in names if n.split("/")[0] in ("docs", "tests", "scripts", "docker", "results")]
