@@ -70,6 +70,11 @@ def mean_std(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
 
 
+def client_mb(record: dict, kind: str = "cum") -> float:
+    """Client traffic up + down in MB: `kind` 'cum' for a round row (cumulative), 'total' for a run's summary."""
+    return (record[f"{kind}_bytes_down"] + record[f"{kind}_bytes_up"]) / 1e6
+
+
 def passes_fens(fens_label: str, fens_runs: list[dict], fl_label: str, fl_runs: list[dict]) -> list[dict]:
     """Per seed: FENS's final accuracy and total client bytes, and the first round (with its cumulative client
     bytes, up + down) at which the iterative FL run reaches that accuracy (FENS paper, Fig. 1; None if never).
@@ -82,9 +87,9 @@ def passes_fens(fens_label: str, fens_runs: list[dict], fl_label: str, fl_runs: 
             continue
         target = f["summary"]["final_accuracy"]
         at = convergence_round([(x["round"], x["accuracy"]) for x in r["rounds"]], target)
-        mb = next(((x["cum_bytes_down"] + x["cum_bytes_up"]) / 1e6 for x in r["rounds"] if x["round"] == at), None)
+        mb = next((client_mb(x) for x in r["rounds"] if x["round"] == at), None)
         out.append({"method": f"{fl_label} vs {fens_label}", "seed": r["config"]["seed"], "fens_final": 100 * target,
-                    "fens_comm_mb": (f["summary"]["total_bytes_down"] + f["summary"]["total_bytes_up"]) / 1e6,
+                    "fens_comm_mb": client_mb(f["summary"], "total"),
                     "passes_at_round": at, "passes_at_mb": mb, "fl_final": 100 * r["summary"]["final_accuracy"],
                     "fl_best": 100 * r["summary"]["best_accuracy"]})
     return out
@@ -130,7 +135,7 @@ def main() -> int:
         conv = [r["summary"]["convergence_round"] for r in runs]
         up = [r["summary"]["total_bytes_up"] / 1e6 / r["summary"]["rounds_completed"] for r in runs]
         sec = [r["summary"]["mean_round_s"] for r in runs]
-        total = [(r["summary"]["total_bytes_down"] + r["summary"]["total_bytes_up"]) / 1e6 for r in runs]
+        total = [client_mb(r["summary"], "total") for r in runs]
         never = sum(c is None for c in conv)
         conv_s = mean_std([float(c) for c in conv if c is not None]) + (f" ({never} never)" if never else "")
         table.append(f"| {lab} | {mean_std(final)} | {mean_std(best)} | {conv_s} | {mean_std(up)} | {mean_std(total)} | {mean_std(sec)} | {len(runs)} |")
@@ -201,14 +206,13 @@ def main() -> int:
         n = min(len(r["rounds"]) for r in runs)
         acc = np.array([[100 * row["accuracy"] for row in r["rounds"][:n]] for r in runs])
         x = [row["round"] for row in runs[0]["rounds"][:n]]
-        mb = np.array([[(row["cum_bytes_down"] + row["cum_bytes_up"]) / 1e6 for row in r["rounds"][:n]] for r in runs]).mean(0)
+        mb = np.array([[client_mb(row) for row in r["rounds"][:n]] for r in runs]).mean(0)
         for axis, xs in ((ax, x), (bx, mb)):
             axis.plot(xs, acc.mean(0), label=lab)
             axis.fill_between(xs, acc.mean(0) - acc.std(0), acc.mean(0) + acc.std(0), alpha=0.2)
     ax.set_xlabel("round")
     bx.set_xlabel("cumulative client communication (MB, up + down)")
-    first = [(r["rounds"][1]["cum_bytes_down"] + r["rounds"][1]["cum_bytes_up"]) / 1e6
-             for runs in results.values() for r in runs if len(r["rounds"]) > 1]
+    first = [client_mb(r["rounds"][1]) for runs in results.values() for r in runs if len(r["rounds"]) > 1]
     if first and bx.get_xlim()[1] > 20 * min(first):  # FENS's one shot vs rounds of iterative FL
         bx.set_xscale("log")
         bx.set_xlim(left=0.5 * min(first))  # from round 1 on (round 0 has sent nothing)
