@@ -67,22 +67,32 @@ def test_missing_dataset_says_how_to_get_it(tmp_path):
         load_partition(DataSpec(dataset="cifar10", source="local", data_dir=str(tmp_path)), 0, cache_dir=str(tmp_path))
 
 
-def test_hub_path_gives_the_same_partitions_as_local(monkeypatch):
+def test_hub_path_gives_the_same_partitions_as_local(monkeypatch, tmp_path):
     """FederatedDataset (the hub path) fed the same rows yields identical partitions."""
     import flwr_datasets.federated_dataset as fdmod
 
     local = D.local_datasetdict("digits")
     monkeypatch.setattr(fdmod.datasets, "load_dataset", lambda *a, **k: local)
     monkeypatch.setitem(D.DATASETS, "digits", D.DATASETS["digits"].__class__(**{**D.DATASETS["digits"].__dict__, "hub_id": "fake/digits"}))
-    for partitioner in ("iid", "dirichlet", "shards"):
-        s_local = spec(partitioner=partitioner, shards_per_client=2)
-        s_hub = spec(partitioner=partitioner, shards_per_client=2, source="hub")
+    # the local path partitions a row index (labels + row positions) and takes the rows from the arrays;
+    # the hub path partitions the full rows, images included: both must give the same arrays
+    for partitioner, holdout in (("iid", 0), ("dirichlet", 0), ("shards", 0), ("dirichlet", 100)):
+        s_local = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout)
+        s_hub = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout, source="hub")
         hub_part = D._partitioner_for(s_hub)
         loc_part = D._partitioner_for(s_local)
-        for pid in (0, 4, 9):
-            h = D._from_hf("digits", hub_part.load_partition(pid))
-            l = D._from_hf("digits", loc_part.load_partition(pid))
-            assert np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y), (partitioner, pid)
+        assert D.ROW in loc_part.dataset.column_names and "image" not in loc_part.dataset.column_names
+        pairs = [(D._from_hf("digits", hub_part.load_partition(pid)), D._to_arrays(s_local, loc_part.load_partition(pid)))
+                 for pid in (0, 4, 9)]
+        if holdout:
+            pairs.append((D._from_hf("digits", hub_part.load_split("server")),
+                          D._to_arrays(s_local, D._local_train_splits(s_local)[1])))
+        for h, l in pairs:
+            assert len(h) > 0 and np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y), (partitioner, holdout)
+    # the test split: the hub's shuffled rows
+    h = D._from_hf("digits", D._partitioner_for(spec(partitioner="iid", num_partitions=1, source="hub")).load_split("test"))
+    l = load_test("digits", "local", cache_dir=str(tmp_path))
+    assert np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y)
 
 
 def test_fmnist_local_idx():
@@ -147,7 +157,7 @@ def test_fens_dirichlet_001_gives_20_non_empty_clients_on_fmnist():
                  alpha=cfg["dirichlet-alpha"], min_partition_size=cfg["dirichlet-min-size"],
                  balance=cfg["dirichlet-balance"], max_draws=cfg["dirichlet-max-draws"])
     p = D.make_partitioner(s, 0)
-    p.dataset = D.local_datasetdict("fashion_mnist")["train"].shuffle(seed=42)
+    p.dataset = D._local_train_splits(s)[0]
     sizes = [len(v) for v in _indices(p).values()]
     assert cfg["dirichlet-alpha"] == 0.01 and p.draws > 11  # flwr-datasets alone would have given up
     assert min(sizes) >= 10 and sum(sizes) == 60_000, sizes

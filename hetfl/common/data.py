@@ -5,9 +5,10 @@ Two sources give the same partitions:
 * ``hub``: :class:`flwr_datasets.FederatedDataset` downloads the dataset, shuffles it
   with ``partition-seed`` and hands the train split to the partitioner.
 * ``local``: the same splits are read from local files (IDX, CIFAR pickles, SVHN .mat,
-  AG News CSV, a ``save_to_disk`` directory, or scikit-learn's digits), turned into a
-  :class:`datasets.DatasetDict` with the hub's column names and row order, shuffled with
-  the same seed and given to the same flwr-datasets partitioner.
+  AG News CSV, a ``save_to_disk`` directory, or scikit-learn's digits) as arrays in the
+  hub's row order. A :class:`datasets.Dataset` of the hub's label column and the row
+  positions is shuffled with the same seed and given to the same flwr-datasets partitioner;
+  the rows it picks are taken from the arrays (see :func:`_row_index`).
 
 Partitions are converted to uint8/int64 NumPy arrays once and cached on disk
 (``cache-dir``), so every ClientApp process after the first loads its partition in
@@ -327,7 +328,7 @@ def _resampling_dirichlet():
             # redraw, final shuffle), but a draw is judged on counts, so 1,000 draws take seconds.
             if self._partition_id_to_indices_determined:
                 return
-            targets = np.asarray(self.dataset[self._partition_by])
+            targets = _column(self.dataset, self._partition_by)
             self._unique_classes = sorted(self.dataset.unique(self._partition_by))
             members = [np.nonzero(targets == k)[0] for k in self._unique_classes]
             n = self._num_partitions
@@ -415,22 +416,61 @@ def _resolve_source(spec: DataSpec) -> str:
 
 
 @lru_cache(maxsize=4)
-def local_datasetdict(name: str, data_dir: str = ""):
-    """The local splits as a DatasetDict with the hub's columns and row order (not yet shuffled)."""
-    from datasets import DatasetDict, load_from_disk
-
+def local_arrays(name: str, data_dir: str = "") -> tuple[ArrayData, ArrayData]:
+    """The local (train, test) splits as arrays, in the hub's row order (not yet shuffled)."""
     saved = Path(data_dir) / name if data_dir else None
     if saved is not None and (saved / "dataset_dict.json").exists():
+        from datasets import load_from_disk
+
         dd = load_from_disk(str(saved))
-    else:
-        arrays = _load_local_arrays(name, data_dir)
-        if arrays is None:
-            raise DatasetUnavailable(
-                f"dataset '{name}' not found in local files (searched {[str(d) for d in _local_dirs(name, data_dir)] or 'no existing directory'}). "
-                f"To get it: {DATASETS[name].how_to_get}; or use data-source = 'hub' with internet access."
-            )
-        dd = DatasetDict({"train": _to_hf(name, arrays[0]), "test": _to_hf(name, arrays[1])})
-    return dd
+        return _from_hf(name, dd["train"]), _from_hf(name, dd["test"])
+    arrays = _load_local_arrays(name, data_dir)
+    if arrays is None:
+        raise DatasetUnavailable(
+            f"dataset '{name}' not found in local files (searched {[str(d) for d in _local_dirs(name, data_dir)] or 'no existing directory'}). "
+            f"To get it: {DATASETS[name].how_to_get}; or use data-source = 'hub' with internet access."
+        )
+    return arrays
+
+
+def local_datasetdict(name: str, data_dir: str = ""):
+    """The local splits as a DatasetDict with the hub's columns and row order (not yet shuffled)."""
+    from datasets import DatasetDict
+
+    train, test = local_arrays(name, data_dir)
+    return DatasetDict({"train": _to_hf(name, train), "test": _to_hf(name, test)})
+
+
+ROW = "hetfl_row"  # the column of a row index dataset: the row's position in the local arrays
+
+
+def _row_index(name: str, split: ArrayData):
+    """A split as a datasets.Dataset of its labels and row positions, without the images.
+
+    Shuffling (a permutation drawn from the seed and the length alone), the Divider and the
+    partitioners read nothing but the label column, so they pick the same rows as on the full
+    dataset; :func:`_to_arrays` then takes those rows from the arrays. Skipping the image column
+    saves the Arrow round trip of every image (seconds per ClientApp process).
+    """
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    info = DATASETS[name]
+    feats = Features({info.label_col: ClassLabel(num_classes=info.num_classes), ROW: Value("int64")})
+    return Dataset.from_dict({info.label_col: split.y, ROW: np.arange(len(split.y), dtype=np.int64)}, features=feats)
+
+
+def _column(ds, name: str) -> np.ndarray:
+    """One column of a datasets.Dataset as a NumPy array, read in one batch (not row by row)."""
+    return np.asarray(ds.with_format("numpy", columns=[name])[:][name])
+
+
+def _to_arrays(spec: DataSpec, ds) -> ArrayData:
+    """A partition or split (hub rows, or a row index of the local train split) as arrays."""
+    if ROW not in ds.column_names:
+        return _from_hf(spec.dataset, ds)
+    rows = _column(ds, ROW).astype(np.int64)
+    train = local_arrays(spec.dataset, spec.data_dir)[0]
+    return ArrayData(train.x[rows], train.y[rows])
 
 
 @lru_cache(maxsize=4)
@@ -481,7 +521,7 @@ def _local_train_splits(spec: DataSpec):
     """(clients' train split, server's held-out split or None) from local files, as FederatedDataset makes them."""
     from datasets import DatasetDict
 
-    train = local_datasetdict(spec.dataset, spec.data_dir)["train"].shuffle(seed=spec.seed)
+    train = _row_index(spec.dataset, local_arrays(spec.dataset, spec.data_dir)[0]).shuffle(seed=spec.seed)
     if not spec.server_holdout:
         return train, None
     dd = _holdout_divider(spec, len(train))(DatasetDict({"train": train}))
@@ -504,7 +544,7 @@ def load_server_set(spec: DataSpec, cache_dir: str = "") -> ArrayData:
             ds = _partitioner_for(spec).load_split("server")
         else:
             ds = _local_train_splits(spec)[1]
-        data = _from_hf(spec.dataset, ds)
+        data = _to_arrays(spec, ds)
         _atomic_save(path, data)
     _MEM[str(path)] = data
     return data
@@ -544,7 +584,7 @@ def load_partition(spec: DataSpec, partition_id: int, cache_dir: str = "") -> Ar
         data = _load_npz(path)
     else:
         part = _partitioner_for(spec)
-        data = _from_hf(spec.dataset, part.load_partition(partition_id))
+        data = _to_arrays(spec, part.load_partition(partition_id))
         _atomic_save(path, data)
     _MEM[mem_key] = data
     return data
@@ -561,10 +601,11 @@ def load_test(name: str, source: str = "auto", data_dir: str = "", cache_dir: st
     else:
         spec = DataSpec(dataset=name, source=source, data_dir=data_dir, partitioner="iid", num_partitions=1, seed=seed)
         if _resolve_source(spec) == "hub":
-            ds = _partitioner_for(spec).load_split("test")
+            data = _from_hf(name, _partitioner_for(spec).load_split("test"))
         else:
-            ds = local_datasetdict(name, data_dir)["test"].shuffle(seed=seed)
-        data = _from_hf(name, ds)
+            test = local_arrays(name, data_dir)[1]
+            rows = _column(_row_index(name, test).shuffle(seed=seed), ROW).astype(np.int64)
+            data = ArrayData(test.x[rows], test.y[rows])
         _atomic_save(path, data)
     _MEM[str(path)] = data
     return data
