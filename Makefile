@@ -121,8 +121,9 @@ reproduce-fens: install data
 	done
 
 # AdaptiveFL comparison on FMNIST at the paper's regime (CNN, 100 clients, 10% per round, 4:3:3 uncertain devices,
-# 5 local epochs, batch 50): AdaptiveFL vs HeteroFL vs All-Large vs Decoupled at Dir(0.6) for SEEDS, the Table 4
-# ablations (+Random, +Greed, +C, +S, coarse) at Dir(0.6) seed 0, and the four methods at Dir(0.3) seed 0.
+# 5 local epochs, batch 50): AdaptiveFL vs HeteroFL vs ScaleFL vs All-Large vs Decoupled at Dir(0.6) for SEEDS, the Table 4
+# ablations (+Random, +Greed, +C, +S, coarse) at Dir(0.6) seed 0 (AdaptiveFL's own seed-0 run is reused, not run
+# twice), and the five methods at Dir(0.3) seed 0.
 # ~15 min per 30-round run here (Decoupled trains 3x the clients); finished runs are reused, interrupted ones resume.
 # AFL_ROUNDS/SEEDS/AFL_EXTRA change it, e.g. make reproduce-adaptivefl AFL_ROUNDS=20 SEEDS=0.
 AFL_ROUNDS ?= 30
@@ -134,7 +135,7 @@ reproduce-adaptivefl: install data
 	  --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
 	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-ablations-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
 	  --presets configs/adaptivefl/fmnist-dir0.6.toml $(foreach v,random greed c s coarse,configs/adaptivefl/fmnist-dir0.6-$(v).toml) \
-	  --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
+	  --reuse results/reproduce/adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS)/runs --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
 	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.3-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
 	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.3.toml) \
 	  --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
