@@ -449,6 +449,35 @@ def test_heterofl_levels_fit_the_tiers():
     assert pool[pool.index("M1")].size <= ref.tier_capacity("medium")
 
 
+# --- resume ------------------------------------------------------------------------------------
+
+def test_resume_after_round_2_equals_uninterrupted_run(tmp_path, task_identity):
+    """Stop after round 2, resume to round 4 == 4 rounds straight: models, RL tables and history (on the in-process
+    grid, whose node ids are new in every run; FedAvg's resume through the real Simulation Engine: tests/test_e2e.py)."""
+    from hetfl.common.rounds import CHECKPOINT, load_checkpoint
+
+    from .inprocess import run_in_process
+    from .test_checkpoint import same
+    from .test_determinism import _rows
+
+    require_fmnist()
+    base = {**ADAPTIVE_FL, "data-source": "local", "batch-size": 32, "lr": 0.05, "momentum": 0.9,
+            "fraction-train": 0.5, "min-available-nodes": 6, "local-steps": 5, "num-server-rounds": 4,
+            "max-test-samples": 500}
+    full = run_in_process(base, 6, tmp_path, "full")
+    assert run_in_process({**base, "stop-after-round": 2}, 6, tmp_path, "part")["summary"]["rounds_completed"] == 2
+    part = run_in_process({**base, "resume": True}, 6, tmp_path, "part")
+    a, b = (load_checkpoint(tmp_path / n / CHECKPOINT) for n in ("full", "part"))  # checkpoint.json + safetensors
+    assert a["round"] == b["round"] == 4
+    for k in ("arrays", "strategy", "python_random", "numpy_random"):  # models, RL tables, selector and sampling rngs
+        same(a[k], b[k], k)
+    for t in ("Tc", "Tr"):
+        assert (a["strategy"]["selector"][t] != 1).any()  # the tables (all ones at the start) learnt in 4 rounds
+    assert _rows(part) == _rows(full)  # accuracy, loss, bytes and sampled clients of every round
+    assert [r["params_back"] for r in full["rounds"][1:]] == [r["params_back"] for r in part["rounds"][1:]]
+    assert part["resume_download_bytes"] > 0 and "resume_download_bytes" not in full  # node discovery, in no round
+
+
 # --- end to end -------------------------------------------------------------------------------
 
 @pytest.mark.slow

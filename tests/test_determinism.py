@@ -2,14 +2,12 @@
 
 The runs go through the real ServerApp/ClientApp code on an in-process grid whose node ids are
 random in every run and whose replies come back shuffled, as in Flower's engines; a slow test
-repeats the check for FedAvg in the real Simulation Engine.
+(tests/test_e2e.py) repeats the check for FedAvg in the real Simulation Engine.
 """
 
-import json
 
 import pytest
 
-from hetfl import launch
 
 from .conftest import require_fmnist
 from .inprocess import run_in_process
@@ -52,15 +50,3 @@ def test_same_seed_same_run_other_seed_other_clients(name, tmp_path, task_identi
     if cfg["fraction-train"] < 1.0:
         assert trained != [r["clients"] for r in c["rounds"][1:]]
     assert [r["accuracy"] for r in a["rounds"][1:]] != [r["accuracy"] for r in c["rounds"][1:]]
-
-
-@pytest.mark.slow
-def test_simulation_engine_same_seed_same_run(tmp_path):
-    """FedAvg at fraction-train 0.5 in the real Simulation Engine (random node ids, Ray workers in parallel);
-    that another seed samples other clients is shown above (the sampling code is the same)."""
-    require_fmnist()
-    over = {**BASE, "method": "fedavg", "seed": 5, "local-steps": 5}
-    runs = [launch.run(None, {**over, "run-name": n}, num_supernodes=8, results_dir=tmp_path, timeout=600) for n in "ab"]
-    a, b = (json.loads((d / "metrics.json").read_text()) for d in runs)
-    assert _rows(a) == _rows(b)
-    assert all(len(r["clients"]) == 4 for r in a["rounds"][1:])

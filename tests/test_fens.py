@@ -16,7 +16,6 @@ from hetfl.common.train import Normalizer, member_logits
 from hetfl.fens_app.aggregators import AGGREGATORS, label_count_weights, make_aggregator
 from hetfl.fens_app.core import ensemble_logits, split_indices
 
-from .conftest import require_fmnist
 
 
 def test_split_is_deterministic_and_disjoint():
@@ -84,18 +83,23 @@ def test_cached_logits_equal_recomputed():
 
 
 @pytest.mark.slow
-def test_fens_nn_aggregator_beats_averaging_on_non_iid_fmnist(tmp_path):
-    require_fmnist()
-    over = {"max-test-samples": 2000, "local-epochs": 1, "num-server-rounds": 20, "min-available-nodes": 8}
+def test_fens_nn_aggregator_beats_averaging_on_non_iid_data(tmp_path):
+    """The quickstart FENS preset (Dir(0.05)) on scikit-learn's digits in the real Simulation Engine: one-shot
+    training, INT8 ensemble, 20 FedAdam rounds of the NN aggregator. Measured at seed 0: NN 72.2% against 27.2%
+    for averaging (digits: 1,437 training images, so the run takes ~45 s; on FMNIST phase 1 and the logits took
+    ~3 min of the suite)."""
+    over = {"dataset": "digits", "max-test-samples": 0, "local-epochs": 10, "num-server-rounds": 20,
+            "min-available-nodes": 8, "dirichlet-max-draws": 100_000}
     run_dir = launch.run("configs/quickstart-fens.toml", over, num_supernodes=8, results_dir=tmp_path, timeout=900)
     m = json.loads((run_dir / "metrics.json").read_text())
     avg = m["static_aggregators_test_accuracy"]["average"]
     final = m["summary"]["final_accuracy"]
-    assert final > avg + 0.05, (final, avg)  # alpha = 0.05: the trained aggregator wins clearly
+    assert final > avg + 0.2, (final, avg)  # alpha = 0.05: the trained aggregator wins clearly
+    assert m["rounds"][-1]["accuracy"] > m["rounds"][1]["accuracy"] + 0.2  # and it learnt that over the rounds
     ph = m["phases"]
     assert ph["num_models"] == 8 and ph["clients_ready"] == 8 and ph["rejected_models"] == 0
     assert len(ph["phase1_client_train_s"]) == 8 and 0 < max(ph["phase1_client_train_s"]) <= ph["phase1_wall_s"]
-    assert ph["phase1_local_epochs"] == 1 and m["summary"]["mean_round_s"] < ph["phase1_wall_s"]  # phase 2 rounds are cheap
+    assert ph["phase1_local_epochs"] == 10
     one_fp32 = ph["upload_bytes"] / 8
     assert ph["ensemble_download_bytes"] <= 0.27 * 8 * 8 * one_fp32  # 8 clients x 8 INT8 models
     agg_rounds = [r for r in m["rounds"] if r["round"] > 0]

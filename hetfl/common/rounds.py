@@ -26,6 +26,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp.strategy import Strategy
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from .comm import Traffic
 from .results import RunRecorder
 
 log = logging.getLogger("hetfl")
@@ -70,11 +71,20 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
-               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None]) -> ArrayRecord:
+               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None],
+               taken: Traffic | None = None) -> ArrayRecord:
     """Rounds 1..num-server-rounds (or from a checkpoint) with centralized evaluation and checkpoints.
 
     ``stop-after-round`` ends the loop early (the checkpoint of that round stays): how a scheduler
     with a time budget, or the resume test, interrupts a run cleanly.
+
+    Parameters
+    ----------
+    taken : Traffic, optional
+        Traffic of this run before the rounds that the caller has already taken from the grid (FENS:
+        node discovery and the ensemble download). In a resumed run it is counted with what is still
+        pending on the grid (node discovery) as the run's ``resume_download_bytes`` /
+        ``resume_upload_bytes``: real traffic of no round, since round 0 is not evaluated again.
     """
     path = recorder.run_dir / CHECKPOINT
     arrays, start = initial_arrays, 1
@@ -90,6 +100,9 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         random.setstate(ck["python_random"])
         np.random.set_state(ck["numpy_random"])
         recorder.load_state_dict(ck["recorder"])
+        before = Traffic().add(taken or Traffic()).add(grid.take() if hasattr(grid, "take") else Traffic())
+        for key, n in (("resume_download_bytes", before.bytes_down), ("resume_upload_bytes", before.bytes_up)):
+            recorder.extra[key] = recorder.extra.get(key, 0) + n  # summed over every resume of the run
         log.info("resumed from %s after round %d", path, ck["round"])
     elif cfg["resume"]:
         log.warning("resume = true but %s does not exist: starting at round 1", path)

@@ -163,10 +163,6 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     # ---- phase 2: FedAdam on the aggregator --------------------------------------------------
     agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"], label_counts=ens.label_counts,
                           init=cfg["aggregator-init"], seed=cfg["seed"], confusion=confusion)
-    resumed = cfg["resume"] and (recorder.run_dir / "checkpoint.json").exists()
-    if resumed:  # the re-sent ensemble is real traffic, but not of any aggregator round
-        recorder.extra["resume_download_bytes"] = download.bytes_down + discovery.bytes_down
-        recorder.extra["resume_upload_bytes"] = download.bytes_up + discovery.bytes_up
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         arrays_to_model(agg, arrays)
@@ -183,5 +179,6 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     if cfg["aggregator"] in STATIC or not agg.trainable:
         evaluate_fn(0, arrays)
     else:
-        run_rounds(grid, make_strategy(cfg, directory), arrays, cfg, recorder, evaluate_fn)
+        run_rounds(grid, make_strategy(cfg, directory), arrays, cfg, recorder, evaluate_fn,
+                   taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
     return recorder.finish()
