@@ -464,13 +464,17 @@ def _column(ds, name: str) -> np.ndarray:
     return np.asarray(ds.with_format("numpy", columns=[name])[:][name])
 
 
+def _take(split: ArrayData, index) -> ArrayData:
+    """The rows of `split` that a row index dataset (or a part of one) names, in its order."""
+    rows = _column(index, ROW).astype(np.int64)  # an empty partition's column comes back as float64
+    return ArrayData(split.x[rows], split.y[rows])
+
+
 def _to_arrays(spec: DataSpec, ds) -> ArrayData:
     """A partition or split (hub rows, or a row index of the local train split) as arrays."""
     if ROW not in ds.column_names:
         return _from_hf(spec.dataset, ds)
-    rows = _column(ds, ROW).astype(np.int64)
-    train = local_arrays(spec.dataset, spec.data_dir)[0]
-    return ArrayData(train.x[rows], train.y[rows])
+    return _take(local_arrays(spec.dataset, spec.data_dir)[0], ds)
 
 
 @lru_cache(maxsize=4)
@@ -604,8 +608,7 @@ def load_test(name: str, source: str = "auto", data_dir: str = "", cache_dir: st
             data = _from_hf(name, _partitioner_for(spec).load_split("test"))
         else:
             test = local_arrays(name, data_dir)[1]
-            rows = _column(_row_index(name, test).shuffle(seed=seed), ROW).astype(np.int64)
-            data = ArrayData(test.x[rows], test.y[rows])
+            data = _take(test, _row_index(name, test).shuffle(seed=seed))
         _atomic_save(path, data)
     _MEM[str(path)] = data
     return data
