@@ -129,13 +129,16 @@ reproduce-fens: install data
 AFL_ROUNDS ?= 30
 AFL_EXTRA ?=
 AFL_METHODS = adaptivefl heterofl scalefl all-large decoupled
+# finished runs committed under docs/results are reused (copied, not rerun) from a fresh clone
+AFL_DOCS = docs/results/adaptivefl-fmnist
 reproduce-adaptivefl: install data
 	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
-	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.6.toml) \
+	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.6.toml) --reuse $(AFL_DOCS)-dir0.6-r$(AFL_ROUNDS)/runs \
 	  --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
 	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-ablations-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
 	  --presets configs/adaptivefl/fmnist-dir0.6.toml $(foreach v,random greed c s coarse,configs/adaptivefl/fmnist-dir0.6-$(v).toml) \
-	  --reuse results/reproduce/adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS)/runs --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
+	  --reuse results/reproduce/adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS)/runs \
+	    $(AFL_DOCS)-dir0.6-r$(AFL_ROUNDS)/runs $(AFL_DOCS)-dir0.6-ablations-r$(AFL_ROUNDS)/runs --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
 	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.3-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
-	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.3.toml) \
+	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.3.toml) --reuse $(AFL_DOCS)-dir0.3-r$(AFL_ROUNDS)/runs \
 	  --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
