@@ -124,7 +124,8 @@ reproduce-fens: install data
 # 5 local epochs, batch 50): AdaptiveFL vs HeteroFL vs ScaleFL vs All-Large vs Decoupled at Dir(0.6) for SEEDS, the Table 4
 # ablations (+Random, +Greed, +C, +S, coarse) at Dir(0.6) seed 0 (AdaptiveFL's own seed-0 run is reused, not run
 # twice), and the five methods at Dir(0.3) seed 0.
-# ~15 min per 30-round run here (Decoupled trains 3x the clients); finished runs are reused, interrupted ones resume.
+# 11-14 min per 30-round run here, Decoupled 30 min (it trains 3x the clients); finished runs are reused, interrupted
+# ones resume.
 # AFL_ROUNDS/SEEDS/AFL_EXTRA change it, e.g. make reproduce-adaptivefl AFL_ROUNDS=20 SEEDS=0.
 AFL_ROUNDS ?= 30
 AFL_EXTRA ?=
