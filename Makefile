@@ -105,7 +105,8 @@ calibrate-shefl: install data
 # with FedENS, weighted averaging, voting and one-shot FedAvg on the same local models, 3 seeds; then the aggregator
 # sweep on seed 0's ensemble; then iterative FedAdam (authors' update, 50 rounds x 2 local epochs, full participation)
 # for FEDADAM_SEEDS. Long: ~10 min per FENS run, ~1.5-2 h per FedAdam run on 2 CPU cores. A reproduction cut off by the
-# end of a session resumes its unfinished run from the last checkpoint when started again.
+# end of a session resumes its unfinished run from the last checkpoint when started again. FedAdam runs committed under
+# docs/results are reused (FENS runs are not: the sweep needs the saved ensemble, which is not committed).
 FEDADAM_SEEDS ?= 0
 reproduce-fens: install data
 	for a in 0.01 0.05 0.1; do \
@@ -115,7 +116,7 @@ reproduce-fens: install data
 	done
 	for a in 0.01 0.05 0.1; do \
 	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(FEDADAM_SEEDS) --supernodes 20 $(REPRO_FLAGS) \
-	    --presets configs/fedadam/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
+	    --presets configs/fedadam/fmnist-dir$$a.toml --reuse docs/results/fens-fmnist-dir$$a/runs --set $(EXTRA) || exit 1; \
 	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 --table-only \
 	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
 	done
