@@ -69,6 +69,7 @@ clean:
 # FedAvg, FedProx, FedBE at the calibrated local work (10 epochs), 3 seeds. Long: 10 local epochs make a round
 # ~1-3 min on 2 CPU cores (SHEFL's HPCs train every model). ROUNDS/SEEDS/SPLITS/EXTRA shorten it, e.g.
 # make reproduce-shefl ROUNDS=30 SEEDS=0 SPLITS=dir0.6; REPRO_FLAGS=--table-only tabulates the runs that finished.
+# Finished runs committed under docs/results/shefl-fmnist-*/runs are reused (copied, not rerun) from a fresh clone.
 ROUNDS ?= 100
 SEEDS ?= 0 1 2
 SPLITS ?= dir0.6 path4
@@ -77,7 +78,7 @@ reproduce-shefl: install data
 	for s in $(SPLITS); do \
 	  $(BIN)/python scripts/reproduce.py --name shefl-fmnist-$$s-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
 	    --presets $(foreach m,shefl fedensemble fedavg fedprox fedbe,configs/$(m)/fmnist-$$s.toml) \
-	    --set num-server-rounds=$(ROUNDS) $(EXTRA) || exit 1; \
+	    --reuse docs/results/shefl-fmnist-$$s-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA) || exit 1; \
 	done
 
 # SHEFL studies at 1 seed (issue #13): the straggler comparison (full paper Fig. 7: SHEFL with 10-epoch HPCs and
@@ -87,10 +88,10 @@ reproduce-shefl-studies: install data
 	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-straggler-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
 	  --presets configs/shefl/fmnist-dir0.6-straggler.toml configs/fedavg/fmnist-dir0.6-hpcwork.toml \
 	            configs/fedavg/fmnist-dir0.6-lpcwork.toml configs/fedensemble/fmnist-dir0.6-straggler.toml \
-	  --set num-server-rounds=$(ROUNDS) $(EXTRA)
+	  --reuse docs/results/shefl-fmnist-dir0.6-straggler-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA)
 	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.1-ratio-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
 	  --presets $(foreach r,1 3 5,$(foreach k,0.1 0.02,configs/shefl/fmnist-dir0.1-r$(r)-k$(k).toml)) \
-	  --set num-server-rounds=$(ROUNDS) $(EXTRA)
+	  --reuse docs/results/shefl-fmnist-dir0.1-ratio-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA)
 
 # SHEFL local-work calibration (issue #13, docs/readings.md#shefl-not-yet): FedAvg on FMNIST Dir(0.6), 100 clients,
 # 10 per round, 10 rounds, with 10 local steps / 1 / 5 / 10 local epochs; the table gives each one's round to 80%.
