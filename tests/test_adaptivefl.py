@@ -257,6 +257,23 @@ def test_no_draw_lets_a_tier_train_a_larger_type(cnn_pool):
     assert len({core.request_capacity(c, 0, 3, 7, j) for j in range(3)}) == 3  # a new draw at every request
 
 
+def test_largest_affordable_is_the_expected_size_a_perfect_selector_gets_back(cnn_pool):
+    fixed = core.Capacity(1.0, 0.0, 0.0, 0.0)
+    assert core.largest_affordable(fixed, [2.0, 0.5, 1.0]) == 1.0  # fits 0.5 and 1.0, not 2.0
+    half = core.Capacity(10.0, 1.0, 5.0, 15.0)
+    assert half.p_fits(4.0) == 1.0 and half.p_fits(16.0) == 0.0 and half.p_fits(10.0) == pytest.approx(0.5)
+    assert half.p_fits(11.0) == pytest.approx(0.158655, abs=1e-6)  # 1 - Phi(1)
+    # hand-worked: P(>= 11) x 11 + P(10 <= c < 11) x 10 + P(c < 10) x 3
+    assert core.largest_affordable(half, [3.0, 10.0, 11.0]) == pytest.approx(
+        0.158655 * 11 + (0.5 - 0.158655) * 10 + 0.5 * 3, abs=1e-5)
+    caps = core.tier_capacities(cnn_pool)  # the CNN's tiers against Monte Carlo draws of the same capacities
+    sizes = [e.size for e in cnn_pool.entries]
+    for tier in core.TIERS:
+        draws = [core.request_capacity(caps[tier], 0, r, 3) for r in range(4000)]
+        mc = np.mean([max([x for x in sizes if x <= d], default=0) for d in draws])
+        assert core.largest_affordable(caps[tier], sizes) == pytest.approx(mc, rel=0.02), tier
+
+
 def _simulate(pool, mode, rounds=300, seed=0):
     """Alg. 1 against simulated uncertain devices, without training: (waste rate, share of L1 sent to strong devices)."""
     tiers = core.assign_tiers(100, (4, 3, 3), seed)

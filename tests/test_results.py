@@ -24,3 +24,29 @@ def test_recorder_writes_metrics_and_plot(tmp_path):
     assert s["convergence_round"] == 1 and s["total_bytes_up"] == 800 and s["rounds_completed"] == 2
     assert all(r["round_s"] >= 0 for r in data["rounds"])
     assert (tmp_path / "r1" / "accuracy.png").stat().st_size > 10_000
+
+
+def _reproduce_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("reproduce_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_trained_per_round_and_its_bound_on_a_hand_made_run():
+    rep = _reproduce_script()
+    fixed = {"loc": 0.0, "scale": 0.0, "low": 0.0, "high": 0.0}
+    run = {"pool": [{"params": 50}, {"params": 100}],
+           "config": {"device-proportions": "1:1:2", "device-capacity": "gaussian"},
+           "devices": {"weak": {**fixed, "loc": 60.0}, "medium": {**fixed, "loc": 99.0},
+                       "strong": {**fixed, "loc": 150.0}},
+           "rounds": [{"round": 0, "params_back": 0, "clients": []},  # discovery round: not counted
+                      {"round": 1, "params_back": 450, "clients": list(range(10))},
+                      {"round": 2, "params_back": 650, "clients": list(range(10))}]}
+    assert rep.trained_per_round(run) == 5.5  # (450 + 650) / 100 / 2 rounds
+    # per request: weak and medium afford only the 50, strong the 100 -> (50 + 50 + 2 x 100) / 4 = 75; x 10 clients
+    assert rep.affordable_per_round(run) == 7.5

@@ -356,6 +356,27 @@ class Capacity:
             return self.loc
         return float(np.clip(rng.normal(self.loc, self.scale), self.low, self.high))
 
+    def p_fits(self, size: float) -> float:
+        """P(a request's capacity >= size): the normal's upper tail, 1 below `low`, 0 above `high`."""
+        if self.scale == 0:
+            return float(self.loc >= size)
+        if size <= self.low:
+            return 1.0
+        if size > self.high:
+            return 0.0
+        return 0.5 * math.erfc((size - self.loc) / (self.scale * math.sqrt(2)))
+
+
+def largest_affordable(capacity: Capacity, sizes: Sequence[float]) -> float:
+    """Expected size of the largest of `sizes` that one request affords (0 if none fits).
+
+    The most any selector can get back from a device of this tier per request: the bound that the
+    comparison with All-Large (which ignores capacities) is read against (docs/results/adaptivefl-fmnist-r30.md).
+    """
+    s = sorted(sizes)
+    fits = [capacity.p_fits(x) for x in s] + [0.0]
+    return sum(x * (fits[i] - fits[i + 1]) for i, x in enumerate(s))
+
 
 def tier_capacities(pool: SubmodelPool, mode: str = "gaussian") -> dict[str, Capacity]:
     """Sec. 4.1 devices: per tier, the authors' clipped Gaussian scaled to this pool, or the fixed S1/M1/L1 size.
