@@ -514,6 +514,7 @@ def test_adaptivefl_fmnist_end_to_end(tmp_path):
         assert r["replies"] == 5 and r["rejected"] == 0 and r["failed"] == 0
         assert 0.0 <= r["waste_rate"] < 1.0
         assert r["params_back"] <= r["params_sent"]
+        assert r["params_back"] == sum(r[f"back_{e['name']}"] * e["params"] for e in m["pool"])  # per-member counts
         assert r["acc_avg"] == pytest.approx((r["acc_L1"] + r["acc_M1"] + r["acc_S1"]) / 3)
     # 4 weak devices of 10: over 3 rounds something came back pruned
     assert sum(r["pruned"] for r in rows[1:]) > 0

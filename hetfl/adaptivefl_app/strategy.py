@@ -172,6 +172,7 @@ class AdaptiveFL(StrategyBase):
         got: list[list[tuple[dict[str, np.ndarray], float]]] = [[] for _ in range(self.num_models)]
         sent_sizes, back_sizes, losses = [], [], []
         failed = rejected = pruned = untrained = 0
+        returned = [0] * len(self.pool)  # trained submodels that came back, per pool member
         answered = set()
         for r in replies:
             node = int(r.metadata.src_node_id)
@@ -200,6 +201,7 @@ class AdaptiveFL(StrategyBase):
                     back_sizes.append(0)
                     continue
                 pruned += back != m
+                returned[back] += 1
                 back_sizes.append(self.pool[back].size)
                 got[slot].append((state, weight))
             if any(b is not None for b in backs):
@@ -221,6 +223,7 @@ class AdaptiveFL(StrategyBase):
             "cum_waste_rate": waste_rate([self.total_sent], [self.total_back]),
             "params_sent": int(sum(sent_sizes)), "params_back": int(sum(back_sizes)),
             "pruned": pruned, "untrained": untrained, "failed": failed + len(lost), "rejected": rejected,
+            **{f"back_{e.name}": n for e, n in zip(self.pool.entries, returned, strict=True)},
         }
         metrics = MetricRecord({"train_loss": float(np.mean(losses)) if losses else float("nan"),
                                 "failed": failed + len(lost), "rejected": rejected})
