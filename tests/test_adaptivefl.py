@@ -14,6 +14,7 @@ from hetfl import launch
 from hetfl.adaptivefl_app import core
 from hetfl.adaptivefl_app.core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state
 from hetfl.adaptivefl_app.strategy import LEVELS, AdaptiveFL
+from hetfl.adaptivefl_app.simulate import simulate_selection, summarize
 from hetfl.adaptivefl_app.task import pool_of
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.models import build_model, get_state, set_state
@@ -276,24 +277,8 @@ def test_largest_affordable_is_the_expected_size_a_perfect_selector_gets_back(cn
 
 def _simulate(pool, mode, rounds=300, seed=0):
     """Alg. 1 against simulated uncertain devices, without training: (waste rate, share of L1 sent to strong devices)."""
-    tiers = core.assign_tiers(100, (4, 3, 3), seed)
-    caps = core.tier_capacities(pool)
-    sel = ClientSelector(pool, "random" if mode == "greed" else mode, seed)
-    rng = np.random.default_rng(seed)
-    sent, back, l1 = [], [], []
-    for r in range(rounds):
-        chosen = []
-        for _ in range(10):
-            m = pool.largest if mode == "greed" else int(rng.integers(len(pool)))
-            c = sel.select(m, range(100), chosen)
-            chosen.append(c)
-            b = pool.fit(m, core.request_capacity(caps[tiers[c]], seed, r, c))
-            sel.update(c, m, b)
-            sent.append(pool[m].size)
-            back.append(0 if b is None else pool[b].size)
-            if m == pool.largest:
-                l1.append(tiers[c] == "strong")
-    return core.waste_rate(sent, back), float(np.mean(l1))
+    s = summarize(simulate_selection(pool, mode, rounds, seed))
+    return s["waste"], s["l1_to_strong"]
 
 
 @pytest.mark.parametrize("pool_args", [VGG, CNN], ids=["vgg16", "cnn"])
@@ -303,6 +288,8 @@ def test_rl_selection_wastes_less_than_random_and_sends_l1_to_strong_devices(poo
     assert rl[0] < 0.7 * rand[0] and rand[0] < greed[0], (rl, rand, greed)  # measured: 0.17-0.18 / 0.30-0.33 / 0.48-0.52
     assert s[0] < 0.7 * rand[0]
     assert rl[1] > 0.55 and rand[1] < 0.45, (rl, rand)  # 30% of the devices are strong; RL: 65-68% of L1 go there
+    g = summarize(simulate_selection(pool, "greed", rounds=20))
+    assert g["l1_sent_per_round"] == 10 and 0 < g["l1_back_per_round"] < 10  # +Greed: only L1 is sent
 
 
 # --- sampling plans of the baselines (docs/readings.md#adaptivefl-baselines) ---------------------
