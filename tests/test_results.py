@@ -50,3 +50,13 @@ def test_trained_per_round_and_its_bound_on_a_hand_made_run():
     assert rep.trained_per_round(run) == 5.5  # (450 + 650) / 100 / 2 rounds
     # per request: weak and medium afford only the 50, strong the 100 -> (50 + 50 + 2 x 100) / 4 = 75; x 10 clients
     assert rep.affordable_per_round(run) == 7.5
+
+
+def test_authors_pick_is_the_round_with_the_best_avg_plus_full():
+    rep = _reproduce_script()
+    rows = [{"round": 0, "acc_avg": 0.9, "acc_L1": 0.9},  # the initial model never counts
+            {"round": 1, "acc_avg": 0.50, "acc_L1": 0.70},
+            {"round": 2, "acc_avg": 0.70, "acc_L1": 0.60},  # best sum (1.30), neither best avg alone nor best full
+            {"round": 3, "acc_avg": 0.40, "acc_L1": 0.80},
+            {"round": 4, "acc_avg": 0.66, "acc_L1": 0.64}]  # ties with round 2: the earlier one is kept
+    assert rep.authors_pick({"rounds": rows})["round"] == 2
