@@ -43,6 +43,8 @@ def simulate_selection(pool: SubmodelPool, mode: str = "rl", rounds: int = 300, 
         for _ in range(k):
             m = pool.largest if mode == "greed" else int(rng.integers(len(pool)))
             c = sel.select(m, range(clients), chosen)
+            if c is None:  # no remaining client has a positive reward for m: the slot stays empty
+                continue
             chosen.append(c)
             b = pool.fit(m, core.request_capacity(caps[tiers[c]], seed, r, c))
             sel.update(c, m, b)
