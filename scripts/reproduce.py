@@ -76,18 +76,22 @@ def client_mb(record: dict, kind: str = "cum") -> float:
     return (record[f"{kind}_bytes_down"] + record[f"{kind}_bytes_up"]) / 1e6
 
 
+def training_rounds(run: dict) -> list[dict]:
+    """A run's round rows after round 0 (node discovery and the initial model's evaluation: nothing trained)."""
+    return [x for x in run["rounds"] if x["round"] > 0]
+
+
 def trained_per_round(run: dict) -> float:
     """Parameters the clients returned per round (AdaptiveFL family), in units of the full model L1."""
     full = max(e["params"] for e in run["pool"])
-    rounds = [x for x in run["rounds"] if x["round"] > 0]
+    rounds = training_rounds(run)
     return sum(x["params_back"] for x in rounds) / full / len(rounds)
 
 
 def authors_pick(run: dict) -> dict:
     """The round row the AdaptiveFL authors report: the one maximising avg + full accuracy on the test set
     (docs/readings.md#adaptivefl-evaluation); the first such round on ties."""
-    rows = [x for x in run["rounds"] if x["round"] > 0]
-    return max(rows, key=lambda x: (round(x["acc_avg"] + x["acc_L1"], 9), -x["round"]))
+    return max(training_rounds(run), key=lambda x: (round(x["acc_avg"] + x["acc_L1"], 9), -x["round"]))
 
 
 def affordable_per_round(run: dict) -> float:
@@ -97,7 +101,7 @@ def affordable_per_round(run: dict) -> float:
     shares = [float(x) for x in run["config"]["device-proportions"].split(":")]
     per = sum(w * largest_affordable(Capacity(**run["devices"][t]), sizes)
               for w, t in zip(shares, TIERS, strict=True)) / sum(shares)
-    k = statistics.median(len(x["clients"]) for x in run["rounds"] if x["round"] > 0)
+    k = statistics.median(len(x["clients"]) for x in training_rounds(run))
     return k * per / max(sizes)
 
 
