@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,6 +225,38 @@ def test_selector_never_picks_zero_reward_or_repeats(cnn_pool):
     assert sel.select(0, nodes, chosen=[11, 12, 13]) == 14  # a client is chosen at most once per round
 
 
+
+def test_plan_round_redraws_a_member_no_client_can_take_and_fills_each_slot_once(cnn_pool):
+    sel = ClientSelector(cnn_pool, "rl", seed=1)
+    L1, S1 = cnn_pool.largest, cnn_pool.index("S1")
+    nodes = [11, 12, 13, 14]
+    for n in nodes[:3]:  # three weak devices: L1 came back as S1, so only 14 has a resource score for L1 left
+        sel.update(n, L1, S1)
+    greedy = core.plan_round(cnn_pool, sel, np.random.default_rng(0), nodes, 4, "largest")
+    assert [m for _, m in greedy] == [L1] and greedy[0][0] == 14  # one slot: nobody else can take L1
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        plan = core.plan_round(cnn_pool, sel, rng, nodes, 4)
+        assert sorted(c for c, _ in plan) == nodes  # every slot filled (another member is redrawn), no client twice
+        assert all(m != L1 or c == 14 for c, m in plan)
+    assert len(core.plan_round(cnn_pool, sel, rng, nodes, 9)) == 4  # at most one job per client
+    with pytest.raises(ValueError, match="dispatch"):
+        core.plan_round(cnn_pool, sel, rng, nodes, 4, "smallest")
+
+
+def test_strategy_and_simulator_plan_with_the_same_function(cnn_pool):
+    """The simulator's rounds are the strategy's plans: same seed, same RNG streams, same jobs."""
+    cfg = validate({**ADAPTIVE_FL, "fraction-train": 0.1, "seed": 3})
+    strat = AdaptiveFL(cfg, pool_of(cfg), clients={n: n for n in range(100)})
+    sel = ClientSelector(pool_of(cfg), "rl", 3)
+    rng = np.random.default_rng([3, 0xAF])
+    for _ in range(5):
+        plan = strat.plan(list(range(100)))
+        assert [(c, m) for c, _, m in plan] == core.plan_round(sel.pool, sel, rng, range(100), 10)
+        for c, _, m in plan:  # both learn the same replies
+            strat.selector.update(c, m, 0)
+            sel.update(c, m, 0)
+
 # --- devices (Sec. 4.1: the authors' uncertain environment) -------------------------------------
 
 VGG = ("vgg16", 10, (3, 32, 32))
@@ -291,6 +324,18 @@ def test_rl_selection_wastes_less_than_random_and_sends_l1_to_strong_devices(poo
     g = summarize(simulate_selection(pool, "greed", rounds=20))
     assert g["l1_sent_per_round"] == 10 and 0 < g["l1_back_per_round"] < 10  # +Greed: only L1 is sent
 
+
+
+@pytest.mark.parametrize("run, mode", [("adaptivefl-fmnist-dir0.6-r30/runs/adaptivefl-fmnist-dir0.6-s1", "rl"),
+                                       ("adaptivefl-fmnist-dir0.6-ablations-r30/runs/adaptivefl-fmnist-dir0.6-greed-s0",
+                                        "greed")])
+def test_simulator_replays_the_committed_training_runs_selection_exactly(cnn_pool, run, mode):
+    """Parameters sent and returned per round depend only on planning, selection and capacity draws, not on
+    training: the simulator must give a committed 30-round run's numbers to the parameter."""
+    rounds = json.loads((Path(__file__).parents[1] / "docs/results" / run / "metrics.json").read_text())["rounds"]
+    rounds = [r for r in rounds if r["round"] >= 1]
+    sim = simulate_selection(cnn_pool, mode, len(rounds), seed=int(run[-1]))
+    assert [(r["params_sent"], r["params_back"]) for r in rounds] == [(x["sent"], x["back"]) for x in sim]
 
 # --- sampling plans of the baselines (docs/readings.md#adaptivefl-baselines) ---------------------
 

@@ -322,6 +322,38 @@ class ClientSelector:
         self.nodes = [int(n) for n in st["nodes"]]
 
 
+def plan_round(pool: SubmodelPool, selector: ClientSelector, rng: np.random.Generator, candidates: Sequence[int],
+               k: int, dispatch: str = "random") -> list[tuple[int, int]]:
+    """Alg. 1 lines 6-8 for one round: (client, pool index) jobs; docs/readings.md#adaptivefl-selection.
+
+    Parameters
+    ----------
+    selector : ClientSel; its tables are not updated here (the caller does so once replies are in).
+    rng : draws RandomSel(R): one uniform pool index per slot, then, should no remaining client have a
+        positive reward for it, the other members in a random order (the authors redraw).
+    candidates : client ids that may be chosen; at most one job per client.
+    k : slots this round (at most ``len(candidates)`` are filled; fewer if no client can take any member).
+    dispatch : "random" (RandomSel) or "largest" (always L1: the +Greed ablation, Sec. 4.4).
+    """
+    if dispatch not in ("random", "largest"):
+        raise ValueError(f"dispatch {dispatch!r}; expected 'random' or 'largest'")
+    out: list[tuple[int, int]] = []
+    chosen: list[int] = []
+    for _ in range(min(k, len(candidates))):
+        if dispatch == "largest":
+            order = [pool.largest]
+        else:
+            first = int(rng.integers(len(pool)))
+            order = [first] + [int(i) for i in rng.permutation(len(pool)) if i != first]
+        for m in order:
+            c = selector.select(m, candidates, chosen)
+            if c is not None:
+                out.append((c, m))
+                chosen.append(c)
+                break
+    return out
+
+
 def assign_tiers(num_partitions: int, proportions: Sequence[float], seed: int) -> list[str]:
     """Sec. 4.1 device heterogeneity: tiers weak/medium/strong in the given proportions (default 4:3:3), shuffled.
 

@@ -1,8 +1,9 @@
 """Alg. 1's selection against simulated uncertain devices, without training (docs/readings.md#adaptivefl-rewards).
 
-Every round draws K pool members at random (or always L1 for +Greed), lets the selector pick a client for
-each, draws that client's capacity for the request (`core.request_capacity`) and feeds the pool index that
-fits back into the tables, exactly as the strategy does with real replies. It answers how fast the RL tables
+Every round plans K jobs with `core.plan_round`, the strategy's own planner (a random pool member per slot,
+or always L1 for +Greed, then ClientSel), draws each chosen client's capacity for the request
+(`core.request_capacity`, as the client does) and feeds the pool index that fits back into the tables, as
+the strategy does with real replies. It answers how fast the RL tables
 learn and how many full models come back per round, which a training run cannot show cheaply:
 
     python -m hetfl.adaptivefl_app.simulate --seeds 0 1 2 --windows 30 100 300
@@ -35,17 +36,12 @@ def simulate_selection(pool: SubmodelPool, mode: str = "rl", rounds: int = 300, 
     tiers = core.assign_tiers(clients, proportions, seed)
     caps = core.tier_capacities(pool)
     sel = ClientSelector(pool, "random" if mode == "greed" else mode, seed)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, 0xAF])  # the strategy's planning stream
     rows = []
-    for r in range(rounds):
+    for r in range(1, rounds + 1):
         row = dict.fromkeys(("sent", "back", "l1_sent", "l1_strong", "l1_back"), 0)
-        chosen: list[int] = []
-        for _ in range(k):
-            m = pool.largest if mode == "greed" else int(rng.integers(len(pool)))
-            c = sel.select(m, range(clients), chosen)
-            if c is None:  # no remaining client has a positive reward for m: the slot stays empty
-                continue
-            chosen.append(c)
+        jobs = core.plan_round(pool, sel, rng, range(clients), k, "largest" if mode == "greed" else "random")
+        for c, m in jobs:  # as the strategy: plan the whole round, then update the tables with the replies
             b = pool.fit(m, core.request_capacity(caps[tiers[c]], seed, r, c))
             sel.update(c, m, b)
             row["sent"] += pool[m].size

@@ -33,7 +33,7 @@ from hetfl.common.strategy import StrategyBase, check_arrays, check_weight
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
-from .core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state, waste_rate
+from .core import ClientSelector, SubmodelPool, aggregate_submodels, plan_round, slice_state, waste_rate
 from .keys import KNOWN_TIERS
 
 log = logging.getLogger("hetfl")
@@ -99,24 +99,12 @@ class AdaptiveFL(StrategyBase):
         return out
 
     def _plan_adaptivefl(self, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
-        """Alg. 1 lines 6-8: RandomSel(R) (or the largest, +Greed), then ClientSel; a model no client can take is redrawn."""
-        out: list[tuple[int, int, int]] = []
-        chosen: list[int] = []
-        for _ in range(min(K, len(nodes))):
-            if self.cfg["adaptivefl-dispatch"] == "largest":
-                order = [self.pool.largest]
-            else:
-                first = int(self.rng.integers(len(self.pool)))
-                order = [first] + [int(i) for i in self.rng.permutation(len(self.pool)) if i != first]
-            for m in order:
-                c = self.selector.select(m, nodes, chosen)
-                if c is not None:
-                    out.append((c, 0, m))
-                    chosen.append(c)
-                    break
-            else:
-                log.warning("no client with a positive reward for any pool member; slot left empty")
-        return out
+        """Alg. 1 lines 6-8 (`core.plan_round`): RandomSel(R) (or the largest, +Greed), then ClientSel."""
+        jobs = plan_round(self.pool, self.selector, self.rng, nodes, K, self.cfg["adaptivefl-dispatch"])
+        if len(jobs) < min(K, len(nodes)):
+            log.warning("%d slot(s) left empty: no client with a positive reward for any pool member",
+                        min(K, len(nodes)) - len(jobs))
+        return [(c, 0, m) for c, m in jobs]
 
     # --- Flower Strategy ----------------------------------------------------------------------
 
