@@ -157,7 +157,7 @@ def main() -> int:
                     overrides["resume"] = True
                 launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
             results.setdefault(label(preset, suffix), []).append(json.loads(metrics.read_text()))
-    rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round | upload MB/round | total client comm. (MB) | s/round | seeds |",
+    rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round (per seed) | upload MB/round | total client comm. (MB) | s/round | seeds |",
                        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for lab, runs in results.items():
         final = [100 * r["summary"]["final_accuracy"] for r in runs]
@@ -167,7 +167,8 @@ def main() -> int:
         sec = [r["summary"]["mean_round_s"] for r in runs]
         total = [client_mb(r["summary"], "total") for r in runs]
         never = sum(c is None for c in conv)
-        conv_s = mean_std([float(c) for c in conv if c is not None]) + (f" ({never} never)" if never else "")
+        conv_s = (mean_std([float(c) for c in conv if c is not None]) + (f", {never} never" if never else "")
+                  + " (" + " / ".join("never" if c is None else str(c) for c in conv) + ")")  # per seed, in seed order
         table.append(f"| {lab} | {mean_std(final)} | {mean_std(best)} | {conv_s} | {mean_std(up)} | {mean_std(total)} | {mean_std(sec)} | {len(runs)} |")
         rows.append({"method": lab, "final": final, "best": best, "convergence_round": conv, "upload_mb_per_round": up,
                      "total_comm_mb": total, "s_per_round": sec, "threshold": runs[0]["summary"]["convergence_threshold"]})
