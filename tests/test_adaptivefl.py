@@ -225,7 +225,6 @@ def test_selector_never_picks_zero_reward_or_repeats(cnn_pool):
     assert sel.select(0, nodes, chosen=[11, 12, 13]) == 14  # a client is chosen at most once per round
 
 
-
 def test_plan_round_redraws_a_member_no_client_can_take_and_fills_each_slot_once(cnn_pool):
     sel = ClientSelector(cnn_pool, "rl", seed=1)
     L1, S1 = cnn_pool.largest, cnn_pool.index("S1")
@@ -249,13 +248,14 @@ def test_strategy_and_simulator_plan_with_the_same_function(cnn_pool):
     cfg = validate({**ADAPTIVE_FL, "fraction-train": 0.1, "seed": 3})
     strat = AdaptiveFL(cfg, pool_of(cfg), clients={n: n for n in range(100)})
     sel = ClientSelector(pool_of(cfg), "rl", 3)
-    rng = np.random.default_rng([3, 0xAF])
+    rng = core.planning_rng(3)
     for _ in range(5):
         plan = strat.plan(list(range(100)))
         assert [(c, m) for c, _, m in plan] == core.plan_round(sel.pool, sel, rng, range(100), 10)
         for c, _, m in plan:  # both learn the same replies
             strat.selector.update(c, m, 0)
             sel.update(c, m, 0)
+
 
 # --- devices (Sec. 4.1: the authors' uncertain environment) -------------------------------------
 
@@ -325,7 +325,6 @@ def test_rl_selection_wastes_less_than_random_and_sends_l1_to_strong_devices(poo
     assert g["l1_sent_per_round"] == 10 and 0 < g["l1_back_per_round"] < 10  # +Greed: only L1 is sent
 
 
-
 @pytest.mark.parametrize("run, mode", [("adaptivefl-fmnist-dir0.6-r30/runs/adaptivefl-fmnist-dir0.6-s1", "rl"),
                                        ("adaptivefl-fmnist-dir0.6-ablations-r30/runs/adaptivefl-fmnist-dir0.6-greed-s0",
                                         "greed")])
@@ -336,6 +335,7 @@ def test_simulator_replays_the_committed_training_runs_selection_exactly(cnn_poo
     rounds = [r for r in rounds if r["round"] >= 1]
     sim = simulate_selection(cnn_pool, mode, len(rounds), seed=int(run[-1]))
     assert [(r["params_sent"], r["params_back"]) for r in rounds] == [(x["sent"], x["back"]) for x in sim]
+
 
 # --- sampling plans of the baselines (docs/readings.md#adaptivefl-baselines) ---------------------
 

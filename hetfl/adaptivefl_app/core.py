@@ -322,6 +322,11 @@ class ClientSelector:
         self.nodes = [int(n) for n in st["nodes"]]
 
 
+def planning_rng(seed: int) -> np.random.Generator:
+    """The server's planning stream (RandomSel draws and the baselines' samplers), one per run seed."""
+    return np.random.default_rng([seed, 0xAF])
+
+
 def plan_round(pool: SubmodelPool, selector: ClientSelector, rng: np.random.Generator, candidates: Sequence[int],
                k: int, dispatch: str = "random") -> list[tuple[int, int]]:
     """Alg. 1 lines 6-8 for one round: (client, pool index) jobs; docs/readings.md#adaptivefl-selection.

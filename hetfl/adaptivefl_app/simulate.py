@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-import numpy as np
 
 from . import core
 from .core import ClientSelector, SubmodelPool
@@ -36,7 +35,7 @@ def simulate_selection(pool: SubmodelPool, mode: str = "rl", rounds: int = 300, 
     tiers = core.assign_tiers(clients, proportions, seed)
     caps = core.tier_capacities(pool)
     sel = ClientSelector(pool, "random" if mode == "greed" else mode, seed)
-    rng = np.random.default_rng([seed, 0xAF])  # the strategy's planning stream
+    rng = core.planning_rng(seed)  # the strategy's planning stream
     rows = []
     for r in range(1, rounds + 1):
         row = dict.fromkeys(("sent", "back", "l1_sent", "l1_strong", "l1_back"), 0)

@@ -33,7 +33,7 @@ from hetfl.common.strategy import StrategyBase, check_arrays, check_weight
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
-from .core import ClientSelector, SubmodelPool, aggregate_submodels, plan_round, slice_state, waste_rate
+from .core import ClientSelector, SubmodelPool, aggregate_submodels, plan_round, planning_rng, slice_state, waste_rate
 from .keys import KNOWN_TIERS
 
 log = logging.getLogger("hetfl")
@@ -60,7 +60,7 @@ class AdaptiveFL(StrategyBase):
         self.clients = dict(clients or {})
         mode = "random" if self.variant != "adaptivefl" else cfg["adaptivefl-selection"]
         self.selector = ClientSelector(pool, mode, cfg["seed"])
-        self.rng = np.random.default_rng([cfg["seed"], 0xAF])
+        self.rng = planning_rng(cfg["seed"])
         self.num_models = len(LEVELS) if self.variant == "decoupled" else 1
         self.sent: dict[int, list[tuple[int, int]]] = {}  # node -> [(model slot, pool index)] this round
         self._states: list[dict[str, np.ndarray]] = []
