@@ -105,6 +105,24 @@ def affordable_per_round(run: dict) -> float:
     return k * per / max(sizes)
 
 
+MEMBER_WINDOWS = ((1, 3), (4, 10), (11, None))  # early, middle, late rounds (None: to the last round)
+
+
+def ensemble_members(run: dict, lo: int, hi: int | None) -> dict | None:
+    """Ensemble runs (SHEFL, Fed-Ensemble: rows with acc_m0, acc_m1, ...), rounds lo..hi: mean over those rounds of
+    the ensemble's accuracy, its members' mean and best accuracy, and the ensemble's gain over its best member
+    (how much the members' diversity adds), in percent. None if the run has no such rounds."""
+    rows = [x for x in training_rounds(run) if lo <= x["round"] and (hi is None or x["round"] <= hi)]
+    if not rows or "acc_m0" not in rows[0]:
+        return None
+    members = [[x[k] for k in sorted(x) if k.startswith("acc_m") and k[5:].isdigit()] for x in rows]
+    ens = statistics.mean(100 * x["accuracy"] for x in rows)
+    mean_m = statistics.mean(100 * statistics.mean(m) for m in members)
+    best_m = statistics.mean(100 * max(m) for m in members)
+    return {"ensemble": ens, "member_mean": mean_m, "member_best": best_m, "gain_over_best": ens - best_m,
+            "rounds": (rows[0]["round"], rows[-1]["round"])}
+
+
 def passes_fens(fens_label: str, fens_runs: list[dict], fl_label: str, fl_runs: list[dict]) -> list[dict]:
     """Per seed: FENS's final accuracy and total client bytes, and the first round (with its cumulative client
     bytes, up + down) at which the iterative FL run reaches that accuracy (FENS paper, Fig. 1; None if never).
@@ -235,6 +253,23 @@ def main() -> int:
             table.append(f"\nTrained per round: parameters returned by the clients per round, in units of the full model (L1). "
                          f"A selector that sent every request the largest pool model it affords would get back {bound:.2f} "
                          "(the expected size under the devices' capacity distribution and tier shares).")
+    # ensemble methods: the members' accuracy and the ensemble's gain over its best member, by phase of the run
+    ensembles = {lab: runs for lab, runs in results.items() if "acc_m0" in runs[0]["rounds"][-1]}
+    if ensembles:
+        table += ["", "| ensemble method | rounds | ensemble acc. (%) | member mean (%) | best member (%) | "
+                      "ensemble - best member (points) | seeds |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for lab, runs in ensembles.items():
+            for lo, hi in MEMBER_WINDOWS:
+                stats = [s for s in (ensemble_members(r, lo, hi) for r in runs) if s is not None]
+                if not stats:
+                    continue
+                span = f"{lo}-{hi if hi is not None else max(s['rounds'][1] for s in stats)}"
+                table.append(f"| {lab} | {span} | {mean_std([s['ensemble'] for s in stats])} | "
+                             f"{mean_std([s['member_mean'] for s in stats])} | {mean_std([s['member_best'] for s in stats])} | "
+                             f"{mean_std([s['gain_over_best'] for s in stats])} | {len(stats)} |")
+                rows.append({"method": f"{lab}: members rounds {span}", **{k: [s[k] for s in stats]
+                             for k in ("ensemble", "member_mean", "member_best", "gain_over_best")}})
     (out / "table.md").write_text("\n".join(table) + "\n")
     (out / "table.json").write_text(json.dumps(rows, indent=2))
     import matplotlib

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from hetfl.common.results import RunRecorder, convergence_round
 
 
@@ -60,3 +62,19 @@ def test_authors_pick_is_the_round_with_the_best_avg_plus_full():
             {"round": 3, "acc_avg": 0.40, "acc_L1": 0.80},
             {"round": 4, "acc_avg": 0.66, "acc_L1": 0.64}]  # ties with round 2: the earlier one is kept
     assert rep.authors_pick({"rounds": rows})["round"] == 2
+
+
+def test_ensemble_members_on_a_hand_made_run():
+    rep = _reproduce_script()
+    run = {"rounds": [{"round": 0, "accuracy": 0.1, "acc_m0": 0.1, "acc_m1": 0.1},  # initial model: not counted
+                      {"round": 1, "accuracy": 0.60, "acc_m0": 0.40, "acc_m1": 0.50},
+                      {"round": 2, "accuracy": 0.70, "acc_m0": 0.72, "acc_m1": 0.60},
+                      {"round": 3, "accuracy": 0.90, "acc_m0": 0.80, "acc_m1": 0.80}]}
+    s = rep.ensemble_members(run, 1, 2)
+    # ensemble (60 + 70) / 2 = 65; member mean (45 + 66) / 2 = 55.5; best (50 + 72) / 2 = 61; gain 65 - 61 = 4
+    got = [s[k] for k in ("ensemble", "member_mean", "member_best", "gain_over_best")]
+    assert got == pytest.approx([65.0, 55.5, 61.0, 4.0]) and s["rounds"] == (1, 2)
+    late = rep.ensemble_members(run, 2, None)  # to the last round: best (72 + 80) / 2 = 76, gain (-2 + 10) / 2 = 4
+    assert late["rounds"] == (2, 3) and [late["member_best"], late["gain_over_best"]] == pytest.approx([76.0, 4.0])
+    assert rep.ensemble_members(run, 4, None) is None  # no such rounds
+    assert rep.ensemble_members({"rounds": [{"round": 1, "accuracy": 0.5}]}, 1, None) is None  # not an ensemble
