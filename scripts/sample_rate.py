@@ -1,0 +1,47 @@
+"""Local training work per round and its rate, from finished runs' metrics.json (docs/results/shefl-fmnist-r30.md#timing).
+
+    python scripts/sample_rate.py docs/results/shefl-fmnist-dir0.6-r30/runs/*/metrics.json
+
+For each round: sample-epochs trained = sum over the round's sampled clients of partition size x local epochs x
+models trained (SHEFL's HPCs train all M models, every other client one), with partition sizes from the project's
+own partitioner; the rate divides it by the round's wall time (training, communication and evaluation).
+Epoch-based runs only (local-steps = 0) without per-role work overrides.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import json  # noqa: E402
+
+from hetfl.common.data import DataSpec, load_partition  # noqa: E402
+from hetfl.shefl_app.core import hpc_partitions  # noqa: E402
+
+
+def main(paths: list[str]) -> int:
+    for f in paths:
+        m = json.loads(Path(f).read_text())
+        cfg = m["config"]
+        if cfg.get("local-steps", 0) or cfg.get("hpc-local-epochs") or cfg.get("lpc-local-epochs"):
+            print(f"{Path(f).parent.name}: skipped (step-based or per-role local work)")
+            continue
+        n = cfg["min-available-nodes"]
+        spec = DataSpec.from_config(cfg, n)
+        sizes = [len(load_partition(spec, p).y) for p in range(n)]
+        shefl = cfg["method"] == "shefl"
+        hpc = hpc_partitions(n, cfg.get("hpc-fraction", 0.0), cfg["seed"]) if shefl else set()
+        models = cfg.get("shefl-models", 1) if shefl else 1
+        work = [sum(sizes[c] * cfg["local-epochs"] * (models if c in hpc else 1) for c in r["clients"])
+                for r in m["rounds"] if r["round"] > 0]
+        rates = [w / r["round_s"] for w, r in zip(work, [r for r in m["rounds"] if r["round"] > 0], strict=True)]
+        print(f"{Path(f).parent.name}: sample-epochs/round {statistics.mean(work):.0f}, "
+              f"sample-epochs/s {statistics.mean(rates):.0f}, s/round {m['summary']['mean_round_s']:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
