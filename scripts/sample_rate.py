@@ -10,13 +10,12 @@ Epoch-based runs only (local-steps = 0) without per-role work overrides.
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import json  # noqa: E402
 
 from hetfl.common.data import DataSpec, load_partition  # noqa: E402
 from hetfl.shefl_app.core import hpc_partitions  # noqa: E402
@@ -35,9 +34,9 @@ def main(paths: list[str]) -> int:
         shefl = cfg["method"] == "shefl"
         hpc = hpc_partitions(n, cfg.get("hpc-fraction", 0.0), cfg["seed"]) if shefl else set()
         models = cfg.get("shefl-models", 1) if shefl else 1
-        work = [sum(sizes[c] * cfg["local-epochs"] * (models if c in hpc else 1) for c in r["clients"])
-                for r in m["rounds"] if r["round"] > 0]
-        rates = [w / r["round_s"] for w, r in zip(work, [r for r in m["rounds"] if r["round"] > 0], strict=True)]
+        rounds = [r for r in m["rounds"] if r["round"] > 0]  # round 0 trains nothing
+        work = [sum(sizes[c] * cfg["local-epochs"] * (models if c in hpc else 1) for c in r["clients"]) for r in rounds]
+        rates = [w / r["round_s"] for w, r in zip(work, rounds, strict=True)]
         print(f"{Path(f).parent.name}: sample-epochs/round {statistics.mean(work):.0f}, "
               f"sample-epochs/s {statistics.mean(rates):.0f}, s/round {m['summary']['mean_round_s']:.1f}")
     return 0

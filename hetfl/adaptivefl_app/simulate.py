@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-
 from . import core
 from .core import ClientSelector, SubmodelPool
 
