@@ -4,7 +4,8 @@
 
 For each round: sample-epochs trained = sum over the round's sampled clients of partition size x local epochs x
 models trained (SHEFL's HPCs train all M models, every other client one), with partition sizes from the project's
-own partitioner; the rate divides it by the round's wall time (training, communication and evaluation).
+own partitioner; the rate divides it by the round's wall time (training, communication and evaluation). The machine
+(CPU model, family/model ids, the instruction set PyTorch used) is printed where metrics.json records it.
 Epoch-based runs only (local-steps = 0) without per-role work overrides.
 """
 
@@ -37,8 +38,10 @@ def main(paths: list[str]) -> int:
         rounds = [r for r in m["rounds"] if r["round"] > 0]  # round 0 trains nothing
         work = [sum(sizes[c] * cfg["local-epochs"] * (models if c in hpc else 1) for c in r["clients"]) for r in rounds]
         rates = [w / r["round_s"] for w, r in zip(work, rounds, strict=True)]
+        where = "; ".join(f"{h['cpu']} ({h['cpu_id']}, {h['torch_cpu_capability']})" for h in m.get("machines", []))
         print(f"{Path(f).parent.name}: sample-epochs/round {statistics.mean(work):.0f}, "
-              f"sample-epochs/s {statistics.mean(rates):.0f}, s/round {m['summary']['mean_round_s']:.1f}")
+              f"sample-epochs/s {statistics.mean(rates):.0f}, s/round {m['summary']['mean_round_s']:.1f}, "
+              f"machine {where or 'not recorded'}")
     return 0
 
 

@@ -1,8 +1,10 @@
 import json
+import os
 
 import pytest
+import torch
 
-from hetfl.common.results import RunRecorder, convergence_round
+from hetfl.common.results import RunRecorder, convergence_round, machine_info
 
 
 def test_convergence_round():
@@ -26,6 +28,26 @@ def test_recorder_writes_metrics_and_plot(tmp_path):
     assert s["convergence_round"] == 1 and s["total_bytes_up"] == 800 and s["rounds_completed"] == 2
     assert all(r["round_s"] >= 0 for r in data["rounds"])
     assert (tmp_path / "r1" / "accuracy.png").stat().st_size > 10_000
+    (machine,) = data["machines"]  # where it ran, so that wall times from different sessions can be compared
+    assert machine["cpu_count"] == os.cpu_count() and machine["torch_threads"] == torch.get_num_threads()
+    assert machine["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability() and machine["cpu"]
+
+
+def test_a_run_resumed_on_another_machine_lists_both(tmp_path):
+    here = machine_info()
+    elsewhere = {**here, "cpu": "some other CPU", "torch_cpu_capability": "AVX2"}
+    first = RunRecorder({"run-name": "a", "results-dir": str(tmp_path)}, threshold=0.5)
+    first.record(1, 0.5, 1.0)
+    st = first.state_dict()
+    same_machine = RunRecorder({"run-name": "b", "results-dir": str(tmp_path)}, threshold=0.5)
+    same_machine.load_state_dict(st)
+    assert same_machine.extra["machines"] == [here]
+    st["extra"]["machines"] = [elsewhere]
+    other = RunRecorder({"run-name": "c", "results-dir": str(tmp_path)}, threshold=0.5)
+    other.load_state_dict(st)
+    assert other.extra["machines"] == [elsewhere, here]
+    data = json.loads(other.write().read_text())
+    assert data["machines"] == [elsewhere, here] and data["rounds"][0]["accuracy"] == 0.5
 
 
 def _reproduce_script():

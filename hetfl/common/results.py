@@ -3,7 +3,9 @@
 metrics.json holds the validated config, one record per round (centralized accuracy and
 loss, any extra metrics such as per-member accuracies, bytes down/up of that round and
 cumulative, wall time of the round and since start), the convergence round for the
-threshold, and totals. It is rewritten after every round, so a crashed or interrupted
+threshold, totals, and the machine it ran on (`machines`: one entry per distinct machine,
+two when a checkpointed run resumed elsewhere), so that wall times from different
+sessions can be compared. It is rewritten after every round, so a crashed or interrupted
 run still leaves its history.
 """
 
@@ -13,6 +15,8 @@ import json
 import logging
 import math
 import os
+import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,6 +41,48 @@ def default_run_name(cfg: dict[str, Any]) -> str:
     return f"{cfg['method']}-{cfg['dataset']}-{part}-s{cfg['seed']}-{stamp}-{os.getpid()}"
 
 
+def machine_info() -> dict[str, Any]:
+    """The machine this process runs on: CPU model, the instruction set PyTorch dispatches to, cores, versions.
+
+    In the Simulation Engine the clients train on the same machine; under the Deployment Engine
+    this describes the ServerApp's machine only. `bf16_instructions` says whether the CPU has
+    native bf16 (AVX-512 BF16 or AMX): without it bf16 autocast is emulated and slower than fp32
+    (docs/results/bf16-parity-quickstart.md).
+    """
+    fields: dict[str, str] = {}
+    try:  # Linux; elsewhere the CPU model falls back to platform.processor()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())  # the first core's entries
+    except OSError:
+        pass
+    flags = set(fields.get("flags", "").split())
+    info: dict[str, Any] = {
+        "cpu": fields.get("model name") or platform.processor() or platform.machine(),
+        "cpu_id": " ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields),
+        "bf16_instructions": bool(flags & {"avx512_bf16", "amx_bf16"}),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+    try:
+        import torch
+
+        info.update(torch=str(torch.__version__), torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                    torch_threads=torch.get_num_threads(),
+                    gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+    except ImportError:  # pragma: no cover - torch is a dependency of the package
+        pass
+    try:
+        from importlib.metadata import version
+
+        info["flwr"] = version("flwr")
+    except Exception:  # pragma: no cover - not installed as a distribution
+        pass
+    return info
+
+
 @dataclass
 class RunRecorder:
     """Collects per-round records and writes metrics.json + plots under results_dir/run_name."""
@@ -56,6 +102,7 @@ class RunRecorder:
         self._cum_down = 0
         self._cum_up = 0
         self._staged: dict[str, Any] = {}
+        self.extra["machines"] = [machine_info()]
 
     def stage(self, **metrics: Any) -> None:
         """Metrics known before the round ends (e.g. the sampled clients); the next :meth:`record` adds them."""
@@ -96,8 +143,13 @@ class RunRecorder:
                 "elapsed": time.perf_counter() - self._t_start}
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
-        """Continue a checkpointed history (wall time keeps counting from the saved elapsed time)."""
-        self.rounds, self.extra = list(st["rounds"]), {**st["extra"], **self.extra}
+        """Continue a checkpointed history (wall time keeps counting from the saved elapsed time).
+
+        `machines` keeps the checkpoint's machines and adds this one if it differs.
+        """
+        machines = list(st["extra"].get("machines", []))
+        machines += [m for m in self.extra.get("machines", []) if m not in machines]
+        self.rounds, self.extra = list(st["rounds"]), {**st["extra"], **self.extra, "machines": machines}
         self._cum_down, self._cum_up = st["cum_down"], st["cum_up"]
         self._t_start = time.perf_counter() - st["elapsed"]
         self._t_last = time.perf_counter()
