@@ -110,8 +110,9 @@ MEMBER_WINDOWS = ((1, 3), (4, 10), (11, None))  # early, middle, late rounds (No
 
 def ensemble_members(run: dict, lo: int, hi: int | None) -> dict | None:
     """Ensemble runs (SHEFL, Fed-Ensemble: rows with acc_m0, acc_m1, ...), rounds lo..hi: mean over those rounds of
-    the ensemble's accuracy, its members' mean and best accuracy, and the ensemble's gain over its best member
-    (how much the members' diversity adds), in percent. None if the run has no such rounds."""
+    the ensemble's accuracy, its members' mean and best accuracy, the ensemble's gain over its best member
+    (how much the members' diversity adds) and the members' pairwise disagreement (None for runs made before
+    metrics.json recorded it), in percent. None if the run has no such rounds."""
     rows = [x for x in training_rounds(run) if lo <= x["round"] and (hi is None or x["round"] <= hi)]
     if not rows or "acc_m0" not in rows[0]:
         return None
@@ -119,8 +120,17 @@ def ensemble_members(run: dict, lo: int, hi: int | None) -> dict | None:
     ens = statistics.mean(100 * x["accuracy"] for x in rows)
     mean_m = statistics.mean(100 * statistics.mean(m) for m in members)
     best_m = statistics.mean(100 * max(m) for m in members)
+    disagree = statistics.mean(100 * x["disagreement"] for x in rows) if all("disagreement" in x for x in rows) else None
     return {"ensemble": ens, "member_mean": mean_m, "member_best": best_m, "gain_over_best": ens - best_m,
-            "rounds": (rows[0]["round"], rows[-1]["round"])}
+            "disagreement": disagree, "rounds": (rows[0]["round"], rows[-1]["round"])}
+
+
+def disagreement_cell(stats: list[dict]) -> str:
+    """Mean ± std of the runs' member disagreement, and over how many runs when some did not record it."""
+    have = [s["disagreement"] for s in stats if s["disagreement"] is not None]
+    if not have:
+        return "not recorded"
+    return mean_std(have) + (f" ({len(have)} of {len(stats)} runs)" if len(have) < len(stats) else "")
 
 
 def passes_fens(fens_label: str, fens_runs: list[dict], fl_label: str, fl_runs: list[dict]) -> list[dict]:
@@ -257,8 +267,8 @@ def main() -> int:
     ensembles = {lab: runs for lab, runs in results.items() if "acc_m0" in runs[0]["rounds"][-1]}
     if ensembles:
         table += ["", "| ensemble method | rounds | ensemble acc. (%) | member mean (%) | best member (%) | "
-                      "ensemble - best member (points) | seeds |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                      "ensemble - best member (points) | member disagreement (%) | seeds |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for lab, runs in ensembles.items():
             for lo, hi in MEMBER_WINDOWS:
                 stats = [s for s in (ensemble_members(r, lo, hi) for r in runs) if s is not None]
@@ -267,9 +277,9 @@ def main() -> int:
                 span = f"{lo}-{hi if hi is not None else max(s['rounds'][1] for s in stats)}"
                 table.append(f"| {lab} | {span} | {mean_std([s['ensemble'] for s in stats])} | "
                              f"{mean_std([s['member_mean'] for s in stats])} | {mean_std([s['member_best'] for s in stats])} | "
-                             f"{mean_std([s['gain_over_best'] for s in stats])} | {len(stats)} |")
+                             f"{mean_std([s['gain_over_best'] for s in stats])} | {disagreement_cell(stats)} | {len(stats)} |")
                 rows.append({"method": f"{lab}: members rounds {span}", **{k: [s[k] for s in stats]
-                             for k in ("ensemble", "member_mean", "member_best", "gain_over_best")}})
+                             for k in ("ensemble", "member_mean", "member_best", "gain_over_best", "disagreement")}})
     (out / "table.md").write_text("\n".join(table) + "\n")
     (out / "table.json").write_text(json.dumps(rows, indent=2))
     import matplotlib

@@ -100,3 +100,9 @@ def test_ensemble_members_on_a_hand_made_run():
     assert late["rounds"] == (2, 3) and [late["member_best"], late["gain_over_best"]] == pytest.approx([76.0, 4.0])
     assert rep.ensemble_members(run, 4, None) is None  # no such rounds
     assert rep.ensemble_members({"rounds": [{"round": 1, "accuracy": 0.5}]}, 1, None) is None  # not an ensemble
+    assert s["disagreement"] is None  # made before metrics.json recorded it
+    for x, d in zip(run["rounds"], (0.5, 0.30, 0.20, 0.10), strict=True):
+        x["disagreement"] = d
+    assert rep.ensemble_members(run, 1, 2)["disagreement"] == pytest.approx(25.0)  # (30 + 20) / 2, in percent
+    cells = [rep.disagreement_cell(x) for x in ([s], [s, rep.ensemble_members(run, 1, 2)])]
+    assert cells == ["not recorded", "25.00 ± 0.00 (1 of 2 runs)"]

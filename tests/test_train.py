@@ -12,7 +12,8 @@ from hetfl.common.config import ConfigError, validate
 from hetfl.common.data import ArrayData
 from hetfl.common.models import CNN, get_state
 from hetfl.common.train import (Normalizer, _batches, augment_batch, autocast, cosine_epoch_lr, crop_flip, evaluate,
-                                evaluate_ensemble, member_logits, num_steps, predict_proba, resolve_device, train)
+                                evaluate_ensemble, member_disagreement, member_logits, num_steps, predict_proba,
+                                resolve_device, train)
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -88,6 +89,18 @@ def test_ensemble_is_mean_of_softmax():
     assert abs(loss - torch.nn.functional.nll_loss(mean.log(), y).item()) < 1e-5
     # an ensemble of one model is that model
     assert np.allclose(evaluate_ensemble(models[:1], data, norm), evaluate(models[0], data, norm))
+
+
+def test_member_disagreement_on_a_hand_worked_case():
+    def onehot(labels):  # (M, N) predicted labels -> (M, N, 3) probabilities peaked on them
+        return torch.nn.functional.one_hot(torch.tensor(labels), 3).float() * 0.8 + 0.2 / 3
+
+    # pairs (0,1): differ on samples 2, 3 -> 2/4; (0,2): differ on 3 -> 1/4; (1,2): differ on 2 -> 1/4
+    probs = onehot([[0, 1, 2, 0], [0, 1, 0, 1], [0, 1, 2, 1]])
+    assert member_disagreement(probs) == pytest.approx((2 / 4 + 1 / 4 + 1 / 4) / 3)
+    assert member_disagreement(onehot([[0, 1, 2, 0]] * 3)) == 0.0  # identical members
+    assert member_disagreement(onehot([[0, 0], [1, 1]])) == 1.0
+    assert member_disagreement(probs[:1]) == 0.0  # one member has nobody to disagree with
 
 
 # ---- devices --------------------------------------------------------------------------------------

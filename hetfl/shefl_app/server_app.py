@@ -14,7 +14,7 @@ from hetfl.common.nodes import discover_nodes
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
-from hetfl.common.train import Normalizer, ensemble_metrics, predict_proba
+from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba
 
 from .strategy import SHEFL
 
@@ -47,7 +47,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         t0 = time.perf_counter()
         for model, st in zip(members, unpack_models(arrays, M), strict=True):
             set_state(model, st)
-        loss, acc, accs = ensemble_metrics(predict_proba(members, data, norm, cfg["eval-batch-size"], **opts), data.y)
+        probs = predict_proba(members, data, norm, cfg["eval-batch-size"], **opts)
+        loss, acc, accs = ensemble_metrics(probs, data.y)
         member_acc = {f"acc_m{m}": a for m, a in enumerate(accs)}
         traffic = grid.take()
         per_role = {}
@@ -58,7 +59,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
                 per_role[f"bytes_{direction}_{role}_mean"] = float(np.mean(vals)) if vals else 0.0
         recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
                         eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s, replies=traffic.replies,
-                        failures=traffic.failures, **member_acc, **per_role, **(strategy.last_round if server_round else {}))
+                        failures=traffic.failures, **member_acc, disagreement=member_disagreement(probs), **per_role,
+                        **(strategy.last_round if server_round else {}))
         return MetricRecord({"accuracy": acc, "loss": loss, **member_acc})
 
     run_rounds(grid, strategy, pack_models([get_state(m) for m in members]), cfg, recorder, evaluate_fn)
