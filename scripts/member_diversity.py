@@ -1,0 +1,48 @@
+"""Members' accuracy and pairwise disagreement at an ensemble run's last checkpoint (docs/readings.md#shefl-diversity).
+
+    python scripts/member_diversity.py results/reproduce/shefl-fmnist-dir0.6-r30/runs/*-s0
+
+For ensemble runs (SHEFL, Fed-Ensemble) made before metrics.json recorded `disagreement` every round: loads the
+members saved in the run's checkpoint (its last round), evaluates them on the run's test set with the run's own
+config, and prints the round, the ensemble's accuracy, each member's, and the members' disagreement. Checkpoints
+are not committed (tens of MB a run), so this reads a local results directory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import hetfl  # noqa: E402,F401  (registers every method's keys)
+from hetfl.common.checkpoint import read_checkpoint  # noqa: E402
+from hetfl.common.models import set_state  # noqa: E402
+from hetfl.common.task import make_model, test_data  # noqa: E402
+from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba  # noqa: E402
+
+
+def main(run_dirs: list[str]) -> int:
+    for d in map(Path, run_dirs):
+        cfg = json.loads((d / "metrics.json").read_text())["config"]
+        state = read_checkpoint(d / "checkpoint.json")
+        states: dict[int, dict] = {}
+        for key, arr in state["arrays"].items():
+            j, name = key.split(".", 1)
+            states.setdefault(int(j[1:]), {})[name] = arr
+        members = []
+        for j in sorted(states):
+            model = make_model(cfg)
+            set_state(model, states[j])
+            members.append(model.eval())
+        data = test_data(cfg)
+        probs = predict_proba(members, data, Normalizer(cfg["dataset"]), cfg["eval-batch-size"])
+        _, acc, accs = ensemble_metrics(probs, data.y)
+        print(f"{d.name}: round {state['round']}, ensemble {100 * acc:.2f}%, members "
+              f"{' '.join(f'{100 * a:.2f}' for a in accs)}%, disagreement {100 * member_disagreement(probs):.2f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
