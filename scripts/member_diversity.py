@@ -3,14 +3,15 @@
     python scripts/member_diversity.py results/reproduce/shefl-fmnist-dir0.6-r30/runs/*-s0
 
 For ensemble runs (SHEFL, Fed-Ensemble) made before metrics.json recorded `disagreement` every round: loads the
-members saved in the run's checkpoint (its last round), evaluates them on the run's test set with the run's own
-config, and prints the round, the ensemble's accuracy, each member's, and the members' disagreement. Checkpoints
-are not committed (tens of MB a run), so this reads a local results directory.
+members saved in the run's checkpoint (its last round), evaluates them on the run's test set at the run's
+precision (on the CPU), and prints the round, the ensemble's accuracy, each member's, and the members'
+disagreement. Checkpoints are not committed (tens of MB a run), so this reads a local results directory.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,11 +26,17 @@ from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement
 
 def main(run_dirs: list[str]) -> int:
     for d in map(Path, run_dirs):
+        if not (d / "checkpoint.json").exists():
+            print(f"{d}: no checkpoint.json (the run had checkpoint = false, or is not a run directory)")
+            return 1
         cfg = json.loads((d / "metrics.json").read_text())["config"]
         state = read_checkpoint(d / "checkpoint.json")
         states: dict[int, dict] = {}
         for key, arr in state["arrays"].items():
-            j, name = key.split(".", 1)
+            j, _, name = key.partition(".")
+            if not re.fullmatch(r"m\d+", j):
+                print(f"{d}: not an ensemble run (array {key!r}; expected m<j>.<name>)")
+                return 1
             states.setdefault(int(j[1:]), {})[name] = arr
         members = []
         for j in sorted(states):
@@ -37,7 +44,7 @@ def main(run_dirs: list[str]) -> int:
             set_state(model, states[j])
             members.append(model.eval())
         data = test_data(cfg)
-        probs = predict_proba(members, data, Normalizer(cfg["dataset"]), cfg["eval-batch-size"])
+        probs = predict_proba(members, data, Normalizer(cfg["dataset"]), cfg["eval-batch-size"], precision=cfg["precision"])
         _, acc, accs = ensemble_metrics(probs, data.y)
         print(f"{d.name}: round {state['round']}, ensemble {100 * acc:.2f}%, members "
               f"{' '.join(f'{100 * a:.2f}' for a in accs)}%, disagreement {100 * member_disagreement(probs):.2f}%")

@@ -38,7 +38,8 @@ def main(paths: list[str]) -> int:
         rounds = [r for r in m["rounds"] if r["round"] > 0]  # round 0 trains nothing
         work = [sum(sizes[c] * cfg["local-epochs"] * (models if c in hpc else 1) for c in r["clients"]) for r in rounds]
         rates = [w / r["round_s"] for w, r in zip(work, rounds, strict=True)]
-        where = "; ".join(f"{h['cpu']} ({h['cpu_id']}, {h['torch_cpu_capability']})" for h in m.get("machines", []))
+        where = "; ".join(f"from round {h.get('from_round', 0)}: {h.get('cpu')} ({h.get('cpu_id', '')}, "
+                          f"{h.get('torch_cpu_capability', '')})" for h in m.get("machines", []))
         print(f"{Path(f).parent.name}: sample-epochs/round {statistics.mean(work):.0f}, "
               f"sample-epochs/s {statistics.mean(rates):.0f}, s/round {m['summary']['mean_round_s']:.1f}, "
               f"machine {where or 'not recorded'}")

@@ -29,25 +29,33 @@ def test_recorder_writes_metrics_and_plot(tmp_path):
     assert all(r["round_s"] >= 0 for r in data["rounds"])
     assert (tmp_path / "r1" / "accuracy.png").stat().st_size > 10_000
     (machine,) = data["machines"]  # where it ran, so that wall times from different sessions can be compared
-    assert machine["cpu_count"] == os.cpu_count() and machine["torch_threads"] == torch.get_num_threads()
-    assert machine["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability() and machine["cpu"]
+    assert machine["cpu_count"] == os.cpu_count() and machine["from_round"] == 0 and machine["cpu"]
+    assert machine["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["cuda_devices"] == torch.cuda.device_count()
 
 
-def test_a_run_resumed_on_another_machine_lists_both(tmp_path):
-    here = machine_info()
+def test_every_resume_adds_the_machine_from_its_first_round(tmp_path):
+    here = {**machine_info(), "from_round": 0}
     elsewhere = {**here, "cpu": "some other CPU", "torch_cpu_capability": "AVX2"}
     first = RunRecorder({"run-name": "a", "results-dir": str(tmp_path)}, threshold=0.5)
+    assert first.extra["machines"] == [here]
+    first.record(0, 0.1, 2.0)
     first.record(1, 0.5, 1.0)
     st = first.state_dict()
-    same_machine = RunRecorder({"run-name": "b", "results-dir": str(tmp_path)}, threshold=0.5)
-    same_machine.load_state_dict(st)
-    assert same_machine.extra["machines"] == [here]
-    st["extra"]["machines"] = [elsewhere]
-    other = RunRecorder({"run-name": "c", "results-dir": str(tmp_path)}, threshold=0.5)
-    other.load_state_dict(st)
-    assert other.extra["machines"] == [elsewhere, here]
-    data = json.loads(other.write().read_text())
-    assert data["machines"] == [elsewhere, here] and data["rounds"][0]["accuracy"] == 0.5
+    st["extra"]["machines"] = [elsewhere]  # as if rounds 0-1 had run on another machine
+    resumed = RunRecorder({"run-name": "b", "results-dir": str(tmp_path)}, threshold=0.5)
+    resumed.load_state_dict(st)
+    resumed.record(2, 0.6, 0.9)
+    st2 = resumed.state_dict()
+    again = RunRecorder({"run-name": "c", "results-dir": str(tmp_path)}, threshold=0.5)
+    again.load_state_dict(st2)  # a second resume on this machine is listed too, with its own first round
+    data = json.loads(again.write().read_text())
+    assert data["machines"] == [elsewhere, {**here, "from_round": 2}, {**here, "from_round": 3}]
+    assert [r["round"] for r in data["rounds"]] == [0, 1, 2]
+    del st["extra"]["machines"]  # a checkpoint written before machines were recorded
+    old = RunRecorder({"run-name": "d", "results-dir": str(tmp_path)}, threshold=0.5)
+    old.load_state_dict(st)
+    assert old.extra["machines"] == [{"cpu": None, "from_round": 0}, {**here, "from_round": 2}]
 
 
 def _reproduce_script():

@@ -100,7 +100,8 @@ def test_member_disagreement_on_a_hand_worked_case():
     assert member_disagreement(probs) == pytest.approx((2 / 4 + 1 / 4 + 1 / 4) / 3)
     assert member_disagreement(onehot([[0, 1, 2, 0]] * 3)) == 0.0  # identical members
     assert member_disagreement(onehot([[0, 0], [1, 1]])) == 1.0
-    assert member_disagreement(probs[:1]) == 0.0  # one member has nobody to disagree with
+    assert member_disagreement(probs[:1]) is None  # one member has nobody to disagree with
+    assert member_disagreement(probs[:, :0]) is None  # no samples
 
 
 # ---- devices --------------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 metrics.json holds the validated config, one record per round (centralized accuracy and
 loss, any extra metrics such as per-member accuracies, bytes down/up of that round and
 cumulative, wall time of the round and since start), the convergence round for the
-threshold, totals, and the machine it ran on (`machines`: one entry per distinct machine,
-two when a checkpointed run resumed elsewhere), so that wall times from different
-sessions can be compared. It is rewritten after every round, so a crashed or interrupted
+threshold, totals, and the machine it ran on (`machines`: one entry for the start of the
+run and one more for every resume, each with the first round it ran), so that wall times
+from different sessions can be compared. It is rewritten after every round, so a crashed or interrupted
 run still leaves its history.
 """
 
@@ -46,8 +46,9 @@ def machine_info() -> dict[str, Any]:
 
     In the Simulation Engine the clients train on the same machine; under the Deployment Engine
     this describes the ServerApp's machine only. `bf16_instructions` says whether the CPU has
-    native bf16 (AVX-512 BF16 or AMX): without it bf16 autocast is emulated and slower than fp32
-    (docs/results/bf16-parity-quickstart.md).
+    native bf16 (x86 AVX-512 BF16 or AMX, Arm BF16): without it bf16 autocast is emulated and
+    slower than fp32 (docs/results/bf16-parity-quickstart.md). The clients' threads are the run
+    config's `client-threads`.
     """
     fields: dict[str, str] = {}
     try:  # Linux; elsewhere the CPU model falls back to platform.processor()
@@ -56,11 +57,11 @@ def machine_info() -> dict[str, Any]:
             fields.setdefault(key.strip(), value.strip())  # the first core's entries
     except OSError:
         pass
-    flags = set(fields.get("flags", "").split())
+    flags = set((fields.get("flags") or fields.get("Features", "")).split())  # x86 | aarch64
     info: dict[str, Any] = {
         "cpu": fields.get("model name") or platform.processor() or platform.machine(),
         "cpu_id": " ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields),
-        "bf16_instructions": bool(flags & {"avx512_bf16", "amx_bf16"}),
+        "bf16_instructions": bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}),
         "cpu_count": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "python": sys.version.split()[0],
@@ -70,8 +71,7 @@ def machine_info() -> dict[str, Any]:
         import torch
 
         info.update(torch=str(torch.__version__), torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                    torch_threads=torch.get_num_threads(),
-                    gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+                    cuda_devices=torch.cuda.device_count())  # a count only: a name would start a CUDA context
     except ImportError:  # pragma: no cover - torch is a dependency of the package
         pass
     try:
@@ -102,7 +102,7 @@ class RunRecorder:
         self._cum_down = 0
         self._cum_up = 0
         self._staged: dict[str, Any] = {}
-        self.extra["machines"] = [machine_info()]
+        self.extra["machines"] = [{**machine_info(), "from_round": 0}]
 
     def stage(self, **metrics: Any) -> None:
         """Metrics known before the round ends (e.g. the sampled clients); the next :meth:`record` adds them."""
@@ -145,11 +145,13 @@ class RunRecorder:
     def load_state_dict(self, st: dict[str, Any]) -> None:
         """Continue a checkpointed history (wall time keeps counting from the saved elapsed time).
 
-        `machines` keeps the checkpoint's machines and adds this one if it differs.
+        `machines` keeps the checkpoint's entries (or one saying "not recorded" for a checkpoint made
+        before they were) and adds this machine from the first round the resumed run plays.
         """
-        machines = list(st["extra"].get("machines", []))
-        machines += [m for m in self.extra.get("machines", []) if m not in machines]
-        self.rounds, self.extra = list(st["rounds"]), {**st["extra"], **self.extra, "machines": machines}
+        first = st["rounds"][-1]["round"] + 1 if st["rounds"] else 0
+        before = st["extra"].get("machines") or [{"cpu": None, "from_round": 0}]
+        here = {**machine_info(), "from_round": first}
+        self.rounds, self.extra = list(st["rounds"]), {**st["extra"], **self.extra, "machines": [*before, here]}
         self._cum_down, self._cum_up = st["cum_down"], st["cum_up"]
         self._t_start = time.perf_counter() - st["elapsed"]
         self._t_last = time.perf_counter()

@@ -325,17 +325,18 @@ def ensemble_metrics(probs: torch.Tensor, y: np.ndarray) -> tuple[float, float, 
     return loss, acc, members
 
 
-def member_disagreement(probs: torch.Tensor) -> float:
+def member_disagreement(probs: torch.Tensor) -> float | None:
     """Pairwise disagreement of an ensemble's members (M, N, C) (docs/readings.md#shefl-diversity).
 
     The fraction of samples on which two members predict different labels, averaged over the
-    M(M-1)/2 pairs (the disagreement measure of Kuncheva & Whitaker, 2003); 0.0 for fewer than
-    two members. It does not look at the true labels: two members that err differently disagree.
+    M(M-1)/2 pairs (the disagreement measure of Kuncheva & Whitaker, 2003); None for fewer than
+    two members or no samples. It does not look at the true labels: two members that err
+    differently disagree.
     """
     labels = probs.argmax(dim=-1)
     M = labels.shape[0]
     if M < 2 or labels.shape[1] == 0:
-        return 0.0
+        return None
     pairs = [(labels[i] != labels[j]).float().mean().item() for i in range(M) for j in range(i + 1, M)]
     return sum(pairs) / len(pairs)
 

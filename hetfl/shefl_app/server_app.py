@@ -50,6 +50,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         probs = predict_proba(members, data, norm, cfg["eval-batch-size"], **opts)
         loss, acc, accs = ensemble_metrics(probs, data.y)
         member_acc = {f"acc_m{m}": a for m, a in enumerate(accs)}
+        disagreement = member_disagreement(probs)  # None with one member: the key is then left out
         traffic = grid.take()
         per_role = {}
         for role in ("hpc", "lpc"):
@@ -59,7 +60,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
                 per_role[f"bytes_{direction}_{role}_mean"] = float(np.mean(vals)) if vals else 0.0
         recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
                         eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s, replies=traffic.replies,
-                        failures=traffic.failures, **member_acc, disagreement=member_disagreement(probs), **per_role,
+                        failures=traffic.failures, **member_acc, **per_role,
+                        **({"disagreement": disagreement} if disagreement is not None else {}),
                         **(strategy.last_round if server_round else {}))
         return MetricRecord({"accuracy": acc, "loss": loss, **member_acc})
 
