@@ -18,9 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import hetfl  # noqa: E402,F401  (registers every method's keys)
+from flwr.app import Array, ArrayRecord  # noqa: E402
 from hetfl.common.checkpoint import read_checkpoint  # noqa: E402
 from hetfl.common.models import set_state  # noqa: E402
-from hetfl.common.task import make_model, test_data  # noqa: E402
+from hetfl.common.task import make_model, test_data, unpack_models  # noqa: E402
 from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba  # noqa: E402
 
 
@@ -31,17 +32,15 @@ def main(run_dirs: list[str]) -> int:
             return 1
         cfg = json.loads((d / "metrics.json").read_text())["config"]
         state = read_checkpoint(d / "checkpoint.json")
-        states: dict[int, dict] = {}
-        for key, arr in state["arrays"].items():
-            j, _, name = key.partition(".")
-            if not re.fullmatch(r"m\d+", j):
-                print(f"{d}: not an ensemble run (array {key!r}; expected m<j>.<name>)")
-                return 1
-            states.setdefault(int(j[1:]), {})[name] = arr
+        odd = next((k for k in state["arrays"] if not re.match(r"m\d+\.", k)), None)
+        if odd is not None:
+            print(f"{d}: not an ensemble run (array {odd!r}; expected m<j>.<name>)")
+            return 1
+        arrays = ArrayRecord({k: Array(v) for k, v in state["arrays"].items()})
         members = []
-        for j in sorted(states):
+        for st in unpack_models(arrays, cfg["shefl-models"]):
             model = make_model(cfg)
-            set_state(model, states[j])
+            set_state(model, st)
             members.append(model.eval())
         data = test_data(cfg)
         probs = predict_proba(members, data, Normalizer(cfg["dataset"]), cfg["eval-batch-size"], precision=cfg["precision"])

@@ -5,8 +5,8 @@ loss, any extra metrics such as per-member accuracies, bytes down/up of that rou
 cumulative, wall time of the round and since start), the convergence round for the
 threshold, totals, and the machine it ran on (`machines`: one entry for the start of the
 run and one more for every resume, each with the first round it ran), so that wall times
-from different sessions can be compared. It is rewritten after every round, so a crashed or interrupted
-run still leaves its history.
+from different sessions can be compared. It is rewritten after every round, so a crashed or
+interrupted run still leaves its history.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ class RunRecorder:
         self._cum_down = 0
         self._cum_up = 0
         self._staged: dict[str, Any] = {}
-        self.extra["machines"] = [{**machine_info(), "from_round": 0}]
+        self._machine = machine_info()
+        self.extra["machines"] = [{**self._machine, "from_round": 0}]
 
     def stage(self, **metrics: Any) -> None:
         """Metrics known before the round ends (e.g. the sampled clients); the next :meth:`record` adds them."""
@@ -150,7 +151,7 @@ class RunRecorder:
         """
         first = st["rounds"][-1]["round"] + 1 if st["rounds"] else 0
         before = st["extra"].get("machines") or [{"cpu": None, "from_round": 0}]
-        here = {**machine_info(), "from_round": first}
+        here = {**self._machine, "from_round": first}
         self.rounds, self.extra = list(st["rounds"]), {**st["extra"], **self.extra, "machines": [*before, here]}
         self._cum_down, self._cum_up = st["cum_down"], st["cum_up"]
         self._t_start = time.perf_counter() - st["elapsed"]
