@@ -82,13 +82,15 @@ reproduce-shefl: install data
 	done
 
 # SHEFL studies at 1 seed (issue #13): the straggler comparison (full paper Fig. 7: SHEFL with 10-epoch HPCs and
-# 1-epoch LPCs, FedAvg with every client at HPC work and at LPC work, restricted Fed-Ensemble) on Dir(0.6), and the
+# 1-epoch LPCs, FedAvg with every client at LPC work, restricted Fed-Ensemble, and the all-HPC rows FedAvg (HPC) and
+# FedEns (HPC), which are the 10-epoch Dir(0.6) presets, reused from the reproduction's runs) on Dir(0.6), and the
 # resource-ratio study (ICASSP Table 1b: ratios 1:1 / 1:3 / 1:5, k = 0.1 / 0.02) on Dir(0.1).
 reproduce-shefl-studies: install data
 	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-straggler-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
-	  --presets configs/shefl/fmnist-dir0.6-straggler.toml configs/fedavg/fmnist-dir0.6-hpcwork.toml \
-	            configs/fedavg/fmnist-dir0.6-lpcwork.toml configs/fedensemble/fmnist-dir0.6-straggler.toml \
-	  --reuse docs/results/shefl-fmnist-dir0.6-straggler-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA)
+	  --presets configs/fedavg/fmnist-dir0.6-lpcwork.toml configs/fedensemble/fmnist-dir0.6-straggler.toml \
+	            configs/shefl/fmnist-dir0.6-straggler.toml configs/fedavg/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
+	  --reuse docs/results/shefl-fmnist-dir0.6-straggler-r$(ROUNDS)/runs docs/results/shefl-fmnist-dir0.6-r$(ROUNDS)/runs \
+	  --set num-server-rounds=$(ROUNDS) $(EXTRA)
 	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.1-ratio-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
 	  --presets $(foreach r,1 3 5,$(foreach k,0.1 0.02,configs/shefl/fmnist-dir0.1-r$(r)-k$(k).toml)) \
 	  --reuse docs/results/shefl-fmnist-dir0.1-ratio-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA)
