@@ -27,6 +27,7 @@ from hetfl import launch  # noqa: E402
 from hetfl.adaptivefl_app.core import TIERS, Capacity, largest_affordable  # noqa: E402
 from hetfl.common.results import convergence_round  # noqa: E402
 from hetfl.fens_app.aggregators import STATIC_LABELS  # noqa: E402
+from hetfl.shefl_app.keys import role_work  # noqa: E402
 
 
 def split_preset(spec: str) -> tuple[Path, dict, str]:
@@ -103,6 +104,41 @@ def affordable_per_round(run: dict) -> float:
               for w, t in zip(shares, TIERS, strict=True)) / sum(shares)
     k = statistics.median(len(x["clients"]) for x in training_rounds(run))
     return k * per / max(sizes)
+
+
+def local_work(run: dict) -> tuple[float, int] | None:
+    """Local training of an epoch-based run (straggler study, SHEFL Fig. 7) in model-epochs (one model trained for
+    one epoch on one client's partition): the mean per round over the run, and the most one client did in a round,
+    which bounds a round's wall time on real devices. Ensemble rounds count the schedule the run recorded (H_m HPCs
+    and L_m LPCs trained model m, each at its role's epochs); other rounds count clients x local-epochs. None for a
+    run with step-based local work. Server-side work (FedBE's distillation) is not counted."""
+    cfg = run["config"]
+
+    def epochs(role: str | None) -> int | None:
+        steps, ep = role_work(cfg, role) if role else (None, None)
+        if ep:
+            return ep
+        return None if steps or cfg["local-steps"] else cfg["local-epochs"]
+
+    per_round, most = [], 0
+    for x in training_rounds(run):
+        if "H_m0" in x:
+            e_h, e_l = epochs("hpc"), epochs("lpc")
+            if e_h is None or e_l is None:
+                return None
+            h = [x[k] for k in sorted(x) if k.startswith("H_m")]
+            l_ = [x[k] for k in sorted(x) if k.startswith("L_m")]
+            per_round.append(e_h * sum(h) + e_l * sum(l_))
+            # an HPC trains all models it was given (SHEFL: all M; restricted Fed-Ensemble: one), an LPC one
+            hpc_models = len(h) if cfg.get("hpc-models", "all") == "all" else 1
+            most = max(most, e_h * hpc_models if any(h) else 0, e_l if any(l_) else 0)
+        else:
+            e = epochs(None)
+            if e is None:
+                return None
+            per_round.append(e * len(x["clients"]))
+            most = max(most, e if x["clients"] else 0)
+    return statistics.mean(per_round), most
 
 
 MEMBER_WINDOWS = ((1, 3), (4, 10), (11, None))  # early, middle, late rounds (None: to the last round)
@@ -280,6 +316,17 @@ def main() -> int:
                              f"{mean_std([s['gain_over_best'] for s in stats])} | {disagreement_cell(stats)} | {len(stats)} |")
                 rows.append({"method": f"{lab}: members rounds {span}", **{k: [s[k] for s in stats]
                              for k in ("ensemble", "member_mean", "member_best", "gain_over_best", "disagreement")}})
+    # straggler study (SHEFL Fig. 7): how much local training each method spends, when some run sets per-role work
+    if any(r["config"].get("hpc-local-epochs") or r["config"].get("lpc-local-epochs") for runs in results.values()
+           for r in runs):
+        table += ["", "| method | local work per round (model-epochs) | most by one client in a round (model-epochs) | seeds |",
+                  "| --- | --- | --- | --- |"]
+        for lab, runs in results.items():
+            work = [w for w in map(local_work, runs) if w is not None]
+            if work:
+                table.append(f"| {lab} | {mean_std([w[0] for w in work])} | {max(w[1] for w in work)} | {len(work)} |")
+                rows.append({"method": f"{lab}: local work", "model_epochs_per_round": [w[0] for w in work],
+                             "most_per_client": [w[1] for w in work]})
     (out / "table.md").write_text("\n".join(table) + "\n")
     (out / "table.json").write_text(json.dumps(rows, indent=2))
     import matplotlib

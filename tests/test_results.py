@@ -114,3 +114,24 @@ def test_ensemble_members_on_a_hand_made_run():
     assert rep.ensemble_members(run, 1, 2)["disagreement"] == pytest.approx(25.0)  # (30 + 20) / 2, in percent
     cells = [rep.disagreement_cell(x) for x in ([s], [s, rep.ensemble_members(run, 1, 2)])]
     assert cells == ["not recorded", "25.00 ± 0.00 (1 of 2 runs)"]
+
+
+def test_local_work_counts_each_role_at_its_own_epochs():
+    rep = _reproduce_script()
+    base = {"local-steps": 0, "local-epochs": 5, "hpc-local-steps": 0, "lpc-local-steps": 0}
+    straggler = {**base, "hpc-local-epochs": 10, "lpc-local-epochs": 1}
+    zero = {"round": 0, "clients": [], "H_m0": 0, "L_m0": 0, "H_m1": 0, "L_m1": 0}  # discovery round: not counted
+    shefl = {"config": {**straggler, "hpc-models": "all"},
+             "rounds": [zero, {"round": 1, "H_m0": 2, "L_m0": 1, "H_m1": 2, "L_m1": 1}]}
+    # HPCs: 2 x 2 models x 10 epochs = 40; LPCs: 2 x 1 epoch = 2; one HPC trains both models: 20 model-epochs
+    assert rep.local_work(shefl) == (42, 20)
+    restricted = {"config": {**straggler, "hpc-models": "one"},
+                  "rounds": [zero, {"round": 1, "H_m0": 1, "L_m0": 0, "H_m1": 0, "L_m1": 1},
+                             {"round": 2, "H_m0": 0, "L_m0": 1, "H_m1": 0, "L_m1": 1}]}
+    assert rep.local_work(restricted) == (6.5, 10)  # (10 + 1 + 1 + 1) / 2 rounds; one HPC with one model: 10
+    plain = {"config": {**base, "hpc-local-epochs": 0, "lpc-local-epochs": 0, "hpc-models": "all"},
+             "rounds": [zero, {"round": 1, "H_m0": 0, "L_m0": 2, "H_m1": 0, "L_m1": 2}]}
+    assert rep.local_work(plain) == (20, 5)  # no per-role work: every client at the run's 5 local epochs
+    fedavg = {"config": base, "rounds": [{"round": 0, "clients": []}, {"round": 1, "clients": [3, 7, 9]}]}
+    assert rep.local_work(fedavg) == (15, 5)
+    assert rep.local_work({"config": {**base, "local-steps": 10}, "rounds": fedavg["rounds"]}) is None  # step-based
