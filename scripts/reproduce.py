@@ -27,7 +27,7 @@ from hetfl import launch  # noqa: E402
 from hetfl.adaptivefl_app.core import TIERS, Capacity, largest_affordable  # noqa: E402
 from hetfl.common.results import convergence_round  # noqa: E402
 from hetfl.fens_app.aggregators import STATIC_LABELS  # noqa: E402
-from hetfl.shefl_app.keys import role_work  # noqa: E402
+from hetfl.shefl_app.keys import client_work  # noqa: E402
 
 
 def split_preset(spec: str) -> tuple[Path, dict, str]:
@@ -113,31 +113,19 @@ def local_work(run: dict) -> tuple[float, int] | None:
     and L_m LPCs trained model m, each at its role's epochs); other rounds count clients x local-epochs. None for a
     run with step-based local work. Server-side work (FedBE's distillation) is not counted."""
     cfg = run["config"]
-
-    def epochs(role: str | None) -> int | None:
-        steps, ep = role_work(cfg, role) if role else (None, None)
-        if ep:
-            return ep
-        return None if steps or cfg["local-steps"] else cfg["local-epochs"]
-
+    hpc, lpc = client_work(cfg, True), client_work(cfg, False)  # (epochs, models) of one client of each role
+    if hpc is None or lpc is None:
+        return None
     per_round, most = [], 0
     for x in training_rounds(run):
         if "H_m0" in x:
-            e_h, e_l = epochs("hpc"), epochs("lpc")
-            if e_h is None or e_l is None:
-                return None
-            h = [x[k] for k in sorted(x) if k.startswith("H_m")]
-            l_ = [x[k] for k in sorted(x) if k.startswith("L_m")]
-            per_round.append(e_h * sum(h) + e_l * sum(l_))
-            # an HPC trains all models it was given (SHEFL: all M; restricted Fed-Ensemble: one), an LPC one
-            hpc_models = len(h) if cfg.get("hpc-models", "all") == "all" else 1
-            most = max(most, e_h * hpc_models if any(h) else 0, e_l if any(l_) else 0)
+            h = sum(x[k] for k in x if k.startswith("H_m"))
+            l_ = sum(x[k] for k in x if k.startswith("L_m"))
+            per_round.append(hpc[0] * h + lpc[0] * l_)
+            most = max(most, hpc[0] * hpc[1] if h else 0, lpc[0] if l_ else 0)
         else:
-            e = epochs(None)
-            if e is None:
-                return None
-            per_round.append(e * len(x["clients"]))
-            most = max(most, e if x["clients"] else 0)
+            per_round.append(lpc[0] * len(x["clients"]))
+            most = max(most, lpc[0] if x["clients"] else 0)
     return statistics.mean(per_round), most
 
 

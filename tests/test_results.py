@@ -118,7 +118,8 @@ def test_ensemble_members_on_a_hand_made_run():
 
 def test_local_work_counts_each_role_at_its_own_epochs():
     rep = _reproduce_script()
-    base = {"local-steps": 0, "local-epochs": 5, "hpc-local-steps": 0, "lpc-local-steps": 0}
+    base = {"local-steps": 0, "local-epochs": 5, "hpc-local-steps": 0, "lpc-local-steps": 0, "hpc-local-epochs": 0,
+            "lpc-local-epochs": 0, "shefl-models": 2, "hpc-models": "all"}  # as metrics.json records every key
     straggler = {**base, "hpc-local-epochs": 10, "lpc-local-epochs": 1}
     zero = {"round": 0, "clients": [], "H_m0": 0, "L_m0": 0, "H_m1": 0, "L_m1": 0}  # discovery round: not counted
     shefl = {"config": {**straggler, "hpc-models": "all"},

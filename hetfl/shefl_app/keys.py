@@ -31,6 +31,18 @@ def role_work(cfg: dict, role: str) -> tuple[int | None, int | None]:
     return None, None
 
 
+def client_work(cfg: dict, hpc: bool) -> tuple[int, int] | None:
+    """(local epochs, models trained) of one client in a round: its role's epochs (`role_work`) or the run's
+    local-epochs; SHEFL HPCs train all M models, a restricted Fed-Ensemble HPC (hpc-models = "one") and every other
+    client one (straggler study, Fig. 7). None for step-based local work."""
+    steps, epochs = role_work(cfg, "hpc" if hpc else "lpc")
+    if not epochs:
+        if steps or cfg["local-steps"]:
+            return None
+        epochs = cfg["local-epochs"]
+    return epochs, (cfg["shefl-models"] if hpc and cfg["hpc-models"] == "all" else 1)
+
+
 KEYS = (
     Key("shefl-models", int, 5, "SHEFL: ensemble size M", min=1, max=64),
     Key("hpc-fraction", float, 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0),
