@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from hetfl.baselines.fedbe import DistillOptions, distill, gaussian_samples, soft_labels, weighted_mean
+from hetfl.baselines.fedbe import DistillOptions, distill, fedbe_round, gaussian_samples, soft_labels, weighted_mean
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.data import DataSpec, load_partition, load_server_set
-from hetfl.common.models import build_model
+from hetfl.common.models import build_model, get_state
 from hetfl.common.train import Normalizer
 
 
@@ -49,6 +49,38 @@ def test_distillation_moves_the_student_towards_the_ensembles_labels():
     opts = DistillOptions(epochs=4, batch_size=32, lr=0.5, momentum=0.9, swa_start=6)  # 3 steps per epoch
     distill(student, x, targets, norm, opts, seed=1)
     assert xent() < 0.5 * before
+
+
+def test_fedbe_round_ensembles_mean_clients_and_samples_and_distills_from_the_mean():
+    """Members are {mean, clients, S samples} in that order, the targets are their mean softmax, the student starts
+    from the FedAvg mean (no epochs: it is the mean), and a replay with the same (seed, round) is identical."""
+    norm = Normalizer("fashion_mnist")
+    x = np.random.default_rng(0).integers(0, 256, size=(40, 1, 28, 28), dtype=np.uint8)
+
+    def make():
+        return build_model("cnn", 10, (1, 28, 28))
+
+    torch.manual_seed(0)
+    clients = [get_state(make()) for _ in range(3)]
+    weights = [1.0, 1.0, 2.0]
+    mean = weighted_mean(clients, weights)
+
+    def run(epochs: int, seed: int = 4):
+        return fedbe_round(make, mean, clients, weights, x, norm, 2, DistillOptions(epochs=epochs, batch_size=20,
+                           swa_start=0), seed=seed, server_round=7)
+
+    still = run(0)
+    states = [get_state(m) for m in still.members]
+    assert len(states) == 1 + 3 + 2
+    for got, want in zip(states[:4], [mean, *clients]):
+        assert all(np.array_equal(got[k], want[k]) for k in want)
+    assert all(not np.array_equal(s["features.0.weight"], mean["features.0.weight"]) for s in states[4:])
+    assert torch.allclose(still.targets, soft_labels(still.members, x, norm))
+    assert all(np.array_equal(v, mean[k]) for k, v in get_state(still.student).items())
+    a, b, other = run(2), run(2), run(2, seed=5)
+    assert all(np.array_equal(v, get_state(b.student)[k]) for k, v in get_state(a.student).items())
+    assert not np.array_equal(get_state(a.student)["classifier.5.weight"], get_state(still.student)["classifier.5.weight"])
+    assert not np.array_equal(get_state(other.members[4])["features.0.weight"], states[4]["features.0.weight"])
 
 
 def test_the_held_out_server_set_never_reaches_a_client(tmp_path):

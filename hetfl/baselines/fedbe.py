@@ -10,7 +10,7 @@ student's weights over the distillation epochs (SWA). docs/readings.md#fedbe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,3 +109,34 @@ def distill(student: nn.Module, x: np.ndarray, targets: torch.Tensor, normalize:
     if swa is not None:
         set_state(student, swa)
     return student
+
+
+@dataclass
+class FedBERound:
+    """One round of FedBE's server step: the distilled `student`, the ensemble's `members` (FedAvg mean, client
+    models, Gaussian samples, in that order) and the pseudo-labels `targets` (N, C) they gave the unlabeled set."""
+
+    student: nn.Module
+    members: list[nn.Module]
+    targets: torch.Tensor
+
+
+def fedbe_round(make_model: Callable[[], nn.Module], mean: State, clients: Sequence[State], weights: Sequence[float],
+                unlabeled_x: np.ndarray, normalize: Normalizer, samples: int, opts: DistillOptions, seed: int,
+                server_round: int, **compute) -> FedBERound:
+    """FedBE's server step after FedAvg (Sec. 4): ensemble {mean, clients, S samples}, label, distill into the mean.
+
+    `mean` is the round's FedAvg model, `clients` the returned models in client-id order with data sizes
+    `weights`. Seeded by (`seed`, `server_round`), so a round can be replayed from its inputs.
+    """
+    rng = np.random.default_rng([seed, server_round, 0xBE])
+    members = []
+    for state in (mean, *clients, *gaussian_samples(clients, weights, samples, rng)):
+        model = make_model()
+        set_state(model, state)
+        members.append(model)
+    targets = soft_labels(members, unlabeled_x, normalize, **compute)
+    student = make_model()
+    set_state(student, mean)
+    distill(student, unlabeled_x, targets, normalize, opts, seed=seed * 7919 + server_round, **compute)
+    return FedBERound(student, members, targets)

@@ -8,10 +8,10 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAdam, FedProx, FedYogi
 
-from hetfl.common.models import get_state, set_state
+from hetfl.common.models import get_state
 from hetfl.common.strategy import SeededSampling, single_array_record
 
-from .fedbe import distill, gaussian_samples, soft_labels
+from .fedbe import fedbe_round
 
 
 def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, tau: float,
@@ -120,15 +120,6 @@ class SeededFedBE(SeededSampling):
         clients = [{k: v.numpy() for k, v in single_array_record(r).items()} for r in accepted]
         weights = [float(r.content["metrics"][self.weighted_by_key]) for r in accepted]
         mean = {k: v.numpy() for k, v in arrays.items()}
-        rng = np.random.default_rng([self.seed, server_round, 0xBE])
-        members = []
-        for state in (mean, *clients, *gaussian_samples(clients, weights, self.samples, rng)):
-            model = self.make_model()
-            set_state(model, state)
-            members.append(model)
-        targets = soft_labels(members, self.unlabeled_x, self.normalize, **self.compute)
-        student = self.make_model()
-        set_state(student, mean)
-        distill(student, self.unlabeled_x, targets, self.normalize, self.opts, seed=self.seed * 7919 + server_round,
-                **self.compute)
+        student = fedbe_round(self.make_model, mean, clients, weights, self.unlabeled_x, self.normalize, self.samples,
+                              self.opts, self.seed, server_round, **self.compute).student
         return ArrayRecord({k: Array(v) for k, v in get_state(student).items()}), metrics
