@@ -54,6 +54,8 @@ def main(run_dir: str) -> int:
         print(f"{d}: no tensor file of round {r - 1} (checkpoint-r{r - 1:05d}-*.safetensors)")
         return 1
     glob = ArrayRecord({k.split("/", 1)[1]: Array(v) for k, v in load_file(prev[0]).items() if k.startswith("arrays/")})
+    # the federation size is not in the config; the reproduction runs as many SuperNodes as min-available-nodes.
+    # A wrong size gives other partitions, which the replay check (student vs recorded accuracy) shows.
     n = cfg["min-available-nodes"]
     spec = DataSpec.from_config(cfg, n)
     threads = torch.get_num_threads()  # the ServerApp's; local_train sets the clients' `client-threads`
