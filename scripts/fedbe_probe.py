@@ -10,7 +10,8 @@ of the client models, of the Gaussian samples, of the teacher (the members' mean
 student, which must match the accuracy the run recorded for round r (the replay check); and, on the held-out
 server set, the accuracy of the teacher's pseudo-labels and the student's agreement with them. The held-out
 labels are read here only, for the diagnosis: the method never sees them.
-Checkpoints are not committed (tens of MB a run), so this reads a local results directory; ~2 min on 2 cores.
+Checkpoints are not committed (tens of MB a run), so this reads a local results directory. On the 2-core machine: 139 s
+alone (path4 run), 11 min while sharing the cores with a training run.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import hetfl  # noqa: E402,F401  (registers every method's keys)
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict  # noqa: E402
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
-from hetfl.baselines.fedbe import DistillOptions, fedbe_round  # noqa: E402
-from hetfl.common.data import DataSpec, load_partition, load_server_set  # noqa: E402
+from hetfl.baselines.fedbe import fedbe_round  # noqa: E402
+from hetfl.baselines.server_app import fedbe_inputs  # noqa: E402
+from hetfl.common.data import DataSpec, load_partition  # noqa: E402
 from hetfl.common.task import (  # noqa: E402
     compute_options,
     local_train,
@@ -53,7 +55,7 @@ def main(run_dir: str) -> int:
     if not prev:
         print(f"{d}: no tensor file of round {r - 1} (checkpoint-r{r - 1:05d}-*.safetensors)")
         return 1
-    glob = ArrayRecord({k.split("/", 1)[1]: Array(v) for k, v in load_file(prev[0]).items() if k.startswith("arrays/")})
+    global_arrays = ArrayRecord({k.split("/", 1)[1]: Array(v) for k, v in load_file(prev[0]).items() if k.startswith("arrays/")})
     # the federation size is not in the config; the reproduction runs as many SuperNodes as min-available-nodes.
     # A wrong size gives other partitions, which the replay check (student vs recorded accuracy) shows.
     n = cfg["min-available-nodes"]
@@ -61,7 +63,7 @@ def main(run_dir: str) -> int:
     threads = torch.get_num_threads()  # the ServerApp's; local_train sets the clients' `client-threads`
     replies, clients, weights = [], [], []
     for pid in sorted(last["clients"]):  # the strategy orders replies by client id
-        model = received_model(cfg, glob)
+        model = received_model(cfg, global_arrays)
         data = load_partition(spec, pid, cfg["cache-dir"])
         res = local_train(model, data, cfg, r, seed_offset=pid)
         arrays = model_to_arrays(model)
@@ -70,10 +72,8 @@ def main(run_dir: str) -> int:
         weights.append(float(res.num_examples))
     torch.set_num_threads(threads)
     mean = {k: v.numpy() for k, v in aggregate_arrayrecords(replies, "num-examples").items()}
-    held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])
+    held, opts = fedbe_inputs(cfg)  # the server app's own; `held.y` is read below for the diagnosis only
     norm = Normalizer(cfg["dataset"])
-    opts = DistillOptions(cfg["fedbe-epochs"], cfg["fedbe-batch-size"], cfg["fedbe-lr"], cfg["fedbe-momentum"],
-                          cfg["fedbe-weight-decay"], cfg["fedbe-swa-start"])
     compute = compute_options(cfg, server=True)
     step = fedbe_round(lambda: make_model(cfg), mean, clients, weights, held.x, norm, cfg["fedbe-samples"], opts,
                        cfg["seed"], r, **compute)

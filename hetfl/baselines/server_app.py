@@ -14,7 +14,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from hetfl.baselines.fedbe import DistillOptions
 from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedBE, SeededFedProx, adam_options
-from hetfl.common.data import DataSpec, load_server_set
+from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import NodeDirectory, discover_nodes
 from hetfl.common.results import RunRecorder
@@ -64,11 +64,17 @@ def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: 
     return strategy.bind(directory, cfg["seed"], cfg["round-timeout"])
 
 
-def _fedbe(cfg: dict[str, Any], strategy: SeededFedBE) -> SeededFedBE:
-    """FedBE's server side: the held-out unlabeled images (never their labels) and the distillation settings."""
+def fedbe_inputs(cfg: dict[str, Any]) -> tuple[ArrayData, DistillOptions]:
+    """FedBE's server set (the held-out train images; the strategy gets only their `x`) and distillation settings."""
     held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])
     opts = DistillOptions(cfg["fedbe-epochs"], cfg["fedbe-batch-size"], cfg["fedbe-lr"], cfg["fedbe-momentum"],
                           cfg["fedbe-weight-decay"], cfg["fedbe-swa-start"])
+    return held, opts
+
+
+def _fedbe(cfg: dict[str, Any], strategy: SeededFedBE) -> SeededFedBE:
+    """FedBE's server side: the held-out unlabeled images (never their labels) and the distillation settings."""
+    held, opts = fedbe_inputs(cfg)
     return strategy.setup(lambda: make_model(cfg), held.x, Normalizer(cfg["dataset"]), cfg["fedbe-samples"], opts,
                           compute_options(cfg, server=True))
 
