@@ -66,8 +66,9 @@ clean:
 	rm -rf .flwr results .pytest_cache
 
 # SHEFL paper comparison (full paper Table 1) on FMNIST Dir(0.6) and pathological 4 shards: SHEFL, Fed-Ensemble,
-# FedAvg, FedProx, FedBE at the calibrated local work (10 epochs), 3 seeds. Long: 10 local epochs make a round
-# ~1-3 min on 2 CPU cores (SHEFL's HPCs train every model). ROUNDS/SEEDS/SPLITS/EXTRA shorten it, e.g.
+# FedAvg, FedProx, FedBE at the calibrated local work (10 epochs), 3 seeds. Long: 10 local epochs make a round take
+# 35-135 s on 2 CPU cores (SHEFL's HPCs train every model): the 30 runs at ROUNDS=30 took ~19 h here.
+# ROUNDS/SEEDS/SPLITS/EXTRA shorten it, e.g.
 # make reproduce-shefl ROUNDS=30 SEEDS=0 SPLITS=dir0.6; REPRO_FLAGS=--table-only tabulates the runs that finished.
 # Finished runs committed under docs/results/shefl-fmnist-*/runs are reused (copied, not rerun) from a fresh clone.
 ROUNDS ?= 100
@@ -81,17 +82,19 @@ reproduce-shefl: install data
 	    --reuse docs/results/shefl-fmnist-$$s-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA) || exit 1; \
 	done
 
-# SHEFL studies at 1 seed (issue #13): the straggler comparison (full paper Fig. 7: SHEFL with 10-epoch HPCs and
+# SHEFL studies (issue #13): the straggler comparison at seeds STRAGGLER_SEEDS (full paper Fig. 7: SHEFL with 10-epoch HPCs and
 # 1-epoch LPCs, FedAvg with every client at LPC work, restricted Fed-Ensemble, and the all-HPC rows FedAvg (HPC) and
 # FedEns (HPC), which are the 10-epoch Dir(0.6) presets, reused from the reproduction's runs) on Dir(0.6), and the
-# resource-ratio study (ICASSP Table 1b: ratios 1:1 / 1:3 / 1:5, k = 0.1 / 0.02) on Dir(0.1).
+# resource-ratio study (ICASSP Table 1b: ratios 1:1 / 1:3 / 1:5, k = 0.1 / 0.02) on Dir(0.1), seeds RATIO_SEEDS.
+STRAGGLER_SEEDS ?= 0 1 2
+RATIO_SEEDS ?= 0
 reproduce-shefl-studies: install data
-	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-straggler-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-straggler-r$(ROUNDS) --seeds $(STRAGGLER_SEEDS) --supernodes 100 $(REPRO_FLAGS) \
 	  --presets configs/fedavg/fmnist-dir0.6-lpcwork.toml configs/fedensemble/fmnist-dir0.6-straggler.toml \
 	            configs/shefl/fmnist-dir0.6-straggler.toml configs/fedavg/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
 	  --reuse docs/results/shefl-fmnist-dir0.6-straggler-r$(ROUNDS)/runs docs/results/shefl-fmnist-dir0.6-r$(ROUNDS)/runs \
 	  --set num-server-rounds=$(ROUNDS) $(EXTRA)
-	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.1-ratio-r$(ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.1-ratio-r$(ROUNDS) --seeds $(RATIO_SEEDS) --supernodes 100 $(REPRO_FLAGS) \
 	  --presets $(foreach r,1 3 5,$(foreach k,0.1 0.02,configs/shefl/fmnist-dir0.1-r$(r)-k$(k).toml)) \
 	  --reuse docs/results/shefl-fmnist-dir0.1-ratio-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA)
 
