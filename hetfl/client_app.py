@@ -3,7 +3,7 @@
 For each message type some method declares (``train``, ``train.shefl``, ``train.fens_local``,
 ...), one dispatcher is registered that runs the handler of the run's ``method``. Every
 node also answers the discovery query :data:`~hetfl.common.registry.NODE_QUERY` with its
-client id (partition id) and the fields its method adds (SHEFL's device class, ...).
+client ids it hosts and the fields its method adds per client (SHEFL's device class, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from flwr.clientapp import ClientApp
 
 from hetfl import methods
 from hetfl.common.registry import NODE_QUERY
-from hetfl.common.task import config_of, node_partition
+from hetfl.common.nodes import CLIENT_IDS
+from hetfl.common.task import config_of, node_clients
 
 app = ClientApp()
 
@@ -25,9 +26,13 @@ def dispatch(msg: Message, context: Context) -> Message:
 
 
 def node_query(msg: Message, context: Context) -> Message:
-    """Answer discovery: this node's client id and its method's extra fields."""
+    """Answer discovery: the client ids this node hosts and, per client, its method's extra fields (as lists)."""
     cfg = config_of(context)
-    answer = {"client-id": node_partition(context)[0], **methods.node_info(cfg["method"], context, cfg)}
+    clients = node_clients(context, cfg)
+    answer: dict = {CLIENT_IDS: clients}
+    for c in clients:
+        for k, v in methods.node_info(cfg["method"], context, cfg, c).items():
+            answer.setdefault(k, []).append(v)
     return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
 
 

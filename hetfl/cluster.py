@@ -60,6 +60,18 @@ class Cluster:
     nodes: dict[int, subprocess.Popen] = field(default_factory=dict)  # partition id -> SuperNode process
     configs: dict[int, dict[str, Any]] = field(default_factory=dict)
     tls: bool = False
+    commands: dict[int, tuple[list[str], dict[str, str], Path]] = field(default_factory=dict)  # argv, env, log
+
+    def start_node(self, i: int, cmd: list[str], env: dict[str, str], log_file: Path) -> None:
+        """Start SuperNode `i` (its own process session, so that stopping it stops its ClientApps)."""
+        self.commands[i] = (cmd, env, log_file)
+        with open(log_file, "ab") as out:
+            self.nodes[i] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def restart_node(self, i: int) -> None:
+        """Kill SuperNode `i` and start it again with the same node config (same client ids, new node id)."""
+        self.kill_node(i)
+        self.start_node(i, *self.commands[i])
 
     def kill_node(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Kill SuperNode `pid` and its ClientApp processes (fault-injection)."""
@@ -151,9 +163,7 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
                        "--node-config", node_config_arg(cfg), "--port", str(launch.free_port()), "--max-retries", "50"]
                 if auth:
                     cmd += ["--auth-supernode-private-key", str(keys[i])]
-                with open(home / f"supernode-{i}.log", "wb") as out:
-                    cluster.nodes[i] = subprocess.Popen(cmd, env=launch.flwr_env(home), stdout=out,
-                                                        stderr=subprocess.STDOUT, start_new_session=True)
+                cluster.start_node(i, cmd, launch.flwr_env(home), home / f"supernode-{i}.log")
                 cluster.configs[i] = cfg
             time.sleep(1.0)
             dead = [i for i, p in cluster.nodes.items() if p.poll() is not None]

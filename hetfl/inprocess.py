@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class InProcessGrid:
     def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
         replies = []
         for m in messages:
+            m.metadata.__dict__["_message_id"] = str(uuid.uuid4())  # as Flower's grids do when pushing
             handler = node_query if m.metadata.message_type == NODE_QUERY else dispatch
             replies.append(handler(m, self.contexts[m.metadata.dst_node_id]))
         self._rng.shuffle(replies)

@@ -251,6 +251,9 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
             if not torch.cuda.is_available() or index >= torch.cuda.device_count():
                 raise PreflightError(f"run-config key '{key}' = {dev!r}: this machine has "
                                      f"{torch.cuda.device_count()} CUDA device(s); expected 'auto', 'cpu' or an existing cuda:N")
+    if num_supernodes is not None and 0 < cfg["num-clients"] < num_supernodes:
+        raise PreflightError(f"run-config key 'num-clients' = {cfg['num-clients']} is fewer than the {num_supernodes} "
+                             f"simulated SuperNodes; expected 0 (one client per SuperNode) or >= {num_supernodes}")
     if num_supernodes is not None and cfg["min-available-nodes"] > num_supernodes:
         raise PreflightError(f"run-config key 'min-available-nodes' = {cfg['min-available-nodes']} exceeds the "
                              f"{num_supernodes} simulated SuperNodes; expected <= {num_supernodes} (or more --supernodes)")
@@ -366,6 +369,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+CLIENT_NODES = 100  # simulated SuperNodes for --clients: Flower's message pump costs time per SuperNode on every pass
+
+
 def run(config_file: str | None = None, overrides: dict[str, Any] | None = None, num_supernodes: int = 10,
         client_cpus: int = 1, results_dir: str | Path = "results", timeout: float | None = None,
         app_dir: Path = ROOT, client_gpus: float | None = None) -> Path:
@@ -401,7 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="run-config preset (TOML), e.g. configs/fedavg/fmnist-dir0.6.toml")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides")
-    p.add_argument("--supernodes", type=int, default=10, help="number of simulated SuperNodes (= partitions)")
+    p.add_argument("--supernodes", type=int, default=None,
+                   help="number of simulated SuperNodes (default: 10, or min(--clients, 100) with --clients)")
+    p.add_argument("--clients", type=int, default=None,
+                   help="clients of the federation (run-config num-clients): each SuperNode hosts several; "
+                        "min-available-nodes becomes the SuperNode count unless --set gives it (docs/architecture.md#scale)")
     p.add_argument("--client-cpus", type=int, default=1, help="CPUs per simulated ClientApp (an integer Ray resource)")
     p.add_argument("--client-gpus", type=float, default=None,
                    help="fraction of a GPU per simulated ClientApp (default: 0.25 when training on CUDA, else 0)")
@@ -409,10 +419,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     a = p.parse_args(argv)
+    overrides = parse_set(a.set)
+    supernodes = a.supernodes
+    if a.clients is not None:
+        supernodes = supernodes or min(a.clients, CLIENT_NODES)
+        overrides["num-clients"] = a.clients
+        overrides.setdefault("min-available-nodes", supernodes)
     setup_signals()  # SIGTERM/SIGINT stop the SuperLink tree (and Ray) instead of orphaning it
     try:
         with config_errors(a.debug):
-            run_dir = run(a.config, parse_set(a.set), a.supernodes, a.client_cpus, a.results_dir, a.timeout,
+            run_dir = run(a.config, overrides, supernodes or 10, a.client_cpus, a.results_dir, a.timeout,
                           client_gpus=a.client_gpus)
     except KeyboardInterrupt:
         print("interrupted: stopped the SuperLink and everything it started", file=sys.stderr)

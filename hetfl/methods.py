@@ -67,7 +67,7 @@ def handler_for(method: str, message_type: str) -> Callable[..., Any]:
     return load(spec.handlers[message_type])
 
 
-def node_info(method: str, context: Any, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Extra fields a node of ``method`` reports when discovered (empty if the method declares none)."""
+def node_info(method: str, context: Any, cfg: dict[str, Any], client: int) -> dict[str, Any]:
+    """Extra fields a node of ``method`` reports for one of its clients when discovered (empty if none declared)."""
     spec = spec_for(method)
-    return dict(load(spec.node_info)(context, cfg)) if spec.node_info else {}
+    return dict(load(spec.node_info)(context, cfg, client)) if spec.node_info else {}

@@ -59,3 +59,39 @@ def write_synthetic_ag_news(root, n_train=400, n_test=80, seed=0):
                 rng.shuffle(words)
                 w.writerow([c + 1, " ".join(words[:4]).title(), " ".join(words[4:]) + "."])
     return root
+
+
+def identity_map(clients):
+    """A ClientMap in which client c is served by node c + 1000 (tests of strategies without a grid)."""
+    from hetfl.common.nodes import ClientMap
+
+    return ClientMap({int(c) + 1000: {"client-ids": [int(c)]} for c in clients})
+
+
+class LoopbackGrid:
+    """A grid whose nodes answer each message with `answer(msg) -> Message`; gives messages ids as Flower's grids do."""
+
+    def __init__(self, nodes, answer):
+        self.nodes, self.answer = list(nodes), answer
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        import uuid
+
+        out = []
+        for m in messages:
+            m.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+            out.append(self.answer(m))
+        return out
+
+
+def replies_to(cmap, contents, message_type="train"):
+    """Replies with the given contents ({client id: RecordDict}), as if each client had been sent a message through
+    `cmap` (so that ``cmap.client_of`` names them, as after a round's send)."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    msgs = [cmap.message(c, RecordDict({"config": ConfigRecord({})}), message_type) for c in contents]
+    grid = LoopbackGrid(cmap.hosted, lambda m: Message(contents[int(m.content["client"]["client-id"])], reply_to=m))
+    return cmap.send_and_receive(grid, msgs, timeout=5)

@@ -246,7 +246,7 @@ def test_plan_round_redraws_a_member_no_client_can_take_and_fills_each_slot_once
 def test_strategy_and_simulator_plan_with_the_same_function(cnn_pool):
     """The simulator's rounds are the strategy's plans: same seed, same RNG streams, same jobs."""
     cfg = validate({**ADAPTIVE_FL, "fraction-train": 0.1, "seed": 3})
-    strat = AdaptiveFL(cfg, pool_of(cfg), clients={n: n for n in range(100)})
+    strat = AdaptiveFL(cfg, pool_of(cfg))
     sel = ClientSelector(pool_of(cfg), "rl", 3)
     rng = core.planning_rng(3)
     for _ in range(5):
@@ -341,7 +341,7 @@ def test_simulator_replays_the_committed_training_runs_selection_exactly(cnn_poo
 
 def _planner(variant, tiers):
     cfg = validate({**ADAPTIVE_FL, "adaptivefl-variant": variant, "fraction-train": 0.1})
-    return AdaptiveFL(cfg, pool_of(cfg), clients={n: n for n in range(100)}, tiers=tiers)
+    return AdaptiveFL(cfg, pool_of(cfg), tiers=tiers)
 
 
 def test_sampling_plans_of_the_baselines():

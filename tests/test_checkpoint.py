@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from hetfl.common import checkpoint as ckpt
 from hetfl.common.checkpoint import CheckpointError, join_state, read_checkpoint, split_state, write_checkpoint
@@ -19,6 +19,8 @@ from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import CHECKPOINT, LEGACY_CHECKPOINT, load_checkpoint, run_rounds, save_checkpoint
 
 # --- exact comparison -------------------------------------------------------------------------
+
+from .conftest import identity_map, replies_to
 
 
 def same(a, b, path="root") -> None:
@@ -235,7 +237,10 @@ class _RngStrategy:
     """A strategy whose every round draws from its own Generator, NumPy's legacy RNG and Python's random."""
 
     def __init__(self, seed: int):
+        from hetfl.common.nodes import ClientMap
+
         self.rng = np.random.default_rng([seed, 1])
+        self.map = ClientMap()
 
     def configure_train(self, server_round, arrays, config, grid):
         return []
@@ -425,8 +430,7 @@ def test_adaptivefl_state_round_trips(tmp_path, selection):
 
     cfg = validate({"method": "adaptivefl", "dataset": "fashion_mnist", "model": "cnn", "adaptivefl-selection": selection})
     pool = SubmodelPool("cnn", 10, (1, 28, 28))
-    clients = {1000 + c: c for c in range(10)}
-    a, b = AdaptiveFL(cfg, pool, clients), AdaptiveFL(cfg, pool, clients)
+    a, b = AdaptiveFL(cfg, pool), AdaptiveFL(cfg, pool)
     nodes = list(range(10))
     for _ in range(3):  # plan and feed back what "came back": the RL tables and both RNGs move
         for c, _, m in a.plan(nodes):
@@ -436,7 +440,7 @@ def test_adaptivefl_state_round_trips(tmp_path, selection):
     assert st["selector"]["Tc"].any() and len(st["selector"]["nodes"])
     b.load_state_dict(disk_round_trip(tmp_path, st))
     same(a.state_dict(), b.state_dict())
-    fresh = AdaptiveFL(cfg, pool, clients)
+    fresh = AdaptiveFL(cfg, pool)
     pa = [a.plan(nodes) for _ in range(4)]
     assert pa == [b.plan(nodes) for _ in range(4)]
     assert pa != [fresh.plan(nodes) for _ in range(4)]
@@ -452,16 +456,17 @@ def test_fedadam_state_round_trips(tmp_path, task_identity, which):
     rng = np.random.default_rng(0)
     shapes = {"fc.weight": (3, 4), "fc.bias": (3,)}
 
+    cmap = identity_map(range(3))
+
     def replies(n=3):
-        out = []
-        for i in range(n):
-            ask = Message(RecordDict({"config": ConfigRecord({})}), message_type="train", dst_node_id=i + 1)
-            content = RecordDict({"arrays": ArrayRecord({k: Array(rng.standard_normal(s).astype(np.float32)) for k, s in shapes.items()}),
-                                  "metrics": MetricRecord({"num-examples": 10 + i})})
-            out.append(Message(content, reply_to=ask))
-        return out
+        return replies_to(cmap, {i: RecordDict({
+            "arrays": ArrayRecord({k: Array(rng.standard_normal(s).astype(np.float32)) for k, s in shapes.items()}),
+            "metrics": MetricRecord({"num-examples": 10 + i})}) for i in range(n)})
 
     a, b = cls(eta=0.1, eta_l=0.01), cls(eta=0.1, eta_l=0.01)
+    for s in (a, b):
+        if hasattr(s, "bind"):  # the seeded strategies check that each reply answers a message sent this round
+            s.bind(cmap, 0).sampled = [0, 1, 2]
     a._reference = b._reference = dict(shapes)  # the reply check's shapes (configure_train sets them in a run)
     arrays = ArrayRecord({k: Array(np.zeros(s, np.float32)) for k, s in shapes.items()})
     for rnd in (1, 2):

@@ -16,7 +16,7 @@ from hetfl.common.config import validate
 from hetfl.common.strategy import check_arrays, single_array_record, validate_replies
 from hetfl.shefl_app.strategy import SHEFL
 
-from .conftest import require_fmnist
+from .conftest import LoopbackGrid, identity_map, replies_to, require_fmnist
 
 FMNIST = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "batch-size": 32, "lr": 0.05,
           "momentum": 0.9, "max-test-samples": 1000, "num-server-rounds": 2}
@@ -49,29 +49,28 @@ def test_dense_replies_with_wrong_shapes_or_nan_are_dropped(task_identity):
 
 def test_shefl_rejects_malformed_sparse_deltas(task_identity):
     cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 1, "fraction-train": 1.0})
-    strat = SHEFL(cfg, {1: "hpc", 2: "lpc", 3: "lpc"})
+    roles = {1: "hpc", 2: "lpc", 3: "lpc"}
+    strat = SHEFL(cfg, roles, identity_map(roles))
     states = [{"w": np.zeros(10, np.float32)}, {"w": np.zeros(10, np.float32)}]
     from hetfl.common.task import pack_models
 
-    strat.configure_train(1, pack_models(states), ConfigRecord(), type("G", (), {})())  # plan: HPC 1, LPCs 2 and 3
-    lpc_nodes = [n for n, (role, _) in strat.sent.items() if role == "lpc"]
+    strat.configure_train(1, pack_models(states), ConfigRecord(), LoopbackGrid(strat.map.hosted, None))
+    assert sorted(strat.sent) == [1, 2, 3]
 
-    def content(idx, val, size=10):
+    def content(client, idx, val, size=10):
         rec = ArrayRecord()
-        for m in strat.sent[lpc_nodes[0]][1]:
+        for m in strat.sent[client][1]:
             put_sparse(rec, f"m{m}", encode_sparse(np.asarray(idx), np.asarray(val, np.float32), size))
         return RecordDict({"deltas": rec, "metrics": MetricRecord({"train_loss": 0.1})})
 
-    bad = [content([0, 1], [np.nan, 1.0]), content([0, 1], [1.0, 1.0], size=11)]
-    rec = content([0, 12], [1.0, 1.0], size=13)  # then the header claims size 10: a position out of range
-    replies = [_reply(c, lpc_nodes[0]) for c in bad]
-    for r, n in ((rec, lpc_nodes[0]),):
-        for k, v in list(r["deltas"].items()):
-            if k.endswith(".hdr"):
-                hdr = v.numpy().copy()
-                hdr[0] = 10  # claims size 10, positions reach 12
-                r["deltas"][k] = Array(hdr)
-        replies.append(_reply(r, n))
+    out_of_range = content(3, [0, 12], [1.0, 1.0], size=13)
+    for k, v in list(out_of_range["deltas"].items()):
+        if k.endswith(".hdr"):
+            hdr = v.numpy().copy()
+            hdr[0] = 10  # claims size 10, positions reach 12
+            out_of_range["deltas"][k] = Array(hdr)
+    replies = replies_to(strat.map, {1: content(1, [0, 1], [np.nan, 1.0]), 2: content(2, [0, 1], [1.0, 1.0], size=11),
+                                     3: out_of_range})
     new, metrics = strat.aggregate_train(1, replies)
     assert metrics["rejected"] == 3
     from hetfl.common.task import unpack_models
@@ -174,3 +173,41 @@ def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     # round 2: the SuperLink answers for the dead node ('Node Unavailable'); round 3 samples only live nodes
     assert rows[1]["failures"] == 0 and rows[2]["failures"] == 1 and rows[3]["failures"] == 0
     assert rows[-1]["accuracy"] > rows[1]["accuracy"]  # the 3 remaining updates were applied
+
+
+@pytest.mark.slow
+def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
+    """Kill and restart one of 3 SuperNodes after round 1 (same node config, so the same client id, but a new
+    node id): the client map moves the client to the new node, and in round 3 the client trains again, for FedAvg,
+    SHEFL (client 2 is the one LPC: sampled every round) and AdaptiveFL (random selection of 3 of 3). Round 2 may lose it: a message to the dead node id
+    is lost until the round timeout."""
+    require_fmnist()
+    runs = {
+        "fedavg": {"method": "fedavg"},
+        "shefl": {"method": "shefl", "shefl-models": 2, "hpc-per-round": 1},
+        "adaptivefl": {"method": "adaptivefl", "adaptivefl-selection": "random"},  # K = 3 of 3: every client
+    }
+    with cluster.local_cluster(3, tmp_path / "flwr") as c:
+        for name, over in runs.items():
+            metrics = tmp_path / name / "metrics.json"
+            restarted = {}
+
+            def restarter():
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:  # round 1 recorded: restart node 2 (client 2)
+                    if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 2:
+                        c.restart_node(2)
+                        restarted["at"] = time.monotonic()
+                        return
+                    time.sleep(0.2)
+
+            t = threading.Thread(target=restarter)
+            t.start()
+            run_dir = cluster.submit(c, None, {**FMNIST, **over, "fraction-train": 1.0, "local-steps": 2,
+                                               "max-test-samples": 200, "num-server-rounds": 3, "round-timeout": 25.0,
+                                               "max-idle-rounds": 0, "run-name": name}, results_dir=tmp_path, timeout=400)
+            t.join()
+            rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
+            assert "at" in restarted, name
+            assert 2 in rows[1]["clients"] and 2 in rows[3]["clients"], (name, [r["clients"] for r in rows])
+            assert rows[3]["replies"] == len(rows[3]["clients"]) and rows[3]["failures"] == 0, (name, rows[3])

@@ -19,6 +19,8 @@ BASE = {
 }
 METHODS = {
     "fedavg": {"method": "fedavg"},
+    # 2,000 clients hosted by the 8 SuperNodes (250 each, run-config num-clients): sampled from all by client id
+    "fedavg-2000-clients": {"method": "fedavg", "num-clients": 2000, "partitioner": "iid", "fraction-train": 0.005},
     "fedprox": {"method": "fedprox"},
     "fedadam": {"method": "fedadam"},
     "fedbe": {"method": "fedbe", "dataset": "digits", "server-holdout": 300, "fedbe-epochs": 2, "fedbe-samples": 2,

@@ -87,13 +87,14 @@ def test_fedprox_mu_reaches_the_client_and_its_training(task_identity):
         def get_node_ids(self):
             return list(range(1, 11))
 
-    from hetfl.common.nodes import NodeDirectory
+    from hetfl.common.nodes import ClientMap
 
-    directory = NodeDirectory({n: {"client-id": n - 1} for n in range(1, 11)})
-    msgs = list(make_strategy(cfg, directory).configure_train(1, arrays, ConfigRecord({}), Grid()))
+    cmap = ClientMap({n: {"client-ids": [n - 1]} for n in range(1, 11)})
+    msgs = list(make_strategy(cfg, cmap).configure_train(1, arrays, ConfigRecord({}), Grid()))
     assert len(msgs) == 5  # fraction-train 0.5 of 10 nodes
     assert all(m.content["config"]["proximal-mu"] == pytest.approx(0.5) for m in msgs)
-    ctx = Context(1, msgs[0].metadata.dst_node_id, {"partition-id": 0, "num-partitions": 10}, RecordDict(), run_config)
+    pid = int(msgs[0].content["client"]["client-id"])
+    ctx = Context(1, msgs[0].metadata.dst_node_id, {"partition-id": pid, "num-partitions": 10}, RecordDict(), run_config)
     reply = client_app.train(msgs[0], ctx)
     assert reply.content["metrics"]["proximal_mu"] == pytest.approx(0.5) and reply.content["metrics"]["steps"] == 2
 

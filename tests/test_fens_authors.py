@@ -10,6 +10,7 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from hetfl.common.task import state_key
 from hetfl.baselines.strategy import SeededFedAdam, adam_server_step
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.models import build_model, count_parameters
@@ -17,6 +18,8 @@ from hetfl.common.rounds import CHECKPOINT, load_checkpoint
 from hetfl.fens_app.aggregators import competencies, confusion_counts, make_aggregator
 
 from .inprocess import run_in_process
+
+from .conftest import identity_map, replies_to
 
 
 def test_adam_server_step_hand_worked():
@@ -29,11 +32,9 @@ def test_adam_server_step_hand_worked():
     assert not np.allclose(eta_t, 0.5)  # the two updates differ
 
 
-def _reply(arrays: dict, n: int) -> Message:
-    content = RecordDict({"arrays": ArrayRecord({k: Array(np.asarray(v, np.float32)) for k, v in arrays.items()}),
-                          "metrics": MetricRecord({"num-examples": n})})
-    msg = Message(content, dst_node_id=1, message_type="train")
-    return Message(content, reply_to=msg)
+def _content(arrays: dict, n: int) -> RecordDict:
+    return RecordDict({"arrays": ArrayRecord({k: Array(np.asarray(v, np.float32)) for k, v in arrays.items()}),
+                       "metrics": MetricRecord({"num-examples": n})})
 
 
 @pytest.mark.parametrize("update", ["authors", "flower"])
@@ -42,7 +43,8 @@ def test_fedadam_strategy_applies_the_chosen_step_with_weighted_deltas(update, t
     s = SeededFedAdam(eta=0.1, eta_l=1.0, beta_1=0.9, beta_2=0.99, tau=1e-3, bias_correction=update == "flower")
     s.current_arrays = {k: v.copy() for k, v in x0.items()}
     s._reference = {"w": (2,)}  # what configure_train records for the reply validator
-    replies = [_reply({"w": [1.0, 1.0]}, 3), _reply({"w": [0.0, 3.0]}, 1)]  # weighted mean [0.75, 1.5]
+    s.bind(identity_map([0, 1]), 0).sampled = [0, 1]
+    replies = replies_to(s.map, {0: _content({"w": [1.0, 1.0]}, 3), 1: _content({"w": [0.0, 3.0]}, 1)})  # mean [0.75, 1.5]
     out, _ = s.aggregate_train(1, replies)
     delta = np.array([0.75, 0.5])
     m, v = 0.1 * delta, 0.01 * delta**2
@@ -103,7 +105,7 @@ def test_train_aggregator_weights_by_samples_seen(task_identity):
         ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(),
                       run_config=cfg)
         rng = np.random.default_rng(0)
-        ctx.state[CACHE] = ArrayRecord({"z": Array(rng.normal(size=(100, 3, 10)).astype(np.float32)),
+        ctx.state[state_key(0, CACHE)] = ArrayRecord({"z": Array(rng.normal(size=(100, 3, 10)).astype(np.float32)),
                                         "y": Array(rng.integers(0, 10, 100))})
         agg = make_aggregator("nn", 3, 10, seed=0)
         msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v.detach().numpy()) for k, v in agg.state_dict().items()}),

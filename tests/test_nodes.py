@@ -1,12 +1,15 @@
-"""Node discovery, seeded client sampling and the strategy contract (docs/architecture.md)."""
+"""The client-to-node map, bounded discovery, seeded client sampling and the strategy contract (docs/architecture.md)."""
+
+import uuid
 
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from hetfl.baselines.strategy import SeededFedAvg, SeededFedProx
-from hetfl.common.nodes import NodeDirectory, sample_clients
+from hetfl.common.nodes import ClientMap, ask_nodes, sample_clients
 from hetfl.common.registry import NODE_QUERY
+from hetfl.common.task import hosted_clients
 
 
 def test_sample_clients_is_a_seeded_uniform_sample_of_client_ids():
@@ -21,30 +24,79 @@ def test_sample_clients_is_a_seeded_uniform_sample_of_client_ids():
     assert counts.min() > 140 and counts.max() < 265  # mean 200, binomial sd ~13
 
 
+def test_hosted_clients_deal_every_client_to_exactly_one_node():
+    assert hosted_clients(3, 10, 0) == [3]  # one client per node: its partition id
+    assert hosted_clients(2, 4, 10) == [2, 6]
+    nodes = [hosted_clients(p, 7, 100) for p in range(7)]
+    assert sorted(c for h in nodes for c in h) == list(range(100))
+    assert max(map(len, nodes)) - min(map(len, nodes)) <= 1
+
+
 class Grid:
-    def __init__(self, answers):
-        self.answers, self.asked = answers, []
+    """Nodes that answer discovery with `answers` and train messages with `train(msg) -> reply`; records traffic."""
+
+    def __init__(self, answers, train=None):
+        self.answers, self.train, self.asked, self.batches = answers, train, [], []
 
     def get_node_ids(self):
         return list(self.answers)
 
     def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.batches.append([m.metadata.dst_node_id for m in messages])
         out = []
         for m in messages:
-            assert m.metadata.message_type == NODE_QUERY
-            self.asked.append(m.metadata.dst_node_id)
-            out.append(Message(RecordDict({"config": ConfigRecord(self.answers[m.metadata.dst_node_id])}), reply_to=m))
-        return out
+            m.metadata.__dict__["_message_id"] = str(uuid.uuid4())  # as Flower's grids do when pushing
+            if m.metadata.message_type == NODE_QUERY:
+                self.asked.append(m.metadata.dst_node_id)
+                out.append(Message(RecordDict({"config": ConfigRecord(self.answers[m.metadata.dst_node_id])}), reply_to=m))
+            else:
+                out.append(self.train(m))
+        return out[::-1]  # arrival order is not send order
 
 
-def test_directory_maps_clients_refreshes_new_nodes_and_orders_by_client(task_identity):
-    d = NodeDirectory({900: {"client-id": 2, "device-class": "hpc"}, 17: {"client-id": 0}, 55: {"client-id": 1}})
-    assert d.clients() == {900: 2, 17: 0, 55: 1} and d.field("device-class") == {2: "hpc"}
-    assert d.order([900, 55, 17]) == [17, 55, 900]
-    grid = Grid({900: {"client-id": 2}, 17: {"client-id": 0}, 55: {"client-id": 1}, 4: {"client-id": 1}})
-    d.refresh(grid, timeout=1)
+def one(c, **fields):
+    return {"client-ids": [c], **{k: [v] for k, v in fields.items()}}
+
+
+def test_client_map_maps_clients_fields_and_moves_a_restarted_node(task_identity):
+    m = ClientMap({900: one(2, **{"device-class": "hpc"}), 17: one(0), 55: {"client-ids": [1, 3]}})
+    assert m.node == {2: 900, 0: 17, 1: 55, 3: 55} and m.clients() == [0, 1, 2, 3]
+    assert m.field("device-class") == {2: "hpc"}
+    # node 55 restarts as node 4 (same clients), node 17 is gone
+    grid = Grid({900: one(2), 55: {"client-ids": [1, 3]}, 4: {"client-ids": [1, 3]}})
+    m.refresh(grid, timeout=1)
     assert grid.asked == [4]  # only the node that connected later is asked
-    assert d.online(grid) == {0: 17, 1: 4, 2: 900}  # two nodes claim client 1: the lower node id serves it
+    assert m.node[1] == 4 and m.node[3] == 4 and m.hosted[55] == []
+    assert m.online(grid) == [1, 2, 3]  # client 0's node is not connected
+    with pytest.raises(ValueError, match="field 'tier' has 1 values for 2 client ids"):
+        m.add(7, {"client-ids": [5, 6], "tier": ["weak"]})
+
+
+def test_discovery_asks_nodes_in_bounded_batches(task_identity):
+    answers = {100 + n: one(n) for n in range(25)}
+    grid = Grid(answers)
+    got = ask_nodes(grid, sorted(answers), timeout=5, batch=10)
+    assert [len(b) for b in grid.batches] == [10, 10, 5]  # never more than `batch` messages stored at once
+    assert {int(a["client-ids"][0]) for a in got.values()} == set(range(25))
+
+
+def test_send_keeps_one_message_in_flight_per_node_and_names_each_replys_client(task_identity):
+    cmap = ClientMap({10: {"client-ids": [0, 2, 4]}, 11: {"client-ids": [1, 3]}})
+
+    def train(msg):
+        c = int(msg.content["client"]["client-id"])
+        return Message(RecordDict({"metrics": MetricRecord({"c": c})}), reply_to=msg)
+
+    grid = Grid({10: {}, 11: {}}, train)
+    content = RecordDict({"config": ConfigRecord({"x": 1})})
+    msgs = [cmap.message(c, content, "train") for c in (0, 1, 2, 3, 4)]
+    assert [m.metadata.dst_node_id for m in msgs] == [10, 11, 10, 11, 10]
+    assert all(m.content["config"] is content["config"] for m in msgs)  # shared records are not copied
+    replies = cmap.send_and_receive(grid, msgs, timeout=5)
+    assert [sorted(b) for b in grid.batches] == [[10, 11], [10, 11], [10]]  # waves: one message per node at a time
+    assert sorted(cmap.client_of(r) for r in replies) == [0, 1, 2, 3, 4]
+    assert all(cmap.client_of(r) == r.content["metrics"]["c"] for r in replies)
 
 
 def _reply(msg, arrays, n=5):
@@ -53,24 +105,28 @@ def _reply(msg, arrays, n=5):
 
 
 def test_seeded_fedavg_samples_by_client_id_and_rejects_malformed_replies(task_identity):
-    nodes = {1000 + 7 * c: {"client-id": c} for c in range(10)}
-    d = NodeDirectory(nodes)
-    s = SeededFedAvg(fraction_train=0.3, fraction_evaluate=0.0, min_available_nodes=1).bind(d, seed=4)
+    nodes = {1000 + 7 * c: one(c) for c in range(10)}
+    cmap = ClientMap(nodes)
+    s = SeededFedAvg(fraction_train=0.3, fraction_evaluate=0.0, min_available_nodes=1).bind(cmap, seed=4)
     w = {"w": np.zeros((2, 2), np.float32)}
     msgs = list(s.configure_train(1, ArrayRecord({k: Array(v) for k, v in w.items()}), ConfigRecord(), Grid(nodes)))
     assert s.sampled == sample_clients(range(10), 3, 4, 1)
     assert sorted(m.metadata.dst_node_id for m in msgs) == sorted(1000 + 7 * c for c in s.sampled)
-    good = [_reply(msgs[0], {"w": np.ones((2, 2), np.float32)}), _reply(msgs[1], {"w": 3 * np.ones((2, 2), np.float32)})]
-    bad = _reply(msgs[2], {"w": np.full((2, 2), np.nan, np.float32)})
-    arrays, _ = s.aggregate_train(1, s.order_replies([bad, *good]))
+    values = {s.sampled[0]: 1.0, s.sampled[1]: 3.0, s.sampled[2]: np.nan}
+
+    def train(m):
+        return _reply(m, {"w": np.full((2, 2), values[int(m.content["client"]["client-id"])], np.float32)})
+
+    replies = cmap.send_and_receive(Grid(nodes, train), msgs, timeout=5)
+    arrays, _ = s.aggregate_train(1, s.order_replies(replies))
     assert s.rejected == 1
     np.testing.assert_allclose(arrays["w"].numpy(), 2.0)  # the NaN reply never reached the average
 
 
 def test_seeded_fedprox_keeps_flower_fedprox_config_and_seeded_sampling(task_identity):
-    nodes = {300 + c: {"client-id": c} for c in range(6)}
+    nodes = {300 + c: one(c) for c in range(6)}
     s = SeededFedProx(proximal_mu=0.3, fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=1)
-    msgs = list(s.bind(NodeDirectory(nodes), seed=9).configure_train(
+    msgs = list(s.bind(ClientMap(nodes), seed=9).configure_train(
         2, ArrayRecord({"w": Array(np.zeros(2, np.float32))}), ConfigRecord(), Grid(nodes)))
     assert sorted(m.metadata.dst_node_id - 300 for m in msgs) == sample_clients(range(6), 3, 9, 2)
     assert all(m.content["config"]["proximal-mu"] == pytest.approx(0.3) for m in msgs)
@@ -78,10 +134,15 @@ def test_seeded_fedprox_keeps_flower_fedprox_config_and_seeded_sampling(task_ide
 
 @pytest.mark.parametrize("arrival", [[0, 1, 2], [2, 0, 1], [1, 2, 0]])
 def test_replies_are_aggregated_in_client_order_whatever_the_arrival(arrival, task_identity):
-    nodes = {500 - c: {"client-id": c} for c in range(3)}
-    s = SeededFedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=1).bind(NodeDirectory(nodes), 0)
+    nodes = {500 - c: one(c) for c in range(3)}
+    cmap = ClientMap(nodes)
+    s = SeededFedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=1).bind(cmap, 0)
     msgs = list(s.configure_train(1, ArrayRecord({"w": Array(np.zeros(3, np.float32))}), ConfigRecord(), Grid(nodes)))
-    by_node = {m.metadata.dst_node_id: m for m in msgs}
-    replies = [_reply(by_node[500 - c], {"w": np.full(3, 0.1 * (c + 1), np.float32)}, n=c + 1) for c in range(3)]
+
+    def train(m):
+        c = int(m.content["client"]["client-id"])
+        return _reply(m, {"w": np.full(3, 0.1 * (c + 1), np.float32)}, n=c + 1)
+
+    replies = cmap.send_and_receive(Grid(nodes, train), msgs, timeout=5)
     ordered = s.order_replies([replies[i] for i in arrival])
     assert [r.metadata.src_node_id for r in ordered] == [500, 499, 498]

@@ -15,7 +15,7 @@ from hetfl.shefl_app.core import (
 from hetfl.common.task import pack_models, unpack_models
 from flwr.app import Array, ArrayRecord
 
-from .conftest import require_fmnist
+from .conftest import LoopbackGrid, identity_map, replies_to, require_fmnist
 
 
 # --- permutation schedule -------------------------------------------------------------
@@ -201,7 +201,7 @@ def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_ide
         return SimpleNamespace(loss=0.0, seconds=0.0)
 
     monkeypatch.setattr(client_app, "local_train", fake_train)
-    monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))
+    monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg, client: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))
     arrays = model_to_arrays(make_model(cfg))
     models = [0, 1] if role == "hpc" else [1]
     content = RecordDict({**{f"model.{m}": arrays for m in models},
@@ -218,18 +218,17 @@ def _shefl(**over):
 
     cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 2, "fraction-train": 1.0, **over})
     roles = {1: "hpc", 2: "hpc", 3: "lpc", 4: "lpc", 5: "lpc"}
-    return SHEFL(cfg, roles, clients={n: n for n in roles})
+    return SHEFL(cfg, roles, identity_map(roles))
 
 
-def _delta_reply(node, deltas):
-    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+def _delta_content(deltas):
+    from flwr.app import MetricRecord, RecordDict
 
     rec = ArrayRecord()
     for m, d in deltas.items():
         idx = np.flatnonzero(d)
         put_sparse(rec, f"m{m}", encode_sparse(idx, d[idx].astype(np.float32), d.size))
-    msg = Message(RecordDict({"config": ConfigRecord({})}), message_type="train.shefl", dst_node_id=node)
-    return Message(RecordDict({"deltas": rec, "metrics": MetricRecord({"train_loss": 0.1})}), reply_to=msg)
+    return RecordDict({"deltas": rec, "metrics": MetricRecord({"train_loss": 0.1})})
 
 
 def test_aggregation_by_hand_with_unequal_hpc_and_lpc_counts(task_identity):
@@ -238,10 +237,10 @@ def test_aggregation_by_hand_with_unequal_hpc_and_lpc_counts(task_identity):
     strat._states, strat.layout = states, StateLayout.of(states[0])
     strat.sent = {1: ("hpc", [0, 1]), 2: ("hpc", [0, 1]), 3: ("lpc", [0]), 4: ("lpc", [1]), 5: ("lpc", [1])}
     e = np.eye(4, dtype=np.float32)
-    replies = [
-        _delta_reply(1, {0: 1 * e[0], 1: 2 * e[2]}), _delta_reply(2, {0: 3 * e[0], 1: 4 * e[2]}),  # HPCs
-        _delta_reply(3, {0: 4 * e[1]}), _delta_reply(4, {1: 8 * e[3]}), _delta_reply(5, {1: 4 * e[3]}),  # LPCs
-    ]
+    replies = replies_to(strat.map, {
+        1: _delta_content({0: 1 * e[0], 1: 2 * e[2]}), 2: _delta_content({0: 3 * e[0], 1: 4 * e[2]}),  # HPCs
+        3: _delta_content({0: 4 * e[1]}), 4: _delta_content({1: 8 * e[3]}), 5: _delta_content({1: 4 * e[3]}),  # LPCs
+    })
     arrays, _ = strat.aggregate_train(1, replies)
     new = unpack_models(arrays, 2)
     # model 0: H = 2 (mean 2 e0), L = 1 (4 e1) -> + (2 e0 + 4 e1) / 2; swapping a_h and a_l gives (1, 2) the other way
@@ -256,7 +255,7 @@ def test_hpc_and_lpc_densities_reach_the_clients(task_identity):
 
     strat = _shefl(**{"topk-density": 0.1, "resource-ratio": 10.0})  # k_h = min(1, k r / M) = 0.5
     states = [{"w": np.full(4, float(m), np.float32)} for m in range(2)]
-    messages = strat.configure_train(1, pack_models(states), ConfigRecord(), None)
+    messages = strat.configure_train(1, pack_models(states), ConfigRecord(), LoopbackGrid(strat.map.hosted, None))
     got = {str(m.content["config"]["role"]): float(m.content["config"]["density"]) for m in messages}
     assert got == {"hpc": 0.5, "lpc": 0.1}
     for m in messages:  # each model travels with its own global weights
@@ -281,7 +280,7 @@ def test_hpcs_train_each_model_from_its_own_global_weights(monkeypatch, task_ide
         return SimpleNamespace(loss=0.0, seconds=0.0)
 
     monkeypatch.setattr(client_app, "local_train", fake_train)
-    monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))
+    monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg, client: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))
     per_model = [model_to_arrays(make_model(cfg, seed=s)) for s in range(3)]
     content = RecordDict({**{f"model.{m}": per_model[m] for m in range(3)},
                           "config": ConfigRecord({"server-round": 1, "role": "hpc", "models": [0, 1, 2], "density": 1.0})})
@@ -328,15 +327,15 @@ def test_restricted_fedensemble_samples_every_device_for_one_model_with_its_own_
     cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 0, "fraction-train": 0.5, "hpc-models": "one",
                     "topk-density": 1.0, "coefficients": "uniform"})
     roles = {n: ("hpc" if n < 6 else "lpc") for n in range(12)}
-    strat = SHEFL(cfg, roles, clients={n: n for n in roles})
+    strat = SHEFL(cfg, roles, identity_map(roles))
     states = [{"w": np.zeros(4, np.float32)} for _ in range(2)]
     seen_hpc = set()
     for rnd in range(1, 9):
-        for m in strat.configure_train(rnd, pack_models(states), ConfigRecord(), None):
-            conf = m.content["config"]
+        for m in strat.configure_train(rnd, pack_models(states), ConfigRecord(), LoopbackGrid(strat.map.hosted, None)):
+            conf, c = m.content["config"], int(m.content["client"]["client-id"])
             assert len(conf["models"]) == 1 and float(conf["density"]) == 1.0
-            assert str(conf["role"]) == roles[m.metadata.dst_node_id]  # the device's own work
-            seen_hpc |= {m.metadata.dst_node_id} if roles[m.metadata.dst_node_id] == "hpc" else set()
+            assert str(conf["role"]) == roles[c]  # the device's own work
+            seen_hpc |= {c} if roles[c] == "hpc" else set()
     assert seen_hpc  # HPC devices are sampled too (plain Fed-Ensemble with hpc-per-round = 0 never samples them)
     with pytest.raises(ConfigError, match="'hpc-per-round' = 5 must be 0"):
         validate({"method": "shefl", "hpc-models": "one"})

@@ -8,7 +8,7 @@ from typing import Any
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.models import get_state, set_state
-from hetfl.common.task import client_data, config_of, local_train, node_partition, pack_models, unpack_models
+from hetfl.common.task import client_data, config_of, local_train, message_client, pack_models, unpack_models
 
 from .core import request_capacity, slice_state
 from .keys import KNOWN_TIERS
@@ -16,10 +16,10 @@ from .scalefl import scalefl_loss
 from .task import device_capacity, pool_of
 
 
-def node_info(context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """What an AdaptiveFL node reports when discovered: its device tier, only to the HeteroFL/Decoupled baselines
-    (AdaptiveFL's server learns capacities only from the models that come back)."""
-    return {"tier": device_capacity(context, cfg)[0]} if cfg["adaptivefl-variant"] in KNOWN_TIERS else {}
+def node_info(context: Context, cfg: dict[str, Any], client: int) -> dict[str, Any]:
+    """What an AdaptiveFL node reports for a client when discovered: its device tier, only to the HeteroFL/Decoupled
+    baselines (AdaptiveFL's server learns capacities only from the models that come back)."""
+    return {"tier": device_capacity(context, cfg, client)[0]} if cfg["adaptivefl-variant"] in KNOWN_TIERS else {}
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -30,10 +30,10 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     rnd, sent = int(conf["server-round"]), [int(m) for m in conf["pool-index"]]
     pool = pool_of(cfg)
-    pid = node_partition(context)[0]
-    data = client_data(context, cfg)
+    pid = message_client(msg, context, cfg)
+    data = client_data(context, cfg, pid)
     received = unpack_models(msg.content["arrays"], len(sent))
-    capacity = device_capacity(context, cfg)[1] if bool(conf["prune"]) else None
+    capacity = device_capacity(context, cfg, pid)[1] if bool(conf["prune"]) else None
     loss_fn = None
     if cfg["adaptivefl-variant"] == "scalefl":  # early exits; distillation after the first 25% of the rounds
         loss_fn = scalefl_loss(cfg["scalefl-kd"] if rnd - 1 > 0.25 * cfg["num-server-rounds"] else 0.0)

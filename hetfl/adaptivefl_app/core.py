@@ -285,20 +285,29 @@ class ClientSelector:
         self.pool, self.mode, self.p = pool, mode, pool.p
         self.type_of = [pool.type_index(i) for i in range(len(pool))]
         self.nodes: list[int] = []
+        self._col: dict[int, int] = {}  # client id -> its column (the order in which clients first appeared)
         self.Tc, self.Tr = init_tables(0, self.p)
         self.rng = np.random.default_rng([seed, 0xADA])
 
-    def _column(self, node: int) -> int:
-        if node not in self.nodes:
-            self.nodes.append(node)
-            tc, tr = init_tables(1, self.p)
+    def _columns(self, nodes: Sequence[int]) -> list[int]:
+        """The table columns of `nodes`; clients not seen before get new columns, in order, with one resize."""
+        new = [n for n in dict.fromkeys(int(n) for n in nodes) if n not in self._col]
+        if new:
+            for n in new:
+                self._col[n] = len(self.nodes)
+                self.nodes.append(n)
+            tc, tr = init_tables(len(new), self.p)
             self.Tc, self.Tr = np.hstack([self.Tc, tc]), np.hstack([self.Tr, tr])
-        return self.nodes.index(node)
+        return [self._col[int(n)] for n in nodes]
+
+    def _column(self, node: int) -> int:
+        return self._columns([node])[0]
 
     def select(self, m: int, candidates: Sequence[int], chosen: Sequence[int] = ()) -> int | None:
         """One client for pool index m among `candidates`, never one in `chosen` or with zero reward."""
-        cols = [self._column(n) for n in candidates]
-        excluded = [i for i, n in enumerate(candidates) if n in set(chosen)]
+        cols = self._columns(candidates)
+        taken = set(chosen)
+        excluded = [i for i, n in enumerate(candidates) if n in taken]
         if self.mode == "random":
             R = np.ones(len(cols))
         else:
@@ -320,6 +329,7 @@ class ClientSelector:
     def load(self, st: dict[str, np.ndarray]) -> None:
         self.Tc, self.Tr = np.array(st["Tc"]), np.array(st["Tr"])
         self.nodes = [int(n) for n in st["nodes"]]
+        self._col = {n: i for i, n in enumerate(self.nodes)}
 
 
 def planning_rng(seed: int) -> np.random.Generator:

@@ -10,7 +10,7 @@ from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
-from hetfl.common.nodes import discover_nodes
+from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import compute_options, dataset_threshold, log, pack_models, test_data, unpack_models
@@ -21,15 +21,14 @@ from .strategy import LEVELS, AdaptiveFL
 from .task import pool_of, reference_pool
 
 
-def discover_clients(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[dict[int, int], dict[int, str]]:
-    """Ask every node for its client id (partition id); the HeteroFL/Decoupled/ScaleFL baselines also get the
-    device tier (they assume known tiers; AdaptiveFL's server never asks)."""
-    nodes = discover_nodes(grid, cfg)
-    clients, tiers = nodes.clients(), {c: str(t) for c, t in nodes.field("tier").items()}
+def discover_tiers(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[ClientMap, dict[int, str]]:
+    """Ask every node for its clients; the HeteroFL/Decoupled/ScaleFL baselines also get each client's device tier
+    (they assume known tiers; AdaptiveFL's server never asks)."""
+    cmap = discover_clients(grid, cfg)
+    tiers = {c: str(t) for c, t in cmap.field("tier").items()}
     if tiers:
         log.info("device tiers: %s", {t: sum(v == t for v in tiers.values()) for t in ("weak", "medium", "strong")})
-    log.info("%d clients answered", len(clients))
-    return clients, tiers
+    return cmap, tiers
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -37,8 +36,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     pool = pool_of(cfg)
     log.info("submodel pool (%s):\n%s", cfg["model"], pool.table())
     variant = cfg["adaptivefl-variant"]
-    clients, tiers = discover_clients(grid, cfg)
-    strategy = AdaptiveFL(cfg, pool, clients, tiers)
+    cmap, tiers = discover_tiers(grid, cfg)
+    strategy = AdaptiveFL(cfg, pool, cmap, tiers)
     torch.manual_seed(cfg["seed"])  # the full model L1, as make_model would build it, with the pool's BatchNorm
     full = get_state(pool.build(pool.largest))
     if variant == "decoupled":  # separate models, each initialised from the same full model's slices

@@ -29,7 +29,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from hetfl.common.strategy import StrategyBase, check_arrays, check_weight
+from hetfl.common.nodes import ClientMap
+from hetfl.common.strategy import StrategyBase, check_arrays, check_weight, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
@@ -44,25 +45,25 @@ TIER_LEVEL = {"weak": "S1", "medium": "M1", "strong": "L1"}
 class AdaptiveFL(StrategyBase):
     """AdaptiveFL (Alg. 1) over the known clients.
 
-    `clients` maps node id -> client id (the node's partition id, a stable identity across
-    restarts, so RL tables and sampling are reproducible and survive a resume); `tiers`
-    (client id -> weak/medium/strong) only for the heterofl/decoupled baselines.
+    `cmap` maps each client id (a stable identity across restarts, so RL tables and sampling
+    are reproducible and survive a resume) to the node serving it; `tiers` (client id ->
+    weak/medium/strong) only for the heterofl/decoupled baselines.
     """
 
 
-    def __init__(self, cfg: dict[str, Any], pool: SubmodelPool, clients: dict[int, int] | None = None,
+    def __init__(self, cfg: dict[str, Any], pool: SubmodelPool, cmap: ClientMap | None = None,
                  tiers: dict[int, str] | None = None) -> None:
         self.cfg, self.pool = cfg, pool
         self.variant = cfg["adaptivefl-variant"]
         if self.variant in KNOWN_TIERS and not tiers:
             raise ValueError(f"adaptivefl-variant = {self.variant!r} needs the device tiers of the clients")
         self.tiers = tiers or {}
-        self.clients = dict(clients or {})
+        self.map = cmap if cmap is not None else ClientMap()
         mode = "random" if self.variant != "adaptivefl" else cfg["adaptivefl-selection"]
         self.selector = ClientSelector(pool, mode, cfg["seed"])
         self.rng = planning_rng(cfg["seed"])
         self.num_models = len(LEVELS) if self.variant == "decoupled" else 1
-        self.sent: dict[int, list[tuple[int, int]]] = {}  # node -> [(model slot, pool index)] this round
+        self.sent: dict[int, list[tuple[int, int]]] = {}  # client -> [(model slot, pool index)] this round
         self._states: list[dict[str, np.ndarray]] = []
         self.last_round: dict[str, Any] = {}
         self.total_sent = self.total_back = 0
@@ -110,25 +111,18 @@ class AdaptiveFL(StrategyBase):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._states = unpack_models(arrays, self.num_models)
-        online = {int(n) for n in grid.get_node_ids()}
-        # plan over client ids (stable), send to the node currently serving each client
-        node_of = {c: n for n, c in self.clients.items() if n in online}
-        unknown = online - set(self.clients)
-        if unknown:
-            log.warning("round %d: %d connected nodes are not known clients (joined after start); not sampled",
-                        server_round, len(unknown))
+        self.map.refresh(grid, self.cfg["round-timeout"])
         jobs: dict[int, list[tuple[int, int]]] = {}
-        for client, slot, m in self.plan(sorted(node_of)):
-            jobs.setdefault(node_of[client], []).append((slot, m))
+        for client, slot, m in self.plan(self.map.online(grid)):  # plan over client ids (stable)
+            jobs.setdefault(client, []).append((slot, m))
         self.sent = jobs
         messages = []
-        for node, todo in jobs.items():
+        for client, todo in jobs.items():
             subs = [slice_state(self._states[slot], self.pool.shapes(m)) for slot, m in todo]
             conf = ConfigRecord({"server-round": server_round, "pool-index": [m for _, m in todo],
                                  "slot": [slot for slot, _ in todo], "prune": self.variant == "adaptivefl"})
-            content = RecordDict({"arrays": pack_models(subs), "config": conf})
-            messages.append(Message(content=content, message_type=TRAIN, dst_node_id=node))
-        self.sampled = sorted(self.clients[n] for n in self.sent)
+            messages.append(self.map.message(client, RecordDict({"arrays": pack_models(subs), "config": conf}), TRAIN))
+        self.sampled = sorted(self.sent)
         log.info("round %d: sent %s", server_round,
                  ", ".join(self.pool[m].name for todo in jobs.values() for _, m in todo))
         return messages
@@ -161,29 +155,35 @@ class AdaptiveFL(StrategyBase):
         sent_sizes, back_sizes, losses = [], [], []
         failed = rejected = pruned = untrained = 0
         returned = [0] * len(self.pool)  # trained submodels that came back, per pool member
+
+        def check(r: Message) -> tuple[list[int | None], list[dict[str, np.ndarray]], float, float | None]:
+            backs, states, weight = self.check_reply(r, [m for _, m in self.sent[self.map.client_of(r)]])
+            loss = float(r.content["metrics"]["train_loss"]) if any(b is not None for b in backs) else None
+            return backs, states, weight, loss
+
+        replies = list(replies)
+        ok, _, rejected = validate_replies(replies, check, server_round, self.map, set(self.sent))
+        parsed = {id(r): p for r, p in ok}
         answered = set()
-        for r in replies:
-            node = int(r.metadata.src_node_id)
-            if node not in self.sent or node in answered:
+        for r in replies:  # client-id order (order_replies): the RL tables see the same sequence in every run
+            client = self.map.client_of(r)
+            if client not in self.sent or client in answered:
                 continue
-            answered.add(node)
-            todo = self.sent[node]
+            answered.add(client)
+            todo = self.sent[client]
             sent_sizes += [self.pool[m].size for _, m in todo]
             if r.has_error():
                 failed += 1
                 back_sizes += [0] * len(todo)
                 for _, m in todo:
-                    self.selector.update(self.clients[node], m, None)
+                    self.selector.update(client, m, None)
                 continue
-            try:
-                backs, states, weight = self.check_reply(r, [m for _, m in todo])
-            except (ValueError, KeyError, TypeError) as err:
-                rejected += 1
+            if id(r) not in parsed:  # rejected (logged by validate_replies): nothing applied, tables untouched
                 back_sizes += [0] * len(todo)
-                log.warning("round %d: rejected update from node %d: %s", server_round, node, err)
                 continue
+            backs, states, weight, loss = parsed[id(r)]
             for (slot, m), back, state in zip(todo, backs, states, strict=True):
-                self.selector.update(self.clients[node], m, back)
+                self.selector.update(client, m, back)
                 if back is None:
                     untrained += 1
                     back_sizes.append(0)
@@ -192,14 +192,16 @@ class AdaptiveFL(StrategyBase):
                 returned[back] += 1
                 back_sizes.append(self.pool[back].size)
                 got[slot].append((state, weight))
-            if any(b is not None for b in backs):
-                losses.append(float(r.content["metrics"]["train_loss"]))
-        lost = [n for n in self.sent if n not in answered]  # timed out: nothing came back
-        for node in lost:
-            for _, m in self.sent[node]:
+            if loss is not None:
+                losses.append(loss)
+        lost = [c for c in self.sent if c not in answered]  # timed out: nothing came back
+        for client in lost:
+            for _, m in self.sent[client]:
                 sent_sizes.append(self.pool[m].size)
                 back_sizes.append(0)
-                self.selector.update(self.clients[node], m, None)
+                self.selector.update(client, m, None)
+        failed += len(lost)
+        self.rejected = rejected
         new = []
         for slot, st in enumerate(self._states):
             updates = [u for u in got[slot] if u[1] > 0]
@@ -210,11 +212,11 @@ class AdaptiveFL(StrategyBase):
             "waste_rate": waste_rate(sent_sizes, back_sizes),
             "cum_waste_rate": waste_rate([self.total_sent], [self.total_back]),
             "params_sent": int(sum(sent_sizes)), "params_back": int(sum(back_sizes)),
-            "pruned": pruned, "untrained": untrained, "failed": failed + len(lost), "rejected": rejected,
+            "pruned": pruned, "untrained": untrained, "failed": failed, "rejected": rejected,
             **{f"back_{e.name}": n for e, n in zip(self.pool.entries, returned, strict=True)},
         }
         metrics = MetricRecord({"train_loss": float(np.mean(losses)) if losses else float("nan"),
-                                "failed": failed + len(lost), "rejected": rejected})
+                                "failed": failed, "rejected": rejected})
         return pack_models(new), metrics
 
     def state_dict(self) -> dict[str, Any]:

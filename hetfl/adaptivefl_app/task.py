@@ -8,7 +8,7 @@ from typing import Any
 from flwr.app import Context
 
 from hetfl.common.data import DATASETS
-from hetfl.common.task import node_partition
+from hetfl.common.task import num_clients
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
 from .keys import parse_floats
@@ -57,9 +57,15 @@ def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
     return _pool(cfg["model"], info.num_classes, tuple(info.shape), ratios, (0,), 0, ref.batch_stats)
 
 
-def device_capacity(context: Context, cfg: dict[str, Any]) -> tuple[str, Capacity]:
+@lru_cache(maxsize=8)
+def _tiers(n: int, proportions: tuple[float, ...], seed: int) -> tuple[str, ...]:
+    """The simulated tier of each of `n` clients (cached: a node with many clients asks once per client)."""
+    return tuple(assign_tiers(n, list(proportions), seed))
+
+
+def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple[str, Capacity]:
     """(tier, capacity) of this node: node config 'capacity' (weak | medium | strong | #params) in deployment, else
-    the simulated tier of this partition (device-proportions). A tier's capacity follows `device-capacity`
+    the simulated tier of client `client` (device-proportions). A tier's capacity follows `device-capacity`
     (the authors' clipped Gaussian or fixed S1/M1/L1 sizes of the reference pool); a declared number is fixed.
 
     docs/readings.md#adaptivefl-devices
@@ -76,6 +82,5 @@ def device_capacity(context: Context, cfg: dict[str, Any]) -> tuple[str, Capacit
             raise ValueError(f"node config capacity={declared!r}; expected one of {TIERS} or a number of parameters") from None
         fits = [t for t in TIERS if pool.tier_capacity(t) <= gamma]
         return (fits[-1] if fits else "weak"), Capacity(gamma, 0.0, gamma, gamma)
-    pid, n = node_partition(context)
-    tier = assign_tiers(n, parse_floats(cfg, "device-proportions", ":"), cfg["seed"])[pid]
+    tier = _tiers(num_clients(context, cfg), tuple(parse_floats(cfg, "device-proportions", ":")), cfg["seed"])[client]
     return tier, tiers[tier]

@@ -1,4 +1,4 @@
-"""Client side of FedAvg / FedProx: local training of the received model on the node's partition."""
+"""Client side of FedAvg / FedProx: local training of the received model on the client's partition."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hetfl.common.task import (
     client_data,
     config_of,
     local_train,
+    message_client,
     model_to_arrays,
-    node_partition,
     received_model,
 )
 
@@ -19,10 +19,11 @@ def train(msg: Message, context: Context) -> Message:
     cfg = config_of(context)
     conf = msg.content["config"]
     model = received_model(cfg, msg.content["arrays"])
-    data = client_data(context, cfg)
+    client = message_client(msg, context, cfg)
+    data = client_data(context, cfg, client)
     mu = float(conf.get("proximal-mu", 0.0))
     res = local_train(model, data, cfg, int(conf["server-round"]), proximal_mu=mu,
-                      seed_offset=node_partition(context)[0])
+                      seed_offset=client)
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
                             "steps": res.steps, "proximal_mu": mu})
     return Message(RecordDict({"arrays": model_to_arrays(model), "metrics": metrics}), reply_to=msg)

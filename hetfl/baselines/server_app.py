@@ -16,7 +16,7 @@ from hetfl.baselines.fedbe import DistillOptions
 from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedBE, SeededFedProx, adam_options
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.comm import MeteredGrid
-from hetfl.common.nodes import NodeDirectory, discover_nodes
+from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import (
@@ -30,8 +30,8 @@ from hetfl.common.task import (
 from hetfl.common.train import Normalizer
 
 
-def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: dict[str, float] | None = None) -> SeededFedAvg:
-    """The Flower strategy for `method` (fedavg | fedprox | fedadam | fedbe), sampling from `directory`'s clients
+def make_strategy(cfg: dict[str, Any], cmap: ClientMap, train_metrics: dict[str, float] | None = None) -> SeededFedAvg:
+    """The Flower strategy for `method` (fedavg | fedprox | fedadam | fedbe), sampling from the clients of `cmap`
     with the run's seed, with centralized evaluation only.
 
     The weighted-average client train metrics of the latest round are copied into `train_metrics`.
@@ -54,14 +54,14 @@ def make_strategy(cfg: dict[str, Any], directory: NodeDirectory, train_metrics: 
         train_metrics_aggr_fn=aggregate_metrics,
     )
     if cfg["method"] == "fedbe":
-        return _fedbe(cfg, SeededFedBE(**kwargs).bind(directory, cfg["seed"], cfg["round-timeout"]))
+        return _fedbe(cfg, SeededFedBE(**kwargs).bind(cmap, cfg["seed"], cfg["round-timeout"]))
     if cfg["method"] == "fedprox":
         strategy = SeededFedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
     elif cfg["method"] == "fedadam":
         strategy = SeededFedAdam(eta=cfg["server-lr"], eta_l=cfg["lr"], **adam_options(cfg), **kwargs)
     else:
         strategy = SeededFedAvg(**kwargs)
-    return strategy.bind(directory, cfg["seed"], cfg["round-timeout"])
+    return strategy.bind(cmap, cfg["seed"], cfg["round-timeout"])
 
 
 def fedbe_inputs(cfg: dict[str, Any]) -> tuple[ArrayData, DistillOptions]:
@@ -86,7 +86,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     train_metrics: dict[str, float] = {}
 
-    strategy = make_strategy(cfg, discover_nodes(grid, cfg), train_metrics)
+    strategy = make_strategy(cfg, discover_clients(grid, cfg), train_metrics)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         t0 = time.perf_counter()

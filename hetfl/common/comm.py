@@ -5,7 +5,7 @@ tree of inflatable objects (Message -> RecordDict -> ArrayRecord -> Array -> Arr
 and what travels between SuperLink and SuperNode is each object's deflated bytes.
 :func:`message_nbytes` sums exactly those. :class:`MeteredGrid` wraps the ServerApp's
 Grid and counts every message pushed (download, server -> client) and every reply pulled
-(upload, client -> server), per node, in periods that the strategies close once per round.
+(upload, client -> server), per client (per node for messages that name none), in periods that the strategies close once per round.
 
 The sparse codec sends a vector as values + positions. Positions are stored in the
 cheapest exact form: none for a dense vector, a bitmap (1 bit per element) when the
@@ -30,10 +30,27 @@ except ImportError:  # pragma: no cover - older/newer layouts
     get_all_nested_objects = None  # type: ignore[assignment]
 
 
+CLIENT = "client"  # the ConfigRecord of a message naming the client it is for ({"client-id": int}; hetfl.common.nodes)
+
+
 def record_nbytes(obj) -> int:
     """Serialized size of a Message, RecordDict or ArrayRecord (sum of its unique deflated objects)."""
     objs = get_all_nested_objects(obj)
     return sum(len(o.deflate()) for o in objs.values())
+
+
+def content_nbytes(content, cache: dict[int, tuple[object, int]]) -> int:
+    """:func:`record_nbytes` of a RecordDict, each of its records serialised once per `cache` (id -> (record, bytes)).
+
+    The RecordDict's own object (its record names and their object ids) plus each record's tree;
+    equal to ``record_nbytes(content)`` unless two of its records hold identical objects.
+    """
+    total = len(content.deflate())
+    for rec in content.values():
+        if id(rec) not in cache:
+            cache[id(rec)] = (rec, record_nbytes(rec))
+        total += cache[id(rec)][1]
+    return total
 
 
 def message_nbytes(msg: Message, content_nbytes: int | None = None) -> int:
@@ -47,8 +64,8 @@ def message_nbytes(msg: Message, content_nbytes: int | None = None) -> int:
 class Traffic:
     """Bytes and replies counted over one period (normally one round)."""
 
-    down: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # node -> bytes sent to it
-    up: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # node -> bytes received from it
+    down: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # client (or node) -> bytes sent to it
+    up: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # client (or node) -> bytes received from it
     replies: int = 0
     failures: int = 0
     comm_s: float = 0.0  # wall time spent inside send_and_receive
@@ -98,21 +115,20 @@ class MeteredGrid(Grid):
         return sum(t.bytes_down for t in periods), sum(t.bytes_up for t in periods)
 
     def _count_down(self, messages: list[Message]) -> None:
-        # Strategies send one RecordDict to many nodes: serialise each distinct content once.
-        cache: dict[int, tuple[object, int]] = {}  # id -> (content kept alive, bytes)
+        # Strategies send the same records (the global model) to many clients, each message with its own
+        # small per-client record: serialise each distinct record once.
+        cache: dict[int, tuple[object, int]] = {}  # id -> (record kept alive, bytes)
         for m in messages:
-            key = id(m.content)
-            if key not in cache:
-                cache[key] = (m.content, record_nbytes(m.content))
-            nbytes = message_nbytes(m, cache[key][1])
+            nbytes = message_nbytes(m, content_nbytes(m.content, cache) if m.has_content() else 0)
             with self._lock:
-                self.current.down[m.metadata.dst_node_id] += nbytes
+                self.current.down[_client_or_node(m, m.metadata.dst_node_id)] += nbytes
 
-    def _count_up(self, replies: list[Message]) -> None:
+    def _count_up(self, replies: list[Message], sent: dict[str, Message] | None = None) -> None:
         for r in replies:
             nbytes = message_nbytes(r)
+            to = (sent or {}).get(r.metadata.reply_to_message_id)
             with self._lock:
-                self.current.up[r.metadata.src_node_id] += nbytes
+                self.current.up[_client_or_node(to, r.metadata.src_node_id)] += nbytes
                 if r.has_error():
                     self.current.failures += 1
                 else:
@@ -151,11 +167,18 @@ class MeteredGrid(Grid):
         t0 = time.perf_counter()
         replies = list(self._inner.send_and_receive(messages, timeout=timeout))
         self.current.comm_s += time.perf_counter() - t0
-        self._count_up(replies)
+        self._count_up(replies, {m.metadata.message_id: m for m in messages})  # pushing gave each message its id
         return replies
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
+
+
+def _client_or_node(m: Message | None, node: int) -> int:
+    """The key bytes are counted under: the client a message names (its :data:`CLIENT` record), else the node."""
+    if m is not None and m.has_content() and CLIENT in m.content:
+        return int(m.content[CLIENT]["client-id"])
+    return int(node)
 
 
 def _metadata_nbytes(m: Message) -> int:

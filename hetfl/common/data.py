@@ -588,7 +588,15 @@ def load_partition(spec: DataSpec, partition_id: int, cache_dir: str = "") -> Ar
         data = _load_npz(path)
     else:
         part = _partitioner_for(spec)
-        data = _to_arrays(spec, part.load_partition(partition_id))
+        try:
+            data = _to_arrays(spec, part.load_partition(partition_id))
+        except IndexError:
+            if spec.partitioner != "iid" or partition_id == 0:
+                raise
+            # more clients than rows: IidPartitioner's contiguous shard of this id is empty, and `datasets` refuses
+            # to select an empty range at the end; the client holds no data (it trains nothing and weighs 0)
+            first = load_partition(spec, 0, cache_dir)
+            data = ArrayData(first.x[:0], first.y[:0])
         _atomic_save(path, data)
     _MEM[mem_key] = data
     return data

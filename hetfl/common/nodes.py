@@ -1,26 +1,44 @@
-"""Who the clients are: node discovery by client id, and seeded client sampling (docs/architecture.md).
+"""Who the clients are: the one client-to-node map, bounded discovery, and seeded client sampling.
 
-Flower gives every SuperNode a random node id, new in every run (and after a restart), so
-anything sampled or ordered by node id changes from run to run. Every method here instead
-asks each node once for its *client id* (the partition id of its node config, stable in
-simulation and deployment) with the one :data:`~hetfl.common.registry.NODE_QUERY` message,
-and samples and orders clients by that id with a generator seeded by the run's ``seed``
-and the round, so the same seed gives the same clients (a resumed run too).
+A *client* is what a method samples, trains and aggregates: one data partition (simulation) or
+one device's data (deployment), named by a stable integer *client id*. A *node* is a Flower
+SuperNode, named by a node id that Flower draws at random in every run and again after a
+restart. One node hosts one client by default; with the run-config key ``num-clients`` > 0 each
+simulated SuperNode hosts several logical clients (node ``p`` of ``P`` hosts the client ids
+``p, p + P, p + 2P, ...``), which is how a simulation reaches 100,000 clients: Flower's
+simulation message pump costs time per SuperNode and per stored message on every pass
+(docs/architecture.md#scale), so the number of SuperNodes, not of clients, is what must stay
+bounded. The same lets one real SuperNode (a silo) serve several data partitions.
+
+Every method plans in client ids and touches node ids only when sending, through
+:class:`ClientMap`: it asks each node once (:data:`~hetfl.common.registry.NODE_QUERY`, in
+bounded batches) which clients it hosts, maps every client to the node currently serving it
+(a restarted node that reports the same client ids takes them over), and sends each message
+to its client's node with at most one message in flight per node (a node's ``Context.state``
+is read and written back per message, so two concurrent messages to one node would lose one
+client's state). Clients are sampled by client id with a generator seeded by the run's
+``seed`` and the round, so the same seed gives the same clients at any federation size.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
+from .comm import CLIENT
 from .registry import NODE_QUERY
 from .task import wait_for_nodes
 
 log = logging.getLogger("hetfl")
+
+CLIENT_IDS = "client-ids"  # a node's discovery answer: the client ids it hosts (other fields: one value per client)
+DISCOVERY_BATCH = 100  # nodes asked at once: Flower's simulation pump costs nodes x stored messages per pass
 
 
 def sample_clients(clients: Iterable[int], k: int, seed: int, server_round: int) -> list[int]:
@@ -29,68 +47,134 @@ def sample_clients(clients: Iterable[int], k: int, seed: int, server_round: int)
     The generator is seeded by ``(seed, server_round)`` alone, so a round's sample depends on
     neither node ids, nor arrival order, nor earlier rounds (a resumed run samples the same).
     """
-    pool = sorted(int(c) for c in clients)
-    if k <= 0 or not pool:
+    pool = np.unique(np.fromiter((int(c) for c in clients), dtype=np.int64))
+    if k <= 0 or not len(pool):
         return []
     rng = np.random.default_rng([seed, server_round, 0x5EED])
     return sorted(int(c) for c in rng.choice(pool, size=min(k, len(pool)), replace=False))
 
 
-class NodeDirectory:
-    """Node id -> what the node reported when discovered (its ``client-id`` and method-specific fields).
+class ClientMap:
+    """Client id -> the node serving it, and what each client reported when discovered.
 
     Parameters
     ----------
     answers : mapping of int to mapping
-        Node id -> the node's answer to :data:`NODE_QUERY`; each answer holds ``client-id``.
+        Node id -> the node's answer to :data:`NODE_QUERY`: ``client-ids`` (list of int) and,
+        per method field (e.g. ``device-class``), a list with one value per client id.
     """
 
-    def __init__(self, answers: Mapping[int, Mapping[str, Any]]) -> None:
-        self.info: dict[int, dict[str, Any]] = {int(n): dict(a) for n, a in answers.items()}
+    def __init__(self, answers: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        self.node: dict[int, int] = {}  # client id -> node id
+        self.info: dict[int, dict[str, Any]] = {}  # client id -> reported fields
+        self.hosted: dict[int, list[int]] = {}  # node id -> client ids it serves
+        self._sender: dict[str, int] = {}  # message id -> client id, of the latest send_and_receive
+        for node in sorted(answers or {}):
+            self.add(node, answers[node])
 
-    def client_of(self, node: int) -> int:
-        """The client id of a discovered node."""
-        return int(self.info[node]["client-id"])
+    # --- who is where ---------------------------------------------------------------------
 
-    def clients(self) -> dict[int, int]:
-        """Node id -> client id of every discovered node."""
-        return {n: self.client_of(n) for n in self.info}
+    def add(self, node: int, answer: Mapping[str, Any]) -> None:
+        """Record a node's discovery answer; a client it reports moves to it (a restarted node has a new id)."""
+        node = int(node)
+        ids = [int(c) for c in answer[CLIENT_IDS]]
+        fields = {k: list(v) for k, v in answer.items() if k != CLIENT_IDS}
+        for k, v in fields.items():
+            if len(v) != len(ids):
+                raise ValueError(f"node {node}: field '{k}' has {len(v)} values for {len(ids)} client ids")
+        for j, c in enumerate(ids):
+            old = self.node.get(c)
+            if old is not None and old != node:
+                log.info("client %d moved from node %d to node %d", c, old, node)
+                self.hosted[old] = [x for x in self.hosted.get(old, []) if x != c]
+            self.node[c] = node
+            self.info[c] = {k: v[j] for k, v in fields.items()}
+        self.hosted[node] = ids
+
+    def clients(self) -> list[int]:
+        """Every known client id, sorted."""
+        return sorted(self.node)
 
     def field(self, name: str) -> dict[int, Any]:
-        """Client id -> a reported field (e.g. ``device-class``) of every node that reported it."""
-        return {self.client_of(n): a[name] for n, a in self.info.items() if name in a}
+        """Client id -> a reported field (e.g. ``device-class``) of every client that reported it."""
+        return {c: a[name] for c, a in sorted(self.info.items()) if name in a}
+
+    def online(self, grid) -> list[int]:
+        """The known client ids whose node is connected now, sorted."""
+        connected = {int(n) for n in grid.get_node_ids()}
+        return [c for c in sorted(self.node) if self.node[c] in connected]
 
     def refresh(self, grid, timeout: float) -> None:
-        """Ask nodes that connected after discovery (a restarted SuperNode gets a new node id)."""
-        new = sorted(set(int(n) for n in grid.get_node_ids()) - set(self.info))
+        """Ask nodes that connected after discovery (a restarted SuperNode gets a new node id) what they host."""
+        new = sorted({int(n) for n in grid.get_node_ids()} - set(self.hosted))
         if new:
             log.info("discovering %d node(s) that connected after the start", len(new))
-            self.info.update(ask_nodes(grid, new, timeout))
+            for node, answer in ask_nodes(grid, new, timeout).items():
+                self.add(node, answer)
 
-    def online(self, grid) -> dict[int, int]:
-        """Client id -> node id of the connected, discovered nodes (the lowest node id if two claim one client)."""
-        out: dict[int, int] = {}
-        for n in sorted(int(n) for n in grid.get_node_ids()):
-            if n in self.info:
-                out.setdefault(self.client_of(n), n)
-        return out
+    # --- sending ------------------------------------------------------------------------------
 
-    def order(self, nodes: Sequence[int]) -> list[int]:
-        """`nodes` sorted by client id (then node id): a run-independent order."""
-        return sorted(nodes, key=lambda n: (self.client_of(n) if n in self.info else 1 << 62, n))
+    def message(self, client: int, content: RecordDict, message_type: str) -> Message:
+        """A message for `client`: `content` (shared records are not copied) plus the client's id, to its node."""
+        records = dict(content.items())
+        records[CLIENT] = ConfigRecord({"client-id": int(client)})
+        return Message(RecordDict(records), message_type=message_type, dst_node_id=self.node[int(client)])
+
+    def send_and_receive(self, grid, messages: Iterable[Message], timeout: float) -> list[Message]:
+        """Send messages made by :meth:`message`; at most one in flight per node; the replies that came in time.
+
+        Messages to distinct nodes go out at once. A node hosting several sampled clients gets
+        them one after the other (waves), so its ``Context.state`` is never updated by two
+        ClientApp runs at once. :meth:`client_of` names each reply's client afterwards.
+        """
+        queues: dict[int, list[Message]] = defaultdict(list)
+        for m in messages:
+            queues[int(m.metadata.dst_node_id)].append(m)
+        self._sender = {}
+        replies: list[Message] = []
+        end = time.monotonic() + timeout
+        for wave in range(max((len(q) for q in queues.values()), default=0)):
+            batch = [q[wave] for q in queues.values() if wave < len(q)]
+            left = end - time.monotonic()
+            if left <= 0:
+                log.warning("round timed out: %d message(s) to nodes hosting several clients were never sent",
+                            sum(max(0, len(q) - wave) for q in queues.values()))
+                break
+            got = list(grid.send_and_receive(batch, timeout=left))  # pushing gives every message its id
+            self._sender.update({m.metadata.message_id: int(m.content[CLIENT]["client-id"]) for m in batch})
+            replies.extend(got)
+        return replies
+
+    def client_of(self, reply: Message) -> int | None:
+        """The client a reply of the latest :meth:`send_and_receive` came from (None: a reply to none of its messages)."""
+        return self._sender.get(reply.metadata.reply_to_message_id)
 
 
-def ask_nodes(grid, nodes: Sequence[int], timeout: float) -> dict[int, dict[str, Any]]:
-    """Send each node the :data:`NODE_QUERY`; node id -> its answer (nodes that fail are left out)."""
-    msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=NODE_QUERY, dst_node_id=n) for n in nodes]
-    return {int(r.metadata.src_node_id): dict(r.content["config"])
-            for r in grid.send_and_receive(msgs, timeout=timeout) if not r.has_error()}
+def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY_BATCH) -> dict[int, dict[str, Any]]:
+    """Send each node the :data:`NODE_QUERY`, `batch` nodes at a time; node id -> its answer (failures left out).
+
+    Flower's simulation pump walks every stored message for every node on each pass, so asking
+    all nodes at once costs time quadratic in the nodes; bounded batches keep it linear.
+    """
+    out: dict[int, dict[str, Any]] = {}
+    end = time.monotonic() + timeout
+    for i in range(0, len(nodes), batch):
+        msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=NODE_QUERY, dst_node_id=int(n))
+                for n in nodes[i:i + batch]]
+        for r in grid.send_and_receive(msgs, timeout=max(1.0, end - time.monotonic())):
+            if r.has_error():
+                log.warning("node %d did not answer discovery: %s", r.metadata.src_node_id, r.error.reason)
+            else:
+                out[int(r.metadata.src_node_id)] = dict(r.content["config"])
+    return out
 
 
-def discover_nodes(grid, cfg: dict[str, Any], timeout: float = 600.0) -> NodeDirectory:
-    """Wait for min-available-nodes nodes and ask each for its client id and method-specific fields."""
+def discover_clients(grid, cfg: dict[str, Any], timeout: float = 600.0) -> ClientMap:
+    """Wait for min-available-nodes nodes and ask each which clients it hosts (and its method's fields)."""
     nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
     answers = ask_nodes(grid, nodes, cfg["round-timeout"])
     if len(answers) < len(nodes):
         log.warning("%d of %d nodes did not answer the discovery query", len(nodes) - len(answers), len(nodes))
-    return NodeDirectory(answers)
+    cmap = ClientMap(answers)
+    log.info("%d clients on %d nodes", len(cmap.node), len(answers))
+    return cmap

@@ -35,6 +35,10 @@ LEGACY_CHECKPOINT = "checkpoint.pkl"  # the old pickle format: never loaded
 _CHECKPOINT_KEYS = {"round", "arrays", "strategy", "python_random", "numpy_random", "recorder"}
 
 
+class NoClientSucceeded(RuntimeError):
+    """No sampled client's update was accepted for ``max-idle-rounds`` rounds in a row: the run stops."""
+
+
 def _arrays_to_numpy(arrays: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in arrays.items()}
 
@@ -113,18 +117,26 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
     last = cfg["num-server-rounds"]
     if cfg["stop-after-round"]:
         last = min(last, cfg["stop-after-round"])
+    idle = 0  # consecutive rounds in which work was sent and no client's update was accepted
     for rnd in range(start, last + 1):
         t0 = time.perf_counter()
         messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(), grid))
         recorder.stage(clients=list(getattr(strategy, "sampled", [])))  # client ids of this round, in metrics.json
-        replies = strategy.order_replies(grid.send_and_receive(messages, timeout=cfg["round-timeout"]))
+        replies = strategy.order_replies(strategy.map.send_and_receive(grid, messages, cfg["round-timeout"]))
         errors = sum(r.has_error() for r in replies)
         if len(replies) < len(messages) or errors:
-            log.warning("round %d: %d of %d nodes replied, %d with errors; aggregating what arrived",
+            log.warning("round %d: %d of %d clients replied, %d with errors; aggregating what arrived",
                         rnd, len(replies), len(messages), errors)
         new, _ = strategy.aggregate_train(rnd, replies)
         if new is not None:
             arrays = new
+        accepted = len(replies) - errors - getattr(strategy, "rejected", 0)
+        idle = idle + 1 if messages and accepted <= 0 else 0
+        if idle >= cfg.get("max-idle-rounds", 0) > 0:
+            raise NoClientSucceeded(
+                f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
+                f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update; the server "
+                "log names each client's error")
         log.info("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
         evaluate_fn(rnd, arrays)
         if cfg["checkpoint"]:

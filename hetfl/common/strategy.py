@@ -12,7 +12,7 @@ anything is applied; a malformed reply is logged, counted and dropped, never agg
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -21,7 +21,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from .comm import decode_sparse, get_sparse
-from .nodes import NodeDirectory, sample_clients
+from .nodes import ClientMap, sample_clients
 
 log = logging.getLogger("hetfl")
 T = TypeVar("T")
@@ -82,23 +82,45 @@ def single_array_record(reply: Message) -> ArrayRecord:
     return recs[0]
 
 
-def validate_replies(replies: Iterable[Message], check: Callable[[Message], T],
-                     server_round: int) -> tuple[list[tuple[Message, T]], int, int]:
+def error_line(reply: Message) -> str:
+    """A failed reply's error as one line (Flower's reason can hold a whole traceback)."""
+    reason = " ".join(str(reply.error.reason).split())
+    return reason if len(reason) <= 300 else reason[:297] + "..."
+
+
+def validate_replies(replies: Iterable[Message], check: Callable[[Message], T], server_round: int,
+                     cmap: ClientMap | None = None, sent: Collection[int] | None = None,
+                     ) -> tuple[list[tuple[Message, T]], int, int]:
     """Apply `check` to every reply: ([(reply, check(reply)) that passed], #error replies, #rejected).
 
-    A reply whose check raises ValueError, KeyError or TypeError is rejected with a warning naming the node.
+    The one reply check of every strategy (docs/architecture.md#the-strategy-contract). A reply is
+    counted as failed when it is an error reply (its error is logged in one line, naming the client
+    and node), and rejected with a warning when `check` raises ValueError, KeyError or TypeError,
+    or, given `cmap` and `sent`, when it answers no message of this round (a client that was not
+    sent work) or is a second reply from the same client.
     """
     ok: list[tuple[Message, T]] = []
     failed = rejected = 0
+    seen: set[int] = set()
     for r in replies:
+        node = r.metadata.src_node_id
+        client = cmap.client_of(r) if cmap is not None else None
+        who = f"client {client} (node {node})" if client is not None else f"node {node}"
         if r.has_error():
             failed += 1
+            log.warning("round %d: %s failed: %s", server_round, who, error_line(r))
             continue
         try:
+            if sent is not None:
+                if client is None or client not in sent:
+                    raise ValueError("a reply to no message of this round (that client was not sent work)")
+                if client in seen:
+                    raise ValueError("a second reply from the same client")
+                seen.add(client)
             ok.append((r, check(r)))
         except (ValueError, KeyError, TypeError) as err:
             rejected += 1
-            log.warning("round %d: rejected update from node %d: %s", server_round, r.metadata.src_node_id, err)
+            log.warning("round %d: rejected update from %s: %s", server_round, who, err)
     return ok, failed, rejected
 
 
@@ -110,15 +132,16 @@ class StrategyBase(Strategy):
 
     Attributes
     ----------
-    clients : dict of int to int
-        Node id -> client id of the nodes the strategy knows (see :mod:`hetfl.common.nodes`).
+    map : ClientMap
+        The one client-to-node map (:mod:`hetfl.common.nodes`): plans name client ids, and only
+        :meth:`ClientMap.message` / :meth:`ClientMap.send_and_receive` touch node ids.
     sampled : list of int
         Client ids sent a train message in the current round (recorded per round in metrics.json).
     rejected : int
         Malformed replies dropped in the latest ``aggregate_train``.
     """
 
-    clients: dict[int, int]
+    map: ClientMap
     sampled: list[int]
     rejected: int = 0
 
@@ -126,8 +149,12 @@ class StrategyBase(Strategy):
         """Replies in client-id order (errors last): arrival order is timing and node ids are random per run,
         so float sums in aggregation would otherwise differ between runs with the same seed."""
         far = 1 << 62
-        return sorted(replies, key=lambda r: (r.has_error(), self.clients.get(r.metadata.src_node_id, far),
-                                              r.metadata.src_node_id))
+
+        def key(r: Message) -> tuple:
+            client = self.map.client_of(r)
+            return r.has_error(), far if client is None else client, r.metadata.src_node_id
+
+        return sorted(replies, key=key)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must hold to continue identically (default: nothing)."""
@@ -149,44 +176,43 @@ class SeededSampling(FedAvg, StrategyBase):
 
     Flower's ``FedAvg.configure_train`` samples node ids with Python's ``random``; node ids are
     random per run, so the same seed gave other clients. Here a round's clients are
-    :func:`~hetfl.common.nodes.sample_clients` of the discovered client ids (same count as
-    Flower's: ``max(int(n * fraction_train), min_train_nodes)``); aggregation is Flower's.
-    Use it as the last base before ``FedAvg``: ``class SeededFedProx(FedProx, SeededSampling)``.
+    :func:`~hetfl.common.nodes.sample_clients` of the online client ids (same count as
+    Flower's: ``max(int(n * fraction_train), min_train_nodes)``, n counted in clients);
+    aggregation is Flower's. Use it as the last base before ``FedAvg``:
+    ``class SeededFedProx(FedProx, SeededSampling)``.
 
-    Flower's subclasses (FedProx, FedOpt) take fixed constructor arguments, so the directory and
+    Flower's subclasses (FedProx, FedOpt) take fixed constructor arguments, so the client map and
     seed are given after construction with :meth:`bind`.
     """
 
-    directory: NodeDirectory | None = None
+    map: ClientMap | None = None  # type: ignore[assignment]
     seed: int = 0
     accepted: list[Message] = []  # the replies the latest aggregate_train aggregated (reassigned, never mutated)
     _reference: dict[str, tuple[int, ...]] | None = None
 
-    def bind(self, directory: NodeDirectory, seed: int, timeout: float = 600.0) -> SeededSampling:
-        """Sample from the clients of `directory` with the run's `seed`; returns self.
+    def bind(self, cmap: ClientMap, seed: int, timeout: float = 600.0) -> SeededSampling:
+        """Sample from the clients of `cmap` with the run's `seed`; returns self.
 
         `timeout` bounds the query of nodes that connect later (a restarted SuperNode has a new node id).
         """
-        self.directory, self.seed, self.timeout, self.sampled = directory, seed, timeout, []
-        self.clients = directory.clients()
+        self.map, self.seed, self.timeout, self.sampled = cmap, seed, timeout, []
         return self
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Sample clients by id (seeded by seed and round) and send each the global arrays."""
-        if self.directory is None:
-            raise RuntimeError("SeededSampling: call bind(directory, seed) before the first round")
+        if self.map is None:
+            raise RuntimeError("SeededSampling: call bind(client_map, seed) before the first round")
         if self.fraction_train == 0.0:
             return []
-        self.directory.refresh(grid, self.timeout)
-        self.clients = self.directory.clients()
-        online = self.directory.online(grid)
+        self.map.refresh(grid, self.timeout)
+        online = self.map.online(grid)
         k = max(int(len(online) * self.fraction_train), self.min_train_nodes)
         self.sampled = sample_clients(online, k, self.seed, server_round)
         self._reference = {k: tuple(v.shape) for k, v in arrays.items()}
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         log.info("round %d: sampled clients %s", server_round, self.sampled)
-        return self._construct_messages(record, [online[c] for c in self.sampled], MessageType.TRAIN)
+        return [self.map.message(c, record, MessageType.TRAIN) for c in self.sampled]
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop malformed replies (keys/shapes of the global model, finite values), then Flower's aggregation."""
@@ -195,8 +221,12 @@ class SeededSampling(FedAvg, StrategyBase):
 
         def check(r: Message) -> None:
             check_arrays(single_array_record(r), reference)
+            check_weight(r.content["metrics"][self.weighted_by_key])
 
-        ok, _, self.rejected = validate_replies(replies, check, server_round)
-        self.accepted = [r for r, _ in ok]  # what was aggregated (FedBE reads the client models)
+        ok, _, self.rejected = validate_replies(replies, check, server_round, self.map, set(self.sampled))
+        # a client without data (more clients than samples) trains nothing and weighs 0: it changes no average
+        self.accepted = [r for r, _ in ok if float(r.content["metrics"][self.weighted_by_key]) > 0]
+        if not self.accepted:
+            return None, None  # nothing to average: the global model stays
         errors = [r for r in replies if r.has_error()]  # Flower counts them itself
-        return super().aggregate_train(server_round, [r for r, _ in ok] + errors)
+        return super().aggregate_train(server_round, self.accepted + errors)

@@ -137,10 +137,58 @@ def model_inputs(data: ArrayData, cfg: dict[str, Any]) -> ArrayData:
 _TOKENIZED: dict[tuple, tuple[ArrayData, ArrayData]] = {}  # keeps the source alive so id() stays unique
 
 
-def client_data(context: Context, cfg: dict[str, Any]) -> ArrayData:
-    """This node's training partition (tokenized for text)."""
+def num_clients(context: Context, cfg: dict[str, Any]) -> int:
+    """Clients of the federation: run-config ``num-clients``, or one per SuperNode (``num-partitions``) when 0."""
+    return cfg["num-clients"] or node_partition(context)[1]
+
+
+def hosted_clients(partition_id: int, num_partitions: int, num_clients: int) -> list[int]:
+    """Client ids hosted by SuperNode `partition_id` of `num_partitions` (``num_clients`` 0: its partition id).
+
+    With ``num_clients`` > 0 the clients are dealt round robin: node ``p`` hosts ``p, p + P, ...``
+    (docs/architecture.md#scale).
+    """
+    if num_clients <= 0:
+        return [int(partition_id)]
+    return list(range(int(partition_id), int(num_clients), int(num_partitions)))
+
+
+def node_clients(context: Context, cfg: dict[str, Any]) -> list[int]:
+    """The client ids this node hosts (what it answers to discovery)."""
     pid, n = node_partition(context)
-    return model_inputs(load_partition(DataSpec.from_config(cfg, n), pid, cfg["cache-dir"]), cfg)
+    return hosted_clients(pid, n, cfg["num-clients"])
+
+
+def message_client(msg, context: Context, cfg: dict[str, Any]) -> int:
+    """The client id a message is for: its ``client`` record (a client this node hosts), else the node's one client.
+
+    Raises
+    ------
+    ValueError
+        The message names a client this node does not host, or names none on a node that hosts several.
+    """
+    pid, n = node_partition(context)
+    if "client" in msg.content:
+        client = int(msg.content["client"]["client-id"])
+        hosted = client == pid if not cfg["num-clients"] else (0 <= client < cfg["num-clients"] and client % n == pid)
+        if not hosted:
+            raise ValueError(f"message for client {client}, which SuperNode partition-id={pid} of {n} does not host")
+        return client
+    clients = node_clients(context, cfg)
+    if len(clients) != 1:
+        raise ValueError(f"message names no client and this node hosts {len(clients)}")
+    return clients[0]
+
+
+def state_key(client: int, name: str) -> str:
+    """The node-state (``Context.state``) key of a client's record `name`: each hosted client keeps its own."""
+    return f"{name}@{int(client)}"
+
+
+def client_data(context: Context, cfg: dict[str, Any], client: int) -> ArrayData:
+    """Client `client`'s training partition (tokenized for text)."""
+    spec = DataSpec.from_config(cfg, num_clients(context, cfg))
+    return model_inputs(load_partition(spec, client, cfg["cache-dir"]), cfg)
 
 
 def eval_splits(cfg: dict[str, Any]) -> tuple[ArrayData | None, ArrayData]:

@@ -8,7 +8,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData, label_histogram
-from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes, unpack_models
+from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, local_train, make_model, message_client, model_to_arrays, num_classes, state_key, unpack_models
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import confusion_counts, make_aggregator
@@ -17,9 +17,8 @@ from .core import build_members, ensemble_logits, split_indices, subset
 OWN, CACHE = "fens-own-model", "fens-logits"
 
 
-def _splits(context: Context, cfg: dict) -> tuple[ArrayData, ArrayData]:
-    data = client_data(context, cfg)
-    pid = node_partition(context)[0]
+def _splits(context: Context, cfg: dict, pid: int) -> tuple[ArrayData, ArrayData]:
+    data = client_data(context, cfg, pid)
     local_idx, agg_idx = split_indices(len(data), cfg["fens-local-fraction"], cfg["seed"] * 100_003 + pid)
     return subset(data, local_idx), subset(data, agg_idx)
 
@@ -27,15 +26,15 @@ def _splits(context: Context, cfg: dict) -> tuple[ArrayData, ArrayData]:
 def local(msg: Message, context: Context) -> Message:
     """Phase 1: train the local model to completion on the 90% split; upload it once with label counts."""
     cfg = config_of(context)
-    local_data, _ = _splits(context, cfg)
-    pid = node_partition(context)[0]
+    pid = message_client(msg, context, cfg)
+    local_data, _ = _splits(context, cfg, pid)
     if "arrays" in msg.content:  # the common initial model from the server
         model = arrays_to_model(make_model(cfg), msg.content["arrays"])
     else:  # fens-diff-init: this client's own random start (authors' diff_init)
         model = make_model(cfg, seed=cfg["seed"] * 1_000_003 + 7 * pid + 1)
     res = local_train(model, local_data, cfg, server_round=1, seed_offset=pid)
     arrays = model_to_arrays(model)
-    context.state[OWN] = arrays
+    context.state[state_key(pid, OWN)] = arrays
     counts = label_histogram(local_data.y, num_classes(cfg)).tolist()
     metrics = MetricRecord({"num-examples": len(local_data), "train_loss": res.loss, "train_s": res.seconds,
                             "label_counts": counts})
@@ -48,17 +47,18 @@ def logits(msg: Message, context: Context) -> Message:
     Replies with the confusion counts of this client's own member on the 10% split (for voting).
     """
     cfg = config_of(context)
+    pid = message_client(msg, context, cfg)
     conf = msg.content["config"]
     M, own = int(conf["num-models"]), int(conf["own-index"])
     states = unpack_models(msg.content["ensemble"], M)
     if own >= 0 and not states[own]:  # not sent (fens-exclude-own): use the local copy, quantized like the others
-        st = {k: v.numpy() for k, v in context.state[OWN].items()}
+        st = {k: v.numpy() for k, v in context.state[state_key(pid, OWN)].items()}
         states[own] = quantize_state(st) if bool(conf["quantized"]) else st
     models = build_members(cfg, states, bool(conf["quantized"]))
-    _, agg_data = _splits(context, cfg)
+    _, agg_data = _splits(context, cfg, pid)
     torch.set_num_threads(cfg["client-threads"])
     z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]), **compute_options(cfg))
-    context.state[CACHE] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
+    context.state[state_key(pid, CACHE)] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
     C = num_classes(cfg)
     counts = confusion_counts(z[:, own], agg_data.y, C) if own >= 0 else np.zeros((C, C), np.int64)
     return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(agg_data), "own-index": own}),
@@ -68,13 +68,14 @@ def logits(msg: Message, context: Context) -> Message:
 def train_aggregator(msg: Message, context: Context) -> Message:
     """Phase 2 (one FedAdam round): a few SGD steps of the aggregator on the cached logits."""
     cfg = config_of(context)
-    cache = context.state[CACHE]
+    pid = message_client(msg, context, cfg)
+    cache = context.state[state_key(pid, CACHE)]
     data = ArrayData(cache["z"].numpy(), cache["y"].numpy())
     _, M, C = data.x.shape
     agg = arrays_to_model(make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"]), msg.content["arrays"])
     rnd = int(msg.content["config"]["server-round"])
     res = train(agg, data, torch.as_tensor, steps=cfg["agg-local-steps"], batch_size=cfg["agg-batch-size"],
-                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_partition(context)[0],
+                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + pid,
                 device=client_device(cfg))  # the aggregator stays fp32 (docs/training.md)
     # the authors weight a client by the samples it saw this round: min(n_i, batch x steps) (docs/readings.md#fens-phase2)
     seen = len(data) if cfg["adam-update"] == "flower" else min(len(data), cfg["agg-batch-size"] * cfg["agg-local-steps"])

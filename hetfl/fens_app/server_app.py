@@ -29,7 +29,7 @@ from hetfl.common.comm import MeteredGrid, Traffic
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
-from hetfl.common.nodes import NodeDirectory, discover_nodes
+from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
@@ -45,7 +45,7 @@ from .strategy import make_strategy
 ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
 
 
-def _phase1(grid: MeteredGrid, directory: NodeDirectory, nodes: list[int], cfg: dict[str, Any]) -> Ensemble:
+def _phase1(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any]) -> Ensemble:
     """One-shot local training: send the initial model, collect every client's trained model once."""
     t0 = time.perf_counter()
     init = make_model(cfg)
@@ -53,16 +53,16 @@ def _phase1(grid: MeteredGrid, directory: NodeDirectory, nodes: list[int], cfg: 
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
     if not cfg["fens-diff-init"]:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = model_to_arrays(init)
-    raw = grid.send_and_receive([Message(content, message_type=LOCAL, dst_node_id=n) for n in nodes], timeout=cfg["round-timeout"])
+    raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
 
     def check(r: Message) -> tuple[dict[str, np.ndarray], float]:  # a diverged model would make every prediction NaN
         return check_arrays(r.content["arrays"], expected), check_weight(r.content["metrics"]["num-examples"])
 
-    valid, _, rejected = validate_replies(raw, check, 0)
-    valid.sort(key=lambda pair: directory.client_of(pair[0].metadata.src_node_id))
+    valid, _, rejected = validate_replies(raw, check, 0, cmap, set(clients))
+    valid.sort(key=lambda pair: cmap.client_of(pair[0]))
     for r, (_, n) in valid:
         if n == 0:  # only with dirichlet-min-size = 0: a client without data
-            log.warning("FENS: node %d has no local training data; its (untrained) model is left out", r.metadata.src_node_id)
+            log.warning("FENS: client %d has no local training data; its (untrained) model is left out", cmap.client_of(r))
     rejected += sum(n == 0 for _, (_, n) in valid)
     kept = [(r, st, n) for r, (st, n) in valid if n > 0]
     if not kept:
@@ -72,7 +72,7 @@ def _phase1(grid: MeteredGrid, directory: NodeDirectory, nodes: list[int], cfg: 
     log.info("FENS phase 1: %d local models in %.1fs (%.1f MB up)", len(kept), wall, traffic.bytes_up / 1e6)
     return Ensemble(
         states=[st for _, st, _ in kept],
-        client_ids=[directory.client_of(r.metadata.src_node_id) for r, _, _ in kept],
+        client_ids=[cmap.client_of(r) for r, _, _ in kept],
         label_counts=np.array([r.content["metrics"]["label_counts"] for r, _, _ in kept], dtype=np.int64),
         num_examples=[int(n) for _, _, n in kept],
         phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
@@ -95,13 +95,13 @@ def _ensemble_source(cfg: dict[str, Any], run_dir: Path) -> Path | None:
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FENS end to end and return the summary."""
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    directory = discover_nodes(grid, cfg)
-    nodes = directory.order(list(directory.info))  # by client id: the ensemble's member order is run-independent
+    cmap = discover_clients(grid, cfg)
+    clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
     discovery = grid.take()
     # ---- phase 1: one-shot local training, or the saved ensemble -----------------------------
     source = _ensemble_source(cfg, recorder.run_dir)
     if source is None:
-        ens = _phase1(grid, directory, nodes, cfg)
+        ens = _phase1(grid, cmap, clients, cfg)
         write_checkpoint(recorder.run_dir / ENSEMBLE, ens.to_state(), label="ensemble")
     else:
         ens = Ensemble.from_state(read_checkpoint(source))
@@ -113,18 +113,18 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     # (this run, or the one a reused ensemble comes from, so totals stay comparable)
     phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     M, C = len(ens.states), num_classes(cfg)
-    node_of = {directory.client_of(n): n for n in nodes}
-    members = [node_of.get(c) for c in ens.client_ids]  # node ids of the members in this run (None: gone)
+    member_of = {c: j for j, c in enumerate(ens.client_ids)}  # client id -> its model's index in the ensemble
     # ---- ensemble download (INT8), logit caching and confusion matrices -----------------------
     sent = [quantize_state(s) for s in ens.states] if cfg["fens-quantize"] else ens.states
     ens_models = build_members(cfg, sent, cfg["fens-quantize"])
     msgs = []
-    for n in nodes:
-        own = members.index(n) if n in members else -1
-        rec = pack_models(sent, skip=own if cfg["fens-exclude-own"] and own >= 0 else None)
+    shared = pack_models(sent)  # one record for every client that receives all M models
+    for c in clients:
+        own = member_of.get(c, -1)
+        rec = pack_models(sent, skip=own) if cfg["fens-exclude-own"] and own >= 0 else shared
         conf = ConfigRecord({"num-models": M, "own-index": own, "quantized": cfg["fens-quantize"]})
-        msgs.append(Message(RecordDict({"ensemble": rec, "config": conf}), message_type=LOGITS, dst_node_id=n))
-    ready = [r for r in grid.send_and_receive(msgs, timeout=cfg["round-timeout"]) if not r.has_error()]
+        msgs.append(cmap.message(c, RecordDict({"ensemble": rec, "config": conf}), LOGITS))
+    ready = [r for r in cmap.send_and_receive(grid, msgs, cfg["round-timeout"]) if not r.has_error()]
     download = grid.take()
     confusion = np.zeros((M, C, C), np.int64)
     for r in ready:
@@ -179,6 +179,6 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     if cfg["aggregator"] in STATIC or not agg.trainable:
         evaluate_fn(0, arrays)
     else:
-        run_rounds(grid, make_strategy(cfg, directory), arrays, cfg, recorder, evaluate_fn,
+        run_rounds(grid, make_strategy(cfg, cmap), arrays, cfg, recorder, evaluate_fn,
                    taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
     return recorder.finish()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hetfl.baselines.strategy import SeededFedAdam, SeededFedYogi, adam_options
-from hetfl.common.nodes import NodeDirectory
+from hetfl.common.nodes import ClientMap
 
 
 class AggregatorFedAdam(SeededFedAdam):
@@ -20,7 +20,7 @@ class AggregatorFedYogi(SeededFedYogi):
     """Flower's FedYogi on the aggregator (``agg-server-opt = "yogi"``; tau from ``adam-tau``)."""
 
 
-def make_strategy(cfg: dict[str, Any], directory: NodeDirectory) -> AggregatorFedAdam | AggregatorFedYogi:
+def make_strategy(cfg: dict[str, Any], cmap: ClientMap) -> AggregatorFedAdam | AggregatorFedYogi:
     """Phase 2's strategy: every client every round (nodes were awaited in phase 1), seeded by client id."""
     common = dict(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=1,
                   eta=cfg["agg-server-lr"], eta_l=cfg["agg-client-lr"])
@@ -30,4 +30,4 @@ def make_strategy(cfg: dict[str, Any], directory: NodeDirectory) -> AggregatorFe
         strategy = AggregatorFedYogi(**common, **opts)
     else:
         strategy = AggregatorFedAdam(**common, **opts)
-    return strategy.bind(directory, cfg["seed"], cfg["round-timeout"])
+    return strategy.bind(cmap, cfg["seed"], cfg["round-timeout"])

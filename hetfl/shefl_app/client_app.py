@@ -10,30 +10,29 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
-from hetfl.common.task import client_data, config_of, local_train, node_partition, received_model
+from hetfl.common.task import client_data, config_of, local_train, message_client, num_clients, received_model, state_key
 
 from .core import hpc_partitions
 from .keys import role_work
 
 
-def device_class(context: Context, cfg: dict[str, Any]) -> str:
-    """'hpc' | 'lpc': the node config's device-class (deployment), else from the partition id (simulation)."""
+def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
+    """'hpc' | 'lpc': the node config's device-class (deployment), else from the client id (simulation)."""
     declared = context.node_config.get("device-class")
     if declared is not None:
         if declared not in ("hpc", "lpc"):
             raise ValueError(f"node config device-class={declared!r}; expected 'hpc' or 'lpc'")
         return str(declared)
-    pid, n = node_partition(context)
-    return "hpc" if pid in hpc_partitions(n, cfg["hpc-fraction"], cfg["seed"]) else "lpc"
+    return "hpc" if client in hpc_partitions(num_clients(context, cfg), cfg["hpc-fraction"], cfg["seed"]) else "lpc"
 
 
-def node_info(context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """What a SHEFL node reports when discovered: its device class."""
-    return {"device-class": device_class(context, cfg)}
+def node_info(context: Context, cfg: dict[str, Any], client: int) -> dict[str, Any]:
+    """What a SHEFL node reports for a client when discovered: its device class."""
+    return {"device-class": device_class(context, cfg, client)}
 
 
-def _residual(context: Context, m: int, size: int) -> np.ndarray:
-    rec = context.state.get(f"shefl-residual-{m}")
+def _residual(context: Context, client: int, m: int, size: int) -> np.ndarray:
+    rec = context.state.get(state_key(client, f"shefl-residual-{m}"))
     return rec["r"].numpy() if rec is not None else np.zeros(size, np.float32)
 
 
@@ -43,8 +42,8 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     rnd, role, density = int(conf["server-round"]), str(conf["role"]), float(conf["density"])
     models = [int(m) for m in conf["models"]]
-    data = client_data(context, cfg)
-    pid = node_partition(context)[0]
+    pid = message_client(msg, context, cfg)
+    data = client_data(context, cfg, pid)
     steps, epochs = role_work(cfg, "hpc" if role == "hpc" else "lpc")
     out, losses, secs = ArrayRecord(), [], 0.0
     for m in models:
@@ -56,12 +55,12 @@ def train(msg: Message, context: Context) -> Message:
         delta = layout.flatten(get_state(model)) - layout.flatten(start)
         segments = layout.segments if cfg["topk-scope"] == "tensor" else None
         if cfg["error-feedback"] and density < 1.0:
-            delta = delta + _residual(context, m, layout.size)
+            delta = delta + _residual(context, pid, m, layout.size)
         idx, val = topk_sparsify(delta, density, segments)
         if cfg["error-feedback"] and density < 1.0:
             rest = delta.copy()
             rest[idx] = 0.0
-            context.state[f"shefl-residual-{m}"] = ArrayRecord({"r": Array(rest)})
+            context.state[state_key(pid, f"shefl-residual-{m}")] = ArrayRecord({"r": Array(rest)})
         put_sparse(out, f"m{m}", encode_sparse(idx, val, layout.size))
         losses.append(res.loss)
         secs += res.seconds

@@ -6,19 +6,22 @@ are ambiguous, the reading the code follows is explained in docs/readings.md#she
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass
 
 import numpy as np
 
 
-def hpc_partitions(num_partitions: int, hpc_fraction: float, seed: int) -> set[int]:
+@lru_cache(maxsize=8)
+def hpc_partitions(num_partitions: int, hpc_fraction: float, seed: int) -> frozenset[int]:
     """Partition ids that are high-power clients in simulation: a seeded subset of round(N * fraction).
 
     Deployment nodes declare their class instead (docs/readings.md#shefl-roles).
     """
     n_hpc = int(round(num_partitions * hpc_fraction))
     rng = np.random.default_rng([seed, 0x5EF1])
-    return set(rng.choice(num_partitions, n_hpc, replace=False).tolist())
+    return frozenset(rng.choice(num_partitions, n_hpc, replace=False).tolist())
 
 
 def make_clusters(node_ids: list[int], num_clusters: int, seed: int) -> list[list[int]]:

@@ -10,7 +10,7 @@ from flwr.app import ArrayRecord, Context, MetricRecord
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
-from hetfl.common.nodes import discover_nodes
+from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
@@ -19,24 +19,24 @@ from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement
 from .strategy import SHEFL
 
 
-def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> tuple[dict[int, str], dict[int, int]]:
-    """Wait for min-available-nodes nodes and ask each for its device class (hpc | lpc) and client id.
+def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> tuple[dict[int, str], ClientMap]:
+    """Wait for min-available-nodes nodes and ask each for its clients and their device class (hpc | lpc).
 
-    The client id (partition id) orders the nodes, so clusters and sampling do not depend on
-    Flower's random node ids: runs are reproducible and a resumed run continues identically.
+    Clusters and sampling are built over client ids, so they do not depend on Flower's random
+    node ids: runs are reproducible and a resumed run continues identically.
     """
-    nodes = discover_nodes(grid, cfg, timeout)
-    roles = {n: str(a["device-class"]) for n, a in nodes.info.items()}
+    cmap = discover_clients(grid, cfg, timeout)
+    roles = {c: str(r) for c, r in cmap.field("device-class").items()}
     log.info("device classes: %d HPC, %d LPC", sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()))
-    return roles, nodes.clients()
+    return roles, cmap
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run SHEFL for num-server-rounds with ensemble evaluation after every round."""
     M = cfg["shefl-models"]
     members = [make_model(cfg, seed=cfg["seed"] * 1000 + m) for m in range(M)]  # distinct inits
-    roles, clients = discover_roles(grid, cfg)
-    strategy = SHEFL(cfg, roles, clients)
+    roles, cmap = discover_roles(grid, cfg)
+    strategy = SHEFL(cfg, roles, cmap)
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
     opts = compute_options(cfg, server=True)  # server-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
@@ -54,9 +54,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         traffic = grid.take()
         per_role = {}
         for role in ("hpc", "lpc"):
-            nodes = [n for n, (r, _) in strategy.sent.items() if r == role] if server_round else []
+            clients = [c for c, (r, _) in strategy.sent.items() if r == role] if server_round else []
             for direction, counts in (("down", traffic.down), ("up", traffic.up)):
-                vals = [counts.get(n, 0) for n in nodes]
+                vals = [counts.get(c, 0) for c in clients]
                 per_role[f"bytes_{direction}_{role}_mean"] = float(np.mean(vals)) if vals else 0.0
         recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
                         eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s, replies=traffic.replies,

@@ -1,7 +1,7 @@
-"""The SHEFL Flower strategy: M global models, cluster sampling, per-node model assignment, Eq. 2 aggregation.
+"""The SHEFL Flower strategy: M global models, cluster sampling, per-client model assignment, Eq. 2 aggregation.
 
 The M models travel as one ArrayRecord with keys ``m<j>.<param>`` so that Flower's
-``Strategy.start`` loop drives the rounds; each node receives only the models it trains
+``Strategy.start`` loop drives the rounds; each client receives only the models it trains
 (HPCs all M, LPCs one, by :class:`PermutationSchedule`). Clients return top-k sparse
 deltas; the server scales them with :func:`workload_weights` (the papers scale on the
 client before top-k; the selected entries are the same for a positive scale) and adds
@@ -20,7 +20,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.serverapp import Grid
 
 from hetfl.common.compression import StateLayout
-from hetfl.common.strategy import StrategyBase, check_sparse
+from hetfl.common.nodes import ClientMap
+from hetfl.common.strategy import StrategyBase, check_sparse, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
@@ -38,21 +39,21 @@ log = logging.getLogger("hetfl")
 
 
 class SHEFL(StrategyBase):
-    """SHEFL (Algorithm 1) over nodes whose device class the server learned by query."""
+    """SHEFL (Algorithm 1) over clients whose device class the server learned by query."""
 
 
-    def __init__(self, cfg: dict[str, Any], roles: dict[int, str], clients: dict[int, int] | None = None) -> None:
+    def __init__(self, cfg: dict[str, Any], roles: dict[int, str], cmap: ClientMap | None = None) -> None:
+        """`roles`: client id -> 'hpc' | 'lpc'; `cmap`: where each client is served (an empty map plans only)."""
         self.cfg = cfg
         self.M = cfg["shefl-models"]
-        self.clients = dict(clients or {})  # node id -> client id
-        order = (lambda n: (clients[n], n)) if clients else (lambda n: n)  # by client id when known
-        hpc = sorted((n for n, r in roles.items() if r == "hpc"), key=order)
-        lpc = sorted((n for n, r in roles.items() if r != "hpc"), key=order)
+        self.map = cmap if cmap is not None else ClientMap()
+        hpc = sorted(c for c, r in roles.items() if r == "hpc")
+        lpc = sorted(c for c, r in roles.items() if r != "hpc")
         # hpc-models = "one" (restricted Fed-Ensemble, Fig. 7): every device is scheduled as a one-model client;
         # an HPC device keeps its HPC local work (its role in the message) but trains one model at the LPC density
         self.one_model_hpcs = set(hpc) if cfg["hpc-models"] == "one" else set()
         if self.one_model_hpcs:
-            hpc, lpc = [], sorted(roles, key=order)
+            hpc, lpc = [], sorted(roles)
         C = max(1, int(len(roles) * cfg["fraction-train"]))
         self.C_h = min(cfg["hpc-per-round"], len(hpc), C)
         self.C_l = min(C - self.C_h, len(lpc))
@@ -64,13 +65,13 @@ class SHEFL(StrategyBase):
         self.schedule = PermutationSchedule(self.M, self.C_l, seed)
         self.rng = np.random.default_rng([seed, 0x5A])
         self.k_l, self.k_h = topk_densities(cfg["topk-density"], cfg["resource-ratio"], self.M)
-        self.sent: dict[int, tuple[str, list[int]]] = {}  # node -> (role, models) of the current round
+        self.sent: dict[int, tuple[str, list[int]]] = {}  # client -> (role, models) of the current round
         self._states: list[dict[str, np.ndarray]] | None = None
         self.layout: StateLayout | None = None
         self.last_round: dict[str, Any] = {}
 
     def state_dict(self) -> dict[str, Any]:
-        """Sampling RNG (the schedule and clusters are functions of the seed and the nodes)."""
+        """Sampling RNG (the schedule and clusters are functions of the seed and the clients)."""
         return {"rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
@@ -83,7 +84,7 @@ class SHEFL(StrategyBase):
         )
 
     def plan(self, server_round: int) -> RoundPlan:
-        """Sample one node per cluster and assign LPC models by the permutation schedule."""
+        """Sample one client per cluster and assign LPC models by the permutation schedule."""
         hpc = sample_from_clusters(self.hpc_clusters, self.rng)
         lpc = sample_from_clusters(self.lpc_clusters, self.rng)
         models = self.schedule.models_for_round(server_round).tolist() if self.C_l else []
@@ -96,18 +97,23 @@ class SHEFL(StrategyBase):
         per_model = [ArrayRecord({k: Array(v) for k, v in st.items()}) for st in states]
         plan = self.plan(server_round)
         hpc_set = set(plan.hpc_nodes)
+        self.map.refresh(grid, self.cfg["round-timeout"])
+        online = set(self.map.online(grid))
         self.sent = {}
         messages = []
-        for node, models in plan.assignments(self.M).items():
-            role = "hpc" if node in hpc_set or node in self.one_model_hpcs else "lpc"
+        for client, models in plan.assignments(self.M).items():
+            if client not in online:  # its node is gone (until a node that hosts it connects again)
+                log.warning("round %d: client %d is not connected; its slot stays empty", server_round, client)
+                continue
+            role = "hpc" if client in hpc_set or client in self.one_model_hpcs else "lpc"
             conf = ConfigRecord({
                 "server-round": server_round, "role": role, "models": models,
-                "density": self.k_h if node in hpc_set else self.k_l,
+                "density": self.k_h if client in hpc_set else self.k_l,
             })
             content = RecordDict({**{f"model.{m}": per_model[m] for m in models}, "config": conf})
-            messages.append(Message(content=content, message_type=TRAIN, dst_node_id=node))
-            self.sent[node] = (role, models)
-        self.sampled = sorted(self.clients.get(n, n) for n in self.sent)
+            messages.append(self.map.message(client, content, TRAIN))
+            self.sent[client] = (role, models)
+        self.sampled = sorted(self.sent)
         log.info("round %d: %d HPCs train all %d models, %d LPCs train models %s",
                  server_round, len(plan.hpc_nodes), self.M, len(plan.lpc_nodes), plan.lpc_models)
         return messages
@@ -128,23 +134,20 @@ class SHEFL(StrategyBase):
         assert self._states is not None and self.layout is not None
         hpc: list[list[np.ndarray]] = [[] for _ in range(self.M)]
         lpc: list[list[np.ndarray]] = [[] for _ in range(self.M)]
-        failed = rejected = 0
+
+        def check(r: Message) -> tuple[dict[int, np.ndarray], float]:
+            role, models = self.sent[self.map.client_of(r)]
+            return self._deltas_of(r, models), float(r.content["metrics"]["train_loss"])
+
+        ok, failed, self.rejected = validate_replies(replies, check, server_round, self.map, set(self.sent))
         losses = []
-        for r in replies:
-            node = r.metadata.src_node_id
-            if r.has_error() or node not in self.sent:
-                failed += 1
-                continue
-            role, models = self.sent[node]
-            try:
-                deltas = self._deltas_of(r, models)
-            except (ValueError, KeyError) as err:
-                rejected += 1
-                log.warning("round %d: rejected update from node %d: %s", server_round, node, err)
-                continue
+        for r, (deltas, loss) in ok:
+            role, _ = self.sent[self.map.client_of(r)]
             for m, d in deltas.items():
                 (hpc if role == "hpc" else lpc)[m].append(d)
-            losses.append(float(r.content["metrics"]["train_loss"]))
+            losses.append(loss)
+        lost = len(self.sent) - len(ok) - failed - self.rejected  # no reply within the round timeout
+        failed += max(0, lost)
         new_states, stats = [], {}
         for m in range(self.M):
             H, L = len(hpc[m]), len(lpc[m])
@@ -155,8 +158,7 @@ class SHEFL(StrategyBase):
                 st = self.layout.unflatten(self.layout.flatten(st) + step, st)
             new_states.append(st)
             stats[f"H_m{m}"], stats[f"L_m{m}"] = H, L
-        self.last_round = {**stats, "failed": failed, "rejected": rejected}
+        self.last_round = {**stats, "failed": failed, "rejected": self.rejected}
         metrics = MetricRecord({"train_loss": float(np.mean(losses)) if losses else float("nan"),
-                                "failed": failed, "rejected": rejected})
+                                "failed": failed, "rejected": self.rejected})
         return pack_models(new_states), metrics
-
