@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from hetfl.common import task
+from hetfl.common import nodes, task
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.config import ConfigError
 from hetfl.launch import ROOT, free_port, process_tree
@@ -33,7 +33,7 @@ from .conftest import require_fmnist
 
 
 class FakeClock:
-    """Stands in for the `time` module inside hetfl.common.task: sleep() advances monotonic() at once."""
+    """Stands in for the `time` module inside hetfl.common.nodes: sleep() advances monotonic() at once."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -73,7 +73,7 @@ def _sim_grid(num_nodes: int):
 @pytest.fixture
 def clock(monkeypatch):
     c = FakeClock()
-    monkeypatch.setattr(task, "time", c)
+    monkeypatch.setattr(nodes, "time", c)
     return c
 
 
@@ -83,7 +83,7 @@ def test_quickstart_on_a_smaller_simulated_federation_fails_at_once_with_one_cle
     min_nodes = tomllib.loads((ROOT / "configs" / "quickstart.toml").read_text())["min-available-nodes"]
     assert min_nodes == 20
     with pytest.raises(ConfigError) as err:
-        task.wait_for_nodes(MeteredGrid(_sim_grid(10)), min_nodes)
+        nodes.wait_for_nodes(MeteredGrid(_sim_grid(10)), min_nodes)
     msg = str(err.value)
     assert "\n" not in msg
     assert "'min-available-nodes' = 20" in msg and "10 SuperNodes connected" in msg and "num-supernodes=20" in msg
@@ -92,20 +92,20 @@ def test_quickstart_on_a_smaller_simulated_federation_fails_at_once_with_one_cle
 
 def test_deployment_waits_while_nodes_keep_joining_then_fails_when_they_stop(clock):
     # 1, 2, ..., 6 nodes, one per second: no failure while the count grows (stall 120 s by default)
-    assert task.wait_for_nodes(GrowingGrid(final=6), 6) == list(range(101, 107))
+    assert nodes.wait_for_nodes(GrowingGrid(final=6), 6) == list(range(101, 107))
     assert clock.now == pytest.approx(5.0)
     # 3 nodes join, then none: fails 120 s after the last join, not at the 600 s timeout
     clock.now = 0.0
     with pytest.raises(ConfigError, match=r"'min-available-nodes' = 8 exceeds the 3 SuperNodes connected"):
-        task.wait_for_nodes(GrowingGrid(final=3), 8)
+        nodes.wait_for_nodes(GrowingGrid(final=3), 8)
     assert 122.0 <= clock.now <= 124.0
 
 
 def test_enough_nodes_return_at_once_and_no_node_times_out(clock):
-    assert task.wait_for_nodes(_sim_grid(3), 3) == [1, 2, 3]
+    assert nodes.wait_for_nodes(_sim_grid(3), 3) == [1, 2, 3]
     assert clock.now == 0.0
     with pytest.raises(TimeoutError, match=r"no SuperNode connected within 30 s \(min-available-nodes = 2\)"):
-        task.wait_for_nodes(_sim_grid(0), 2, timeout=30.0)
+        nodes.wait_for_nodes(_sim_grid(0), 2, timeout=30.0)
     assert clock.now == pytest.approx(30.0)
 
 
@@ -114,7 +114,7 @@ def test_waiting_is_logged(clock, caplog, monkeypatch):
 
     monkeypatch.setattr(task.log, "propagate", True)  # setup_logging() turns it off in a process that ran an app
     with caplog.at_level(logging.INFO, logger="hetfl"), pytest.raises(ConfigError):
-        task.wait_for_nodes(_sim_grid(2), 4, stall=40.0)
+        nodes.wait_for_nodes(_sim_grid(2), 4, stall=40.0)
     lines = [r.getMessage() for r in caplog.records if r.name == "hetfl"]
     assert lines[0] == "waiting for min-available-nodes = 4 SuperNodes: 2 connected"
     assert any(line.startswith("still waiting for min-available-nodes = 4 SuperNodes: 2 connected after 30") for line in lines)

@@ -33,7 +33,6 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from .comm import CLIENT
 from .registry import NODE_QUERY
-from .task import wait_for_nodes
 
 log = logging.getLogger("hetfl")
 
@@ -178,3 +177,63 @@ def discover_clients(grid, cfg: dict[str, Any], timeout: float = 600.0) -> Clien
     cmap = ClientMap(answers)
     log.info("%d clients on %d nodes", len(cmap.node), len(answers))
     return cmap
+
+
+def wait_for_nodes(grid, min_nodes: int, timeout: float = 600.0, stall: float | None = None,
+                   poll: float = 1.0) -> list[int]:
+    """Wait until at least `min_nodes` (min-available-nodes) SuperNodes are connected; return their ids (sorted).
+
+    Logs the connected count when it changes (and every 30 s) and never waits silently: it
+    fails when fewer than `min_nodes` nodes are connected and no node has joined for `stall`
+    seconds, or when no node connects within `timeout` seconds.
+
+    Parameters
+    ----------
+    stall : float, optional
+        Seconds without a new node after which a count below `min_nodes` is final. Default:
+        5 s in simulation (Flower registers the whole federation, `num-supernodes`, at once
+        before the first ClientApp runs), 120 s in deployment (SuperNodes join over time).
+    poll : float
+        Seconds between two looks at the connected nodes.
+
+    Raises
+    ------
+    ConfigError
+        min-available-nodes exceeds the nodes that connected (one line: key, value, count).
+    TimeoutError
+        No node connected within `timeout`.
+    """
+    from .config import ConfigError
+
+    if stall is None:
+        from flwr.superlink.grid import InMemoryGrid
+
+        inner = grid
+        while hasattr(inner, "_inner"):  # MeteredGrid and other wrappers
+            inner = inner._inner
+        stall = 5.0 if isinstance(inner, InMemoryGrid) else 120.0
+    start = last_change = last_log = time.monotonic()
+    count = -1
+    while True:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        now = time.monotonic()
+        if len(nodes) >= min_nodes:
+            if count >= 0:  # we logged a wait: say that it is over
+                log.info("%d SuperNodes connected (min-available-nodes = %d)", len(nodes), min_nodes)
+            return nodes
+        if len(nodes) != count:
+            count, last_change, last_log = len(nodes), now, now
+            log.info("waiting for min-available-nodes = %d SuperNodes: %d connected", min_nodes, count)
+        elif now - last_log >= 30.0:
+            last_log = now
+            log.info("still waiting for min-available-nodes = %d SuperNodes: %d connected after %.0f s",
+                     min_nodes, count, now - start)
+        if count > 0 and now - last_change >= stall:
+            raise ConfigError(
+                f"run-config key 'min-available-nodes' = {min_nodes} exceeds the {count} SuperNodes connected "
+                f"(none joined in {stall:g} s); expected at most {count}, or start {min_nodes} nodes "
+                f"(simulation: flwr run . --federation-config \"num-supernodes={min_nodes}\")"
+            )
+        if now - start >= timeout:
+            raise TimeoutError(f"no SuperNode connected within {timeout:g} s (min-available-nodes = {min_nodes})")
+        time.sleep(poll)
