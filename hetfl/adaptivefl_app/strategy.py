@@ -135,6 +135,7 @@ class AdaptiveFL(StrategyBase):
         if len(backs) != len(sent):
             raise ValueError(f"{len(backs)} pool indices returned for {len(sent)} jobs")
         expected: dict[str, tuple[int, ...]] = {}
+        dtypes = {k: v.dtype for k, v in self._states[0].items()} if self._states else None  # the global model's
         for j, (back, m) in enumerate(zip(backs, sent, strict=True)):
             if back == -1:  # nothing fit this device
                 continue
@@ -143,7 +144,8 @@ class AdaptiveFL(StrategyBase):
             if not self.pool[m].contains(self.pool[back]):
                 raise ValueError(f"returned {self.pool[back].name}, which is not a submodel of the sent {self.pool[m].name}")
             expected.update({f"m{j}.{k}": shape for k, shape in self.pool.shapes(back).items()})
-        flat = check_arrays(reply.content["arrays"], expected)
+        flat = check_arrays(reply.content["arrays"], expected,
+                            {k: dtypes[k.split(".", 1)[1]] for k in expected} if dtypes else None)
         states: list[dict[str, np.ndarray]] = [{} for _ in sent]
         for key, value in flat.items():
             j, name = key.split(".", 1)

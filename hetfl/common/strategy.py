@@ -30,13 +30,20 @@ T = TypeVar("T")
 # --- the one reply validator ------------------------------------------------------------------
 
 
-def check_arrays(record: ArrayRecord, expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+def check_arrays(record: ArrayRecord, expected: Mapping[str, tuple[int, ...]],
+                 dtypes: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
     """The record's arrays as NumPy if its keys and shapes are exactly `expected` and floats are finite.
+
+    Parameters
+    ----------
+    dtypes : mapping, optional
+        Key -> the dtype the array must have (that of the global model's array). Without it, any
+        numeric dtype passes.
 
     Raises
     ------
     ValueError
-        Naming the first key that is missing, unexpected, of the wrong shape, or holds NaN/inf.
+        Naming the first key that is missing, unexpected, of the wrong shape or dtype, or holds NaN/inf.
     """
     got = set(record.keys())
     if got != set(expected):
@@ -47,6 +54,10 @@ def check_arrays(record: ArrayRecord, expected: Mapping[str, tuple[int, ...]]) -
         a = record[k].numpy()
         if tuple(a.shape) != tuple(shape):
             raise ValueError(f"'{k}' has shape {tuple(a.shape)}, expected {tuple(shape)}")
+        if dtypes is not None and a.dtype != np.dtype(dtypes[k]):
+            raise ValueError(f"'{k}' has dtype {a.dtype}, expected {np.dtype(dtypes[k])}")
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"'{k}' has non-numeric dtype {a.dtype}")
         if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
             raise ValueError(f"'{k}' has NaN/inf")
         out[k] = a
@@ -58,7 +69,10 @@ def check_sparse(record: ArrayRecord, prefix: str, size: int) -> tuple[np.ndarra
 
     :func:`~hetfl.common.comm.decode_sparse` checks that positions are in range and match the values.
     """
-    idx, val, got = decode_sparse(get_sparse(record, prefix))
+    enc = get_sparse(record, prefix)
+    if not np.issubdtype(np.asarray(enc["val"]).dtype, np.floating):
+        raise ValueError(f"'{prefix}': values of dtype {np.asarray(enc['val']).dtype}, expected floats")
+    idx, val, got = decode_sparse(enc)
     if got != size:
         raise ValueError(f"'{prefix}': sparse vector of length {got}, expected {size}")
     if not np.all(np.isfinite(val)):
@@ -189,6 +203,7 @@ class SeededSampling(FedAvg, StrategyBase):
     seed: int = 0
     accepted: list[Message] = []  # the replies the latest aggregate_train aggregated (reassigned, never mutated)
     _reference: dict[str, tuple[int, ...]] | None = None
+    _dtypes: dict[str, np.dtype] | None = None
 
     def bind(self, cmap: ClientMap, seed: int, timeout: float = 600.0) -> SeededSampling:
         """Sample from the clients of `cmap` with the run's `seed`; returns self.
@@ -209,6 +224,7 @@ class SeededSampling(FedAvg, StrategyBase):
         k = max(int(len(online) * self.fraction_train), self.min_train_nodes)
         self.sampled = sample_clients(online, k, self.seed, server_round)
         self._reference = {k: tuple(v.shape) for k, v in arrays.items()}
+        self._dtypes = {k: np.dtype(v.dtype) for k, v in arrays.items()}
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         log.info("round %d: sampled clients %s", server_round, self.sampled)
@@ -220,7 +236,7 @@ class SeededSampling(FedAvg, StrategyBase):
         reference = self._reference or {}
 
         def check(r: Message) -> None:
-            check_arrays(single_array_record(r), reference)
+            check_arrays(single_array_record(r), reference, self._dtypes)
             check_weight(r.content["metrics"][self.weighted_by_key])
 
         ok, _, self.rejected = validate_replies(replies, check, server_round, self.map, set(self.sampled))

@@ -50,13 +50,14 @@ def _phase1(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[st
     t0 = time.perf_counter()
     init = make_model(cfg)
     expected = {k: tuple(v.shape) for k, v in get_state(init).items()}
+    dtypes = {k: v.dtype for k, v in get_state(init).items()}
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
     if not cfg["fens-diff-init"]:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = model_to_arrays(init)
     raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
 
     def check(r: Message) -> tuple[dict[str, np.ndarray], float]:  # a diverged model would make every prediction NaN
-        return check_arrays(r.content["arrays"], expected), check_weight(r.content["metrics"]["num-examples"])
+        return check_arrays(r.content["arrays"], expected, dtypes), check_weight(r.content["metrics"]["num-examples"])
 
     valid, _, rejected = validate_replies(raw, check, 0, cmap, set(clients))
     valid.sort(key=lambda pair: cmap.client_of(pair[0]))
@@ -172,13 +173,15 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         if server_round == 0:  # this row carries phases 1-2
             traffic.add(phase1).add(download)
         recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, val_accuracy=val_acc,
-                        comm_s=traffic.comm_s, replies=traffic.replies, failures=traffic.failures)
+                        comm_s=traffic.comm_s, replies=traffic.replies, failures=traffic.failures,
+                        rejected=strategy.rejected if strategy is not None and server_round else 0)
         return MetricRecord({"accuracy": acc, "loss": loss})
 
     arrays = model_to_arrays(agg)
-    if cfg["aggregator"] in STATIC or not agg.trainable:
+    strategy = None if cfg["aggregator"] in STATIC or not agg.trainable else make_strategy(cfg, cmap)
+    if strategy is None:
         evaluate_fn(0, arrays)
     else:
-        run_rounds(grid, make_strategy(cfg, cmap), arrays, cfg, recorder, evaluate_fn,
+        run_rounds(grid, strategy, arrays, cfg, recorder, evaluate_fn,
                    taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
     return recorder.finish()
