@@ -229,8 +229,15 @@ class _Marker:
 
 
 class _FakeGrid:
+    """No nodes; every round's traffic period holds 7 bytes down (so cumulative bytes must survive a resume)."""
+
     def send_and_receive(self, messages, timeout=None):
         return []
+
+    def take(self):
+        from hetfl.common.comm import Traffic
+
+        return Traffic(down={0: 7})
 
 
 class _RngStrategy:
@@ -282,7 +289,7 @@ def _run(tmp_path, rounds, resume=False, stop=0, name="run"):
 
     def evaluate(rnd, arrays):
         seen.append(rnd)
-        recorder.record(rnd, float(arrays_of(arrays)["w"].sum()), float("nan"), bytes_down=rnd, extra=np.float32(rnd))
+        return {"accuracy": float(arrays_of(arrays)["w"].sum()), "loss": float("nan"), "extra": np.float32(rnd)}
 
     final = run_rounds(_FakeGrid(), strategy, initial, cfg, recorder, evaluate)
     return final, recorder, seen

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, Context
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
@@ -55,8 +54,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     log.info("device capacities (%s, parameters): %s", cfg["device-capacity"], ", ".join(
         f"{t} {c.loc:,.0f}" + (f" +- {c.scale:,.0f} in [{c.low:,.0f}, {c.high:,.0f}]" if c.scale else "") for t, c in caps.items()))
 
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        t0 = time.perf_counter()
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         states = unpack_models(arrays, strategy.num_models)
         accs, losses = {}, {}
         for slot, level in enumerate(LEVELS):
@@ -64,13 +62,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
             model = models[level]
             set_state(model, slice_state(src, pool.shapes(pool.index(level))))
             losses[level], accs[level] = evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
-        traffic = grid.take()
-        avg = sum(accs.values()) / len(accs)
-        recorder.record(server_round, accs["L1"], losses["L1"], traffic.bytes_down, traffic.bytes_up,
-                        eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s, replies=traffic.replies,
-                        failures=traffic.failures, **{f"acc_{k}": v for k, v in accs.items()}, acc_avg=avg,
-                        **(strategy.last_round if server_round else {}))
-        return MetricRecord({"accuracy": accs["L1"], "loss": losses["L1"], "acc_avg": avg})
+        return {"accuracy": accs["L1"], "loss": losses["L1"], **{f"acc_{k}": v for k, v in accs.items()},
+                "acc_avg": sum(accs.values()) / len(accs)}
 
     run_rounds(grid, strategy, pack_models(initial), cfg, recorder, evaluate_fn)
     return recorder.finish()

@@ -221,6 +221,10 @@ class AdaptiveFL(StrategyBase):
                                 "failed": failed, "rejected": rejected})
         return pack_models(new), metrics
 
+    def round_metrics(self, traffic: Any) -> dict[str, Any]:
+        """Waste rate (Eq. 5), parameters sent/back, pruned/untrained/failed/rejected, returns per pool member."""
+        return dict(self.last_round)
+
     def state_dict(self) -> dict[str, Any]:
         """RL tables, sampling RNG and waste totals (for checkpoints)."""
         return {"selector": self.selector.state(), "selector_rng": self.selector.rng.bit_generator.state,

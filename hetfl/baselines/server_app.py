@@ -6,11 +6,9 @@ module only adds centralized evaluation, byte accounting and the results writer.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
-from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+from flwr.app import ArrayRecord, Context
 
 from hetfl.baselines.fedbe import DistillOptions
 from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedBE, SeededFedProx, adam_options
@@ -30,20 +28,9 @@ from hetfl.common.task import (
 from hetfl.common.train import Normalizer
 
 
-def make_strategy(cfg: dict[str, Any], cmap: ClientMap, train_metrics: dict[str, float] | None = None) -> SeededFedAvg:
+def make_strategy(cfg: dict[str, Any], cmap: ClientMap) -> SeededFedAvg:
     """The Flower strategy for `method` (fedavg | fedprox | fedadam | fedbe), sampling from the clients of `cmap`
-    with the run's seed, with centralized evaluation only.
-
-    The weighted-average client train metrics of the latest round are copied into `train_metrics`.
-    """
-
-    def aggregate_metrics(records: list[RecordDict], weight_key: str) -> MetricRecord:
-        agg = aggregate_metricrecords(records, weight_key)
-        if train_metrics is not None:
-            train_metrics.clear()
-            train_metrics.update({f"client_{k}": float(v) for k, v in agg.items() if k != weight_key})
-        return agg
-
+    with the run's seed, with centralized evaluation only."""
     kwargs = dict(
         fraction_train=cfg["fraction-train"],
         fraction_evaluate=0.0,
@@ -51,7 +38,6 @@ def make_strategy(cfg: dict[str, Any], cmap: ClientMap, train_metrics: dict[str,
         # the ServerApp waits for min-available-nodes once before round 1; afterwards a round goes on
         # with whoever is connected (Flower would otherwise block forever when a node dies)
         min_available_nodes=1,
-        train_metrics_aggr_fn=aggregate_metrics,
     )
     if cfg["method"] == "fedbe":
         return _fedbe(cfg, SeededFedBE(**kwargs).bind(cmap, cfg["seed"], cfg["round-timeout"]))
@@ -80,25 +66,15 @@ def _fedbe(cfg: dict[str, Any], strategy: SeededFedBE) -> SeededFedBE:
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run FedAvg/FedProx for num-server-rounds; returns the run summary."""
+    """Run FedAvg/FedProx/FedAdam/FedBE for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
     evaluate = centralized_evaluator(cfg)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    train_metrics: dict[str, float] = {}
+    strategy = make_strategy(cfg, discover_clients(grid, cfg))
 
-    strategy = make_strategy(cfg, discover_clients(grid, cfg), train_metrics)
-
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        t0 = time.perf_counter()
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         loss, acc = evaluate(arrays_to_model(model, arrays))
-        traffic = grid.take()
-        recorder.record(
-            server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
-            eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s,
-            replies=traffic.replies, failures=traffic.failures, rejected=getattr(strategy, "rejected", 0), **train_metrics,
-        )
-        train_metrics.clear()
-        return MetricRecord({"accuracy": acc, "loss": loss})
+        return {"accuracy": acc, "loss": loss}
 
     run_rounds(grid, strategy, model_to_arrays(model), cfg, recorder, evaluate_fn)
     return recorder.finish()

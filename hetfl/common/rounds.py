@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import Strategy
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
@@ -74,21 +74,51 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return ck
 
 
-def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
-               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None],
-               taken: Traffic | None = None) -> ArrayRecord:
-    """Rounds 1..num-server-rounds (or from a checkpoint) with centralized evaluation and checkpoints.
+def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_round: int, arrays: ArrayRecord,
+                 evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]], also: Traffic | None = None) -> dict[str, Any]:
+    """Evaluate, close the round's traffic period and record one row: the same columns for every method.
 
-    ``stop-after-round`` ends the loop early (the checkpoint of that round stays): how a scheduler
-    with a time budget, or the resume test, interrupts a run cleanly.
+    ``evaluate_fn(round, arrays)`` returns ``accuracy``, ``loss`` and any method-specific columns
+    (member or level accuracies). The row adds the evaluation's seconds, the round's bytes, replies,
+    failures and rejected replies (:class:`~hetfl.common.comm.MeteredGrid`), and after round 0 the
+    strategy's own columns (``round_metrics(traffic)``). `also` is traffic of earlier phases that
+    this row carries (FENS's round 0: discovery, phase 1 and the ensemble download).
+    """
+    t0 = time.perf_counter()
+    metrics = dict(evaluate_fn(server_round, arrays))
+    eval_s = time.perf_counter() - t0
+    traffic = grid.take() if hasattr(grid, "take") else Traffic()
+    if also is not None:
+        traffic.add(also)
+    own = strategy.round_metrics(traffic) if server_round and hasattr(strategy, "round_metrics") else {}
+    acc, loss = metrics.pop("accuracy"), metrics.pop("loss")
+    columns = {"eval_s": eval_s, "comm_s": traffic.comm_s, "replies": traffic.replies, "failures": traffic.failures,
+               "rejected": getattr(strategy, "rejected", 0) if server_round else 0, **metrics, **own}
+    return recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
+
+
+def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
+               evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]],
+               taken: Traffic | None = None, round0: Traffic | None = None) -> ArrayRecord:
+    """Rounds 1..num-server-rounds (or from a checkpoint): the one round loop of every method.
+
+    A round: the strategy plans and builds its messages, the client map sends them (at most one in
+    flight per node), the strategy checks and aggregates the replies, then :func:`record_round`
+    evaluates and records the row, and the checkpoint is written. ``stop-after-round`` ends the loop
+    early (the checkpoint of that round stays): how a scheduler with a time budget, or the resume
+    test, interrupts a run cleanly.
 
     Parameters
     ----------
+    evaluate_fn : callable
+        ``(round, arrays) -> {"accuracy", "loss", ...}``: the centralized evaluation of the global arrays.
     taken : Traffic, optional
         Traffic of this run before the rounds that the caller has already taken from the grid (FENS:
         node discovery and the ensemble download). In a resumed run it is counted with what is still
         pending on the grid (node discovery) as the run's ``resume_download_bytes`` /
         ``resume_upload_bytes``: real traffic of no round, since round 0 is not evaluated again.
+    round0 : Traffic, optional
+        Traffic that the round-0 row carries besides what is pending on the grid (FENS's phases).
     """
     path = recorder.run_dir / CHECKPOINT
     arrays, start = initial_arrays, 1
@@ -113,7 +143,7 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
     if hasattr(strategy, "summary"):
         strategy.summary()
     if start == 1:
-        evaluate_fn(0, arrays)
+        record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)
     last = cfg["num-server-rounds"]
     if cfg["stop-after-round"]:
         last = min(last, cfg["stop-after-round"])
@@ -138,7 +168,7 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
                 f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update; the server "
                 "log names each client's error")
         log.info("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
-        evaluate_fn(rnd, arrays)
+        record_round(grid, strategy, recorder, rnd, arrays, evaluate_fn)
         if cfg["checkpoint"]:
             save_checkpoint(path, rnd, arrays, strategy, recorder)
     return arrays

@@ -170,6 +170,10 @@ class StrategyBase(Strategy):
 
         return sorted(replies, key=key)
 
+    def round_metrics(self, traffic: Any) -> dict[str, Any]:
+        """The strategy's own columns of the round's row in metrics.json (`traffic`: the round's Traffic)."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must hold to continue identically (default: nothing)."""
         return {}
@@ -204,6 +208,7 @@ class SeededSampling(FedAvg, StrategyBase):
     accepted: list[Message] = []  # the replies the latest aggregate_train aggregated (reassigned, never mutated)
     _reference: dict[str, tuple[int, ...]] | None = None
     _dtypes: dict[str, np.dtype] | None = None
+    train_metrics: dict[str, float] = {}  # of the latest aggregate_train (reassigned, never mutated)
 
     def bind(self, cmap: ClientMap, seed: int, timeout: float = 600.0) -> SeededSampling:
         """Sample from the clients of `cmap` with the run's `seed`; returns self.
@@ -243,6 +248,14 @@ class SeededSampling(FedAvg, StrategyBase):
         # a client without data (more clients than samples) trains nothing and weighs 0: it changes no average
         self.accepted = [r for r, _ in ok if float(r.content["metrics"][self.weighted_by_key]) > 0]
         if not self.accepted:
+            self.train_metrics = {}
             return None, None  # nothing to average: the global model stays
         errors = [r for r in replies if r.has_error()]  # Flower counts them itself
-        return super().aggregate_train(server_round, self.accepted + errors)
+        new, metrics = super().aggregate_train(server_round, self.accepted + errors)
+        self.train_metrics = {f"client_{k}": float(v) for k, v in (metrics or {}).items() if k != self.weighted_by_key}
+        return new, metrics
+
+    def round_metrics(self, traffic: Any) -> dict[str, Any]:
+        """The clients' weighted-average train metrics of the round (``client_train_loss``, ...)."""
+        out, self.train_metrics = self.train_metrics, {}
+        return out

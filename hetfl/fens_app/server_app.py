@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from hetfl.common.checkpoint import read_checkpoint, write_checkpoint
 from hetfl.common.comm import MeteredGrid, Traffic
@@ -31,7 +31,7 @@ from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder
-from hetfl.common.rounds import run_rounds
+from hetfl.common.rounds import record_round, run_rounds
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
 from hetfl.common.task import (arrays_to_model, compute_options, dataset_threshold, eval_splits, log, make_model,
                                model_to_arrays, num_classes, pack_models)
@@ -165,23 +165,17 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"], label_counts=ens.label_counts,
                           init=cfg["aggregator-init"], seed=cfg["seed"], confusion=confusion)
 
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, Any]:
         arrays_to_model(agg, arrays)
         loss, acc = evaluate(agg, test_z, torch.as_tensor, device=agg_dev)
         val_acc = evaluate(agg, val_z, torch.as_tensor, device=agg_dev)[1] if val_z is not None else None
-        traffic = grid.take()
-        if server_round == 0:  # this row carries phases 1-2
-            traffic.add(phase1).add(download)
-        recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, val_accuracy=val_acc,
-                        comm_s=traffic.comm_s, replies=traffic.replies, failures=traffic.failures,
-                        rejected=strategy.rejected if strategy is not None and server_round else 0)
-        return MetricRecord({"accuracy": acc, "loss": loss})
+        return {"accuracy": acc, "loss": loss, "val_accuracy": val_acc}
 
     arrays = model_to_arrays(agg)
-    strategy = None if cfg["aggregator"] in STATIC or not agg.trainable else make_strategy(cfg, cmap)
-    if strategy is None:
-        evaluate_fn(0, arrays)
+    round0 = Traffic().add(phase1).add(download)  # the round-0 row carries phases 1-2
+    if cfg["aggregator"] in STATIC or not agg.trainable:
+        record_round(grid, None, recorder, 0, arrays, evaluate_fn, round0)
     else:
-        run_rounds(grid, strategy, arrays, cfg, recorder, evaluate_fn,
+        run_rounds(grid, make_strategy(cfg, cmap), arrays, cfg, recorder, evaluate_fn, round0=round0,
                    taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
     return recorder.finish()

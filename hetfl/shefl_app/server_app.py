@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-import numpy as np
-from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, Context
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
@@ -43,27 +41,14 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),
                                "C_h": strategy.C_h, "C_l": strategy.C_l, "k_h": strategy.k_h, "k_l": strategy.k_l}
 
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        t0 = time.perf_counter()
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         for model, st in zip(members, unpack_models(arrays, M), strict=True):
             set_state(model, st)
         probs = predict_proba(members, data, norm, cfg["eval-batch-size"], **opts)
         loss, acc, accs = ensemble_metrics(probs, data.y)
-        member_acc = {f"acc_m{m}": a for m, a in enumerate(accs)}
         disagreement = member_disagreement(probs)  # None with one member: the key is then left out
-        traffic = grid.take()
-        per_role = {}
-        for role in ("hpc", "lpc"):
-            clients = [c for c, (r, _) in strategy.sent.items() if r == role] if server_round else []
-            for direction, counts in (("down", traffic.down), ("up", traffic.up)):
-                vals = [counts.get(c, 0) for c in clients]
-                per_role[f"bytes_{direction}_{role}_mean"] = float(np.mean(vals)) if vals else 0.0
-        recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up,
-                        eval_s=time.perf_counter() - t0, comm_s=traffic.comm_s, replies=traffic.replies,
-                        failures=traffic.failures, **member_acc, **per_role,
-                        **({"disagreement": disagreement} if disagreement is not None else {}),
-                        **(strategy.last_round if server_round else {}))
-        return MetricRecord({"accuracy": acc, "loss": loss, **member_acc})
+        return {"accuracy": acc, "loss": loss, **{f"acc_m{m}": a for m, a in enumerate(accs)},
+                **({"disagreement": disagreement} if disagreement is not None else {})}
 
     run_rounds(grid, strategy, pack_models([get_state(m) for m in members]), cfg, recorder, evaluate_fn)
     return recorder.finish()

@@ -118,6 +118,16 @@ class SHEFL(StrategyBase):
                  server_round, len(plan.hpc_nodes), self.M, len(plan.lpc_nodes), plan.lpc_models)
         return messages
 
+    def round_metrics(self, traffic: Any) -> dict[str, Any]:
+        """H/L per model, failed/rejected, and the mean bytes a sampled HPC / LPC moved down and up."""
+        per_role = {}
+        for role in ("hpc", "lpc"):
+            clients = [c for c, (r, _) in self.sent.items() if r == role]
+            for direction, counts in (("down", traffic.down), ("up", traffic.up)):
+                vals = [counts.get(c, 0) for c in clients]
+                per_role[f"bytes_{direction}_{role}_mean"] = float(np.mean(vals)) if vals else 0.0
+        return {**per_role, **self.last_round}
+
     def _deltas_of(self, reply: Message, models: list[int]) -> dict[int, np.ndarray]:
         """Decode and check every model's delta in a reply; raise ValueError if malformed."""
         assert self.layout is not None
