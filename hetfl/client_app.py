@@ -3,7 +3,7 @@
 For each message type some method declares (``train``, ``train.shefl``, ``train.fens_local``,
 ...), one dispatcher is registered that runs the handler of the run's ``method``. Every
 node also answers the discovery query :data:`~hetfl.common.registry.NODE_QUERY` with its
-client id (partition id) and the fields its method adds (SHEFL's device class, ...).
+client id (:func:`~hetfl.common.task.node_client_id`: client-id, partition-id, or from its data-path) and the fields its method adds (SHEFL's device class, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from flwr.clientapp import ClientApp
 
 from hetfl import methods
 from hetfl.common.registry import NODE_QUERY
-from hetfl.common.task import config_of, node_partition
+from hetfl.common.task import config_of, node_client_id
 
 app = ClientApp()
 
@@ -27,7 +27,7 @@ def dispatch(msg: Message, context: Context) -> Message:
 def node_query(msg: Message, context: Context) -> Message:
     """Answer discovery: this node's client id and its method's extra fields."""
     cfg = config_of(context)
-    answer = {"client-id": node_partition(context)[0], **methods.node_info(cfg["method"], context, cfg)}
+    answer = {"client-id": node_client_id(context), **methods.node_info(cfg["method"], context, cfg)}
     return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
 
 

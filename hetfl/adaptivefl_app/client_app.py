@@ -8,7 +8,7 @@ from typing import Any
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.models import get_state, set_state
-from hetfl.common.task import client_data, config_of, local_train, node_partition, pack_models, unpack_models
+from hetfl.common.task import client_data, config_of, local_train, node_client_id, pack_models, unpack_models
 
 from .core import request_capacity, slice_state
 from .keys import KNOWN_TIERS
@@ -30,7 +30,7 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     rnd, sent = int(conf["server-round"]), [int(m) for m in conf["pool-index"]]
     pool = pool_of(cfg)
-    pid = node_partition(context)[0]
+    pid = node_client_id(context)
     data = client_data(context, cfg)
     received = unpack_models(msg.content["arrays"], len(sent))
     capacity = device_capacity(context, cfg)[1] if bool(conf["prune"]) else None

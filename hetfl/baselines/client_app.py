@@ -9,7 +9,7 @@ from hetfl.common.task import (
     config_of,
     local_train,
     model_to_arrays,
-    node_partition,
+    node_client_id,
     received_model,
 )
 
@@ -22,7 +22,7 @@ def train(msg: Message, context: Context) -> Message:
     data = client_data(context, cfg)
     mu = float(conf.get("proximal-mu", 0.0))
     res = local_train(model, data, cfg, int(conf["server-round"]), proximal_mu=mu,
-                      seed_offset=node_partition(context)[0])
+                      seed_offset=node_client_id(context))
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
                             "steps": res.steps, "proximal_mu": mu})
     return Message(RecordDict({"arrays": model_to_arrays(model), "metrics": metrics}), reply_to=msg)

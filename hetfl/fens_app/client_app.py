@@ -8,7 +8,8 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData, label_histogram
-from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, local_train, make_model, model_to_arrays, node_partition, num_classes, unpack_models
+from hetfl.common.task import (arrays_to_model, client_data, client_device, compute_options, config_of, dataset_info, local_train,
+                               make_model, model_to_arrays, node_client_id, num_classes, unpack_models)
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import confusion_counts, make_aggregator
@@ -19,7 +20,7 @@ OWN, CACHE = "fens-own-model", "fens-logits"
 
 def _splits(context: Context, cfg: dict) -> tuple[ArrayData, ArrayData]:
     data = client_data(context, cfg)
-    pid = node_partition(context)[0]
+    pid = node_client_id(context)
     local_idx, agg_idx = split_indices(len(data), cfg["fens-local-fraction"], cfg["seed"] * 100_003 + pid)
     return subset(data, local_idx), subset(data, agg_idx)
 
@@ -28,7 +29,7 @@ def local(msg: Message, context: Context) -> Message:
     """Phase 1: train the local model to completion on the 90% split; upload it once with label counts."""
     cfg = config_of(context)
     local_data, _ = _splits(context, cfg)
-    pid = node_partition(context)[0]
+    pid = node_client_id(context)
     if "arrays" in msg.content:  # the common initial model from the server
         model = arrays_to_model(make_model(cfg), msg.content["arrays"])
     else:  # fens-diff-init: this client's own random start (authors' diff_init)
@@ -57,7 +58,7 @@ def logits(msg: Message, context: Context) -> Message:
     models = build_members(cfg, states, bool(conf["quantized"]))
     _, agg_data = _splits(context, cfg)
     torch.set_num_threads(cfg["client-threads"])
-    z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]), **compute_options(cfg))
+    z = ensemble_logits(models, agg_data, Normalizer(dataset_info(cfg)), **compute_options(cfg))
     context.state[CACHE] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
     C = num_classes(cfg)
     counts = confusion_counts(z[:, own], agg_data.y, C) if own >= 0 else np.zeros((C, C), np.int64)
@@ -74,7 +75,7 @@ def train_aggregator(msg: Message, context: Context) -> Message:
     agg = arrays_to_model(make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"]), msg.content["arrays"])
     rnd = int(msg.content["config"]["server-round"])
     res = train(agg, data, torch.as_tensor, steps=cfg["agg-local-steps"], batch_size=cfg["agg-batch-size"],
-                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_partition(context)[0],
+                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + node_client_id(context),
                 device=client_device(cfg))  # the aggregator stays fp32 (docs/training.md)
     # the authors weight a client by the samples it saw this round: min(n_i, batch x steps) (docs/readings.md#fens-phase2)
     seen = len(data) if cfg["adam-update"] == "flower" else min(len(data), cfg["agg-batch-size"] * cfg["agg-local-steps"])

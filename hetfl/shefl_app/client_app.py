@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
-from hetfl.common.task import client_data, config_of, local_train, node_partition, received_model
+from hetfl.common.task import client_data, config_of, local_train, node_client_id, node_partition, received_model
 
 from .core import hpc_partitions
 from .keys import role_work
@@ -44,7 +44,7 @@ def train(msg: Message, context: Context) -> Message:
     rnd, role, density = int(conf["server-round"]), str(conf["role"]), float(conf["density"])
     models = [int(m) for m in conf["models"]]
     data = client_data(context, cfg)
-    pid = node_partition(context)[0]
+    pid = node_client_id(context)
     steps, epochs = role_work(cfg, "hpc" if role == "hpc" else "lpc")
     out, losses, secs = ArrayRecord(), [], 0.0
     for m in models:
