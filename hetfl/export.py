@@ -64,7 +64,8 @@ def export_split(run_config: dict[str, Any], out: str | Path, clients: int | Non
     rows = []
     for i in range(n):
         part = load_partition(spec, i, cfg["cache-dir"])
-        _to_hf(info, part).save_to_disk(str(out / f"client-{i}"))
+        # an empty partition (Dirichlet with dirichlet-min-size = 0) still gets one (empty) shard: a readable directory
+        _to_hf(info, part).save_to_disk(str(out / f"client-{i}"), num_shards=1 if len(part) == 0 else None)
         rows.append({"client-id": i, "dir": f"client-{i}", "rows": len(part),
                      "label_counts": label_histogram(part.y, info.num_classes).tolist()})
     from datasets import DatasetDict

@@ -234,8 +234,13 @@ def read_directory(path: str | Path, where: str):
         if (p / "dataset_dict.json").is_file():
             return datasets.load_from_disk(str(p))
         if (p / "state.json").is_file() and (p / "dataset_info.json").is_file():
+            if not json.loads((p / "state.json").read_text()).get("_data_files", True):
+                raise LocalDataError(f"{where}: holds no rows (a Dataset saved without data files); expected at least "
+                                     "one labelled example")
             return datasets.DatasetDict({"train": datasets.load_from_disk(str(p))})
         out = datasets.load_dataset(str(p))
+    except LocalDataError:
+        raise
     except Exception as err:  # noqa: BLE001 - the readers raise many types for unreadable content
         raise LocalDataError(
             f"{where}: could not be read as a dataset ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
