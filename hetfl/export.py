@@ -100,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     a = p.parse_args(argv)
+    import datasets
+
     from hetfl.common.data import DatasetUnavailable, LocalDataError
+
+    datasets.disable_progress_bars()  # one progress bar per saved client otherwise
 
     with config_errors(a.debug):
         if a.clients is not None and a.clients < 1:

@@ -287,7 +287,12 @@ def test_columns_and_classes_come_from_the_keys(tmp_path):
         preflight(run)
     cfg = preflight({**run, "num-classes": 10})
     got = client_data(ctx(cfg, **{"partition-id": 0, "num-partitions": 2}), cfg)
-    assert got.x.shape[1:] == (1, 8, 8) and len(got) > 0
+    assert got.x.shape[1:] == (1, 8, 8) and len(got) > 0 and eval_splits(cfg)[1].y.max() == 9
+    fewer = validate({**run, "num-classes": 5})  # the cached evaluation set of 10 classes is not reused unchecked
+    with pytest.raises(LocalDataError, match=r"label\(s\) outside \[0, 5\)"):
+        eval_splits(fewer)
+    with pytest.raises(LocalDataError, match=r"label\(s\) outside \[0, 5\)"):
+        client_data(ctx(fewer, **{"partition-id": 0, "num-partitions": 2}), fewer)
     with pytest.raises(PreflightError, match=r"has the columns \['pixels', 'digit'\]; expected an input column"):
         preflight({"dataset": f"dir:{path}"})
 
@@ -310,12 +315,16 @@ def test_new_keys_are_validated_with_one_line(run, fragment):
 @pytest.mark.parametrize("dataset,fragment", [
     ("dir:/nonexistent/hetfl-data", "run-config key 'dataset' = 'dir:/nonexistent/hetfl-data': no such directory"),
     ("train-only", "has no split named 'test' for the server's evaluation"),
+    ("fewer-classes", "label column 'label' is a ClassLabel of 10 classes; run-config key 'num-classes' = 5 is fewer"),
 ])
 def test_preflight_checks_a_dir_dataset(dataset, fragment, tmp_path):
+    run = {}
     if dataset == "train-only":
         dataset = f"dir:{save(D._to_hf('digits', digits(20)), tmp_path / 'train-only')}"
+    if dataset == "fewer-classes":
+        dataset, run = f"dir:{save(D.local_datasetdict('digits'), tmp_path / 'dd')}", {"num-classes": 5}
     with pytest.raises(PreflightError) as err:
-        preflight({"dataset": dataset})
+        preflight({"dataset": dataset, **run})
     assert fragment in str(err.value)
 
 

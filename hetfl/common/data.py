@@ -329,6 +329,9 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
     except ValueError:
         raise LocalDataError(f"{where}: label column {lcol!r} is {ds.features[lcol]}; expected integer class ids "
                              "(a ClassLabel or int column)") from None
+    if num_classes and found and num_classes < found:
+        raise LocalDataError(f"{where}: label column {lcol!r} is a ClassLabel of {found} classes; run-config key "
+                             f"'num-classes' = {num_classes} is fewer; expected 0 (= {found}) or at least {found}")
     n = num_classes or found
     if not n:
         raise LocalDataError(f"{where}: label column {lcol!r} holds plain integers, so the number of classes is not "
@@ -935,7 +938,7 @@ def load_server_set(spec: DataSpec, cache_dir: str = "") -> ArrayData:
     if spec.server_data_path:
         return load_local_data(spec.server_data_path, spec.info, f"run-config key 'server-data-path' = "
                                f"{spec.server_data_path!r}", split="holdout", cache_dir=cache_dir, strict_split=True)
-    extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + spec.input_col + spec.label_col
+    extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + repr(spec.info)
     tag = hashlib.sha1(f"{spec.seed}-{spec.server_holdout}-{spec.data_dir}{extra}".encode()).hexdigest()[:12]
     path = _cache_root(cache_dir) / _cache_name(spec.dataset) / f"server-{tag}.npz"  # the same for any partitioning
     if str(path) in _MEM:
@@ -1039,7 +1042,7 @@ def load_eval(spec: DataSpec, cache_dir: str = "") -> ArrayData:
     if spec.server_data_path:
         return load_local_data(spec.server_data_path, info, f"run-config key 'server-data-path' = "
                                f"{spec.server_data_path!r}", split="test", cache_dir=cache_dir)
-    extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + spec.input_col + spec.label_col
+    extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + repr(info)  # labels checked per info
     tag = hashlib.sha1((spec.data_dir + extra).encode()).hexdigest()[:8]
     path = _cache_root(cache_dir) / _cache_name(spec.dataset) / f"test-{spec.seed}-{tag}.npz"
     if str(path) in _MEM:
