@@ -8,7 +8,7 @@ writes, with the preset's partitioner and ``partition-seed`` and ``--clients`` p
 
 * ``<out>/client-<i>/``: partition i, exactly the rows (same images, labels and order) that simulated client i trains
   on, as a ``Dataset.save_to_disk`` directory with the dataset's column names (for a SuperNode started with
-  ``--node-config "data-path=<out>/client-<i> client-id=<i>"``);
+  ``--node-config 'data-path="<out>/client-<i>" client-id=<i>'``);
 * ``<out>/server/``: the server's data as a ``DatasetDict.save_to_disk`` directory: ``test``, the evaluation set in the
   order simulation evaluates it (``eval-split`` and ``max-test-samples`` apply to it as before), and ``holdout`` when
   ``server-holdout`` > 0 (FedBE's unlabeled set); for run-config ``server-data-path = "<out>/server"``;
@@ -83,7 +83,7 @@ def export_split(run_config: dict[str, Any], out: str | Path, clients: int | Non
         "partitioner": cfg["partitioner"], "partition-seed": cfg["partition-seed"], "num-partitions": n,
         "partition-key": spec.key(), "clients": rows,
         "server": {"dir": "server", "rows": {k: len(v) for k, v in server.items()}},
-        "node-config": f"data-path={out}/client-<i> client-id=<i>",
+        "node-config": f'data-path="{out}/client-<i>" client-id=<i>',  # Flower parses the values as TOML
         "run-config": run_keys,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if (sizes == 0).any():
         print(f"warning: clients {np.nonzero(sizes == 0)[0].tolist()} hold no rows; their nodes will fail with a "
               "LocalDataError", file=sys.stderr)
-    print(f"SuperNode i: --node-config \"data-path={out}/client-<i> client-id=<i>\"")
+    print(f"SuperNode i: --node-config 'data-path=\"{out}/client-<i>\" client-id=<i>'")
     print("run config: " + " ".join(f"{k}={json.dumps(v)}" for k, v in m["run-config"].items()))
     print(f"manifest: {out / MANIFEST}")
     return 0

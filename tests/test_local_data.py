@@ -176,7 +176,7 @@ def test_client_id_from_node_config_or_data_content(tmp_path):
     assert node_client_id(ctx({}, **{"data-path": str(b)})) != content  # one more row: another client
     with pytest.raises(ValueError, match="client-id='x'; expected a non-negative integer"):
         node_client_id(ctx({}, **{"client-id": "x"}))
-    with pytest.raises(KeyError, match="data-path=<dir>"):
+    with pytest.raises(KeyError, match='data-path="<dir>"'):
         node_client_id(ctx({}))
 
 
@@ -224,7 +224,11 @@ def test_exported_split_is_the_simulations_split(sets, tmp_path, capsys):
         assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y)
     if cfg["server-holdout"]:
         assert np.array_equal(D.load_server_set(spec).x, D.load_server_set(DataSpec.from_config(served, 1)).x)
-    assert "data-path=" in capsys.readouterr().out
+    from flwr.common.config import parse_config_args
+
+    printed = capsys.readouterr().out.split("--node-config ", 1)[1].splitlines()[0]  # as flower-supernode parses it
+    for text in (printed.strip("'"), manifest["node-config"]):
+        assert parse_config_args([text.replace("<i>", "2")]) == {"data-path": str(out / "client-2"), "client-id": 2}
 
 
 def test_export_refuses_a_non_empty_directory_and_bad_keys(tmp_path, capsys):

@@ -17,7 +17,7 @@ Besides the named datasets of :data:`DATASETS`, a run may bring its own (docs/br
 (:func:`describe`), converted to arrays in its own row order and then partitioned exactly like the
 local files of a named dataset.
 
-A SuperNode started with ``--node-config "data-path=<dir>"`` trains on that directory alone
+A SuperNode started with ``--node-config 'data-path="<dir>"'`` trains on that directory alone
 (docs/node-data.md): :func:`load_local_data` reads it with the same readers and checks that it fits the
 run's :class:`DatasetInfo`, raising one :class:`LocalDataError` otherwise. The server's evaluation set may
 come from a directory the same way (run-config ``server-data-path``).

@@ -152,7 +152,7 @@ def node_partition(context: Context) -> tuple[int, int]:
     except KeyError as err:
         raise KeyError(
             f"node config lacks {err}: start the SuperNode with "
-            "--node-config \"partition-id=<i> num-partitions=<n>\" (or \"data-path=<dir>\" for data of its own)"
+            "--node-config \"partition-id=<i> num-partitions=<n>\" (or 'data-path=\"<dir>\"' for data of its own)"
         ) from err
     if not 0 <= pid < n:
         raise ValueError(f"node config partition-id={pid} out of range [0, {n})")
@@ -192,7 +192,7 @@ def node_client_id(context: Context) -> int:
                                  "Dataset.save_to_disk or an image folder")
         return D.content_client_id(path)
     raise KeyError("node config lacks a client id: start the SuperNode with --node-config \"partition-id=<i> "
-                   "num-partitions=<n>\" (a partition of the run's dataset) or \"data-path=<dir>\" (data of its own; "
+                   "num-partitions=<n>\" (a partition of the run's dataset) or 'data-path=\"<dir>\"' (data of its own; "
                    "optionally client-id=<int>)")
 
 
@@ -240,7 +240,7 @@ def client_data(context: Context, cfg: dict[str, Any], client_id: int | None = N
         return model_inputs(data, cfg)
     if "num-partitions" not in nc:
         raise KeyError("node config lacks 'num-partitions': start the SuperNode with --node-config "
-                       "\"partition-id=<i> num-partitions=<n>\" (or \"data-path=<dir>\" for data of its own)")
+                       "\"partition-id=<i> num-partitions=<n>\" (or 'data-path=\"<dir>\"' for data of its own)")
     cid = node_client_id(context) if client_id is None else int(client_id)
     return model_inputs(load_partition(DataSpec.from_config(cfg, int(nc["num-partitions"])), cid, cfg["cache-dir"]), cfg)
 
