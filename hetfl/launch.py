@@ -236,6 +236,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     """
     from hetfl.common.config import check_dataset_fits, validate
     from hetfl.common.data import DATASETS, DatasetUnavailable, LocalDataError, is_byo, local_available
+    from hetfl.common.models import MODELS, check_builder
 
     cfg = validate(run_config)
     name, source = cfg["dataset"], cfg["data-source"]
@@ -245,12 +246,13 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
         except (LocalDataError, DatasetUnavailable) as err:
             raise PreflightError(str(err)) from None
         check_dataset_fits(cfg, info)
-    elif source in ("local", "auto") and not local_available(name, cfg["data-dir"]):
-        if source == "local" or os.environ.get("HF_HUB_OFFLINE") == "1" or not DATASETS[name].hub_id:
+    else:
+        info = DATASETS[name]
+        if source in ("local", "auto") and not local_available(name, cfg["data-dir"]) and (
+                source == "local" or os.environ.get("HF_HUB_OFFLINE") == "1" or not info.hub_id):
             raise PreflightError(
                 f"run-config key 'dataset' = {name!r}: no local files found (data-source = {source!r}, data-dir = "
-                f"{cfg['data-dir']!r}) and the hub is not usable here; to get it: {DATASETS[name].how_to_get}")
-    info = DATASETS[name] if not is_byo(name) else info
+                f"{cfg['data-dir']!r}) and the hub is not usable here; to get it: {info.how_to_get}")
     if cfg["server-data-path"]:
         from hetfl.common.data import SERVER_SPLITS, load_local_data
 
@@ -260,12 +262,11 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
                 load_local_data(cfg["server-data-path"], info, where, split, cfg["cache-dir"], strict_split=split == "holdout")
         except LocalDataError as err:
             raise PreflightError(str(err)) from None
-    if cfg["model"] not in _registry_models():
-        from hetfl.common.models import check_builder
+    if cfg["model"] not in MODELS:  # an import path: build it and run one batch
+        from hetfl.common.task import model_input_shape
 
-        shape = tuple(info.shape) if info.kind != "text" else (cfg["text-max-length"],)
         try:
-            check_builder(cfg["model"], info.num_classes, shape)
+            check_builder(cfg["model"], info.num_classes, model_input_shape(cfg))
         except ValueError as err:
             raise PreflightError(str(err)) from None
     for key in ("device", "server-device"):
@@ -281,12 +282,6 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
         raise PreflightError(f"run-config key 'min-available-nodes' = {cfg['min-available-nodes']} exceeds the "
                              f"{num_supernodes} simulated SuperNodes; expected <= {num_supernodes} (or more --supernodes)")
     return cfg
-
-
-def _registry_models() -> tuple[str, ...]:
-    from hetfl.common.models import MODELS
-
-    return tuple(MODELS)
 
 
 def _reference_preflight(cfg: dict[str, Any]):

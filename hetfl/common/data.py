@@ -181,6 +181,9 @@ def _stat_signature(path: Path) -> str:
 
 @lru_cache(maxsize=32)
 def _content_digest(path: str, signature: str) -> str:
+    stored = _cache_root("") / "digests" / f"{signature}.txt"  # a deployed ClientApp process may live one message
+    if stored.is_file():
+        return stored.read_text().strip()
     h = hashlib.sha256()
     root = Path(path)
     for f in _dataset_files(root):
@@ -189,6 +192,11 @@ def _content_digest(path: str, signature: str) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
         h.update(b"\0")
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=stored.parent, suffix=".txt")
+    with os.fdopen(fd, "w") as out:
+        out.write(h.hexdigest())
+    os.replace(tmp, stored)
     return h.hexdigest()
 
 
@@ -196,7 +204,8 @@ def content_digest(path: str | Path) -> str:
     """SHA-256 of a data directory's content: every data file's relative path and bytes, in path order.
 
     Hidden files and ``state.json`` are left out, so a copy of the directory, or the same rows saved again, has
-    the same digest. Memoized per process while no file's size or mtime changes.
+    the same digest. Remembered (in the process, and under the cache root's ``digests/``) while no file's path,
+    size or mtime changes.
     """
     p = Path(path)
     return _content_digest(str(p.resolve()), _stat_signature(p))
@@ -577,10 +586,28 @@ def dataset_info(name: str, input_col: str = "", label_col: str = "", num_classe
 
 def adopt_description(key: tuple[str, str, str, int], info: DatasetInfo) -> None:
     """Use `info` as this process's description of the run's dataset `key` = (dataset, input-column, label-column,
-    num-classes): a SuperNode with a ``data-path`` describes a reference from its own data (it cannot read the
-    server's reference)."""
+    num-classes)."""
     _DESCRIBED[key] = info
     _BY_NAME[key[0]] = info
+
+
+def describe_from_directory(path: str | Path, name: str, input_col: str, label_col: str, num_classes: int,
+                            where: str) -> DatasetInfo:
+    """Describe the reference `name` from a node's own data directory and adopt it for this process (once).
+
+    A SuperNode with a ``data-path`` never reads the server's ``hub:``/``dir:`` reference; its model, normalisation
+    and data checks follow the description of its own train split (:func:`describe`). docs/bring-your-own.md
+
+    Raises
+    ------
+    LocalDataError
+        The directory cannot be read or describes no classification dataset; the message starts with `where`.
+    """
+    key = (name, input_col, label_col, int(num_classes))
+    if key not in _DESCRIBED:
+        train = choose_split(read_directory(path, where), "train", where)
+        adopt_description(key, describe(train, *key, where=where))
+    return _DESCRIBED[key]
 
 
 def info_by_name(name: str) -> DatasetInfo:

@@ -60,11 +60,8 @@ def config_of(context: Context) -> dict[str, Any]:
     cfg = validate(dict(context.run_config))
     path = context.node_config.get("data-path")
     if path and D.is_byo(cfg["dataset"]):
-        key = (cfg["dataset"], cfg["input-column"], cfg["label-column"], cfg["num-classes"])
-        if key not in D._DESCRIBED:
-            where = node_data_where(str(path))
-            train = D.choose_split(D.read_directory(str(path), where), "train", where)
-            D.adopt_description(key, D.describe(train, *key, where=where))
+        D.describe_from_directory(str(path), cfg["dataset"], cfg["input-column"], cfg["label-column"],
+                                  cfg["num-classes"], node_data_where(str(path)))
     return cfg
 
 
