@@ -228,20 +228,47 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     """Check what can be checked before a SuperLink, Ray or any ClientApp starts; return the validated config.
 
     The config's keys, types and ranges and whether the model fits the dataset (:func:`validate`); that the
-    dataset can be loaded from its `data-source` on this machine; that a CUDA `device` exists here (simulation
-    and local clusters run here); and that `min-available-nodes` does not exceed the simulated federation.
+    dataset can be loaded from its `data-source` on this machine (a ``hub:``/``dir:`` dataset: that it is readable,
+    has the columns and labels the keys name, and a test split or ``server-data-path``); that ``server-data-path``
+    fits the run; that a bring-your-own ``model`` builds and maps a batch to logits; that a CUDA `device` exists here
+    (simulation and local clusters run here); and that `min-available-nodes` does not exceed the simulated federation.
     Raises :class:`~hetfl.common.config.ConfigError` or :class:`PreflightError` with one line.
     """
-    from hetfl.common.config import validate
-    from hetfl.common.data import DATASETS, local_available
+    from hetfl.common.config import check_dataset_fits, validate
+    from hetfl.common.data import DATASETS, DatasetUnavailable, LocalDataError, is_byo, local_available
+    from hetfl.common.models import MODELS, check_builder
 
     cfg = validate(run_config)
     name, source = cfg["dataset"], cfg["data-source"]
-    if source in ("local", "auto") and not local_available(name, cfg["data-dir"]):
-        if source == "local" or os.environ.get("HF_HUB_OFFLINE") == "1" or not DATASETS[name].hub_id:
+    if is_byo(name):
+        try:
+            info = _reference_preflight(cfg)
+        except (LocalDataError, DatasetUnavailable) as err:
+            raise PreflightError(str(err)) from None
+        check_dataset_fits(cfg, info)
+    else:
+        info = DATASETS[name]
+        if source in ("local", "auto") and not local_available(name, cfg["data-dir"]) and (
+                source == "local" or os.environ.get("HF_HUB_OFFLINE") == "1" or not info.hub_id):
             raise PreflightError(
                 f"run-config key 'dataset' = {name!r}: no local files found (data-source = {source!r}, data-dir = "
-                f"{cfg['data-dir']!r}) and the hub is not usable here; to get it: {DATASETS[name].how_to_get}")
+                f"{cfg['data-dir']!r}) and the hub is not usable here; to get it: {info.how_to_get}")
+    if cfg["server-data-path"]:
+        from hetfl.common.data import SERVER_SPLITS, load_local_data
+
+        where = f"run-config key 'server-data-path' = {cfg['server-data-path']!r}"
+        try:  # the server's evaluation (and FedBE's holdout) set, read and checked as the ServerApp will
+            for split in SERVER_SPLITS[: 2 if cfg["server-holdout"] else 1]:
+                load_local_data(cfg["server-data-path"], info, where, split, cfg["cache-dir"], strict_split=split == "holdout")
+        except LocalDataError as err:
+            raise PreflightError(str(err)) from None
+    if cfg["model"] not in MODELS:  # an import path: build it and run one batch
+        from hetfl.common.task import model_input_shape
+
+        try:
+            check_builder(cfg["model"], info.num_classes, model_input_shape(cfg))
+        except ValueError as err:
+            raise PreflightError(str(err)) from None
     for key in ("device", "server-device"):
         dev = str(cfg.get(key, ""))
         if dev.startswith("cuda"):
@@ -258,6 +285,18 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
         raise PreflightError(f"run-config key 'min-available-nodes' = {cfg['min-available-nodes']} exceeds the "
                              f"{num_supernodes} simulated SuperNodes; expected <= {num_supernodes} (or more --supernodes)")
     return cfg
+
+
+def _reference_preflight(cfg: dict[str, Any]):
+    """Describe a ``hub:``/``dir:`` dataset (columns, labels, first row) and check that the server has a test set."""
+    from hetfl.common.data import LocalDataError, read_reference
+    from hetfl.common.task import dataset_info
+
+    info = dataset_info(cfg)
+    if not cfg["server-data-path"] and "test" not in read_reference(cfg["dataset"]):
+        raise LocalDataError(f"run-config key 'dataset' = {cfg['dataset']!r}: has no split named 'test' for the server's "
+                             "evaluation; add one, or set run-config key 'server-data-path' (a save_to_disk directory)")
+    return info
 
 
 def uses_cuda(cfg: dict[str, Any]) -> bool:
@@ -355,6 +394,20 @@ def config_errors(debug: bool = False) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
+def absolute_paths(run_config: dict[str, Any], base: Path | None = None) -> dict[str, Any]:
+    """The run-config path values that are relative (``dataset = "dir:..."``, ``server-data-path``), made absolute
+    against `base` (default: the current directory): the ServerApp and ClientApps run elsewhere."""
+    base = Path.cwd() if base is None else base
+    out: dict[str, Any] = {}
+    ds = run_config.get("dataset", "")
+    if isinstance(ds, str) and ds.startswith("dir:") and not Path(ds[4:]).is_absolute():
+        out["dataset"] = "dir:" + str((base / ds[4:]).resolve())
+    sdp = run_config.get("server-data-path", "")
+    if isinstance(sdp, str) and sdp and not Path(sdp).is_absolute():
+        out["server-data-path"] = str((base / sdp).resolve())
+    return out
+
+
 def parse_set(items: list[str]) -> dict[str, Any]:
     """key=value pairs with TOML-typed values (strings may be bare)."""
     out: dict[str, Any] = {}
@@ -387,6 +440,7 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
     )
     overrides["run-name"] = run_name
     overrides["results-dir"] = str(Path(results_dir).resolve())
+    overrides.update(absolute_paths({**preset, **overrides}))  # dir: datasets and server-data-path, like results-dir
     cfg = preflight({**preset, **overrides}, num_supernodes)  # fail fast, before any process starts
     if client_gpus is None:
         client_gpus = 0.25 if uses_cuda(cfg) else 0.0
@@ -419,15 +473,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     a = p.parse_args(argv)
-    overrides = parse_set(a.set)
-    supernodes = a.supernodes
-    if a.clients is not None:
-        supernodes = supernodes or min(a.clients, CLIENT_NODES)
-        overrides["num-clients"] = a.clients
-        overrides.setdefault("min-available-nodes", supernodes)
     setup_signals()  # SIGTERM/SIGINT stop the SuperLink tree (and Ray) instead of orphaning it
     try:
         with config_errors(a.debug):
+            overrides = parse_set(a.set)
+            supernodes = a.supernodes
+            if a.clients is not None:
+                supernodes = supernodes or min(a.clients, CLIENT_NODES)
+                overrides["num-clients"] = a.clients
+                overrides.setdefault("min-available-nodes", supernodes)
             run_dir = run(a.config, overrides, supernodes or 10, a.client_cpus, a.results_dir, a.timeout,
                           client_gpus=a.client_gpus)
     except KeyboardInterrupt:

@@ -45,7 +45,7 @@ def check(cfg: dict) -> None:
         if exits and (len(exits) != 2 or exits[0] >= exits[1] or exits[0] < 1 or any(e != int(e) for e in exits)):
             raise ConfigError(f"run-config key 'scalefl-exits' = {cfg['scalefl-exits']!r}: expected two increasing "
                               "hidden-layer indices such as '8,10' ('' = the model's default)")
-    if not MODELS[cfg["model"]].prunable:
+    if cfg["model"] not in MODELS or not MODELS[cfg["model"]].prunable:
         raise ConfigError(f"run-config key 'model' = {cfg['model']!r}: AdaptiveFL needs a width-prunable model; "
                           f"expected one of {PRUNABLE}")
 

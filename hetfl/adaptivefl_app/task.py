@@ -7,8 +7,7 @@ from typing import Any
 
 from flwr.app import Context
 
-from hetfl.common.data import DATASETS
-from hetfl.common.task import num_clients
+from hetfl.common.task import dataset_info, num_clients
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
 from .keys import parse_floats
@@ -29,7 +28,7 @@ def _scalefl_pool(model: str, num_classes: int, shape: tuple[int, int, int], exi
 
 def reference_pool(cfg: dict[str, Any]) -> SubmodelPool:
     """AdaptiveFL's pool for the run config; it also defines the devices' tier capacities for every variant."""
-    info = DATASETS[cfg["dataset"]]
+    info = dataset_info(cfg)
     starts = tuple(int(s) for s in parse_floats(cfg, "adaptivefl-starts"))
     return _pool(cfg["model"], info.num_classes, tuple(info.shape), parse_floats(cfg, "adaptivefl-ratios"),
                  starts, cfg["adaptivefl-tau"], cfg["adaptivefl-bn"] == "batch")
@@ -46,7 +45,7 @@ def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
     capacities, so that all variants run on the same devices.
     """
     ref = reference_pool(cfg)
-    info = DATASETS[cfg["dataset"]]
+    info = dataset_info(cfg)
     if cfg["adaptivefl-variant"] == "scalefl":
         exits = tuple(int(e) for e in parse_floats(cfg, "scalefl-exits"))
         return _scalefl_pool(cfg["model"], info.num_classes, tuple(info.shape), exits, ref.batch_stats,

@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# The dataset table and the model registry are the single sources of the `dataset` and `model` choices.
-from .data import DATASETS
-from .models import MODELS
+# The dataset table and the model registry are the single sources of the `dataset` and `model` names; a run may
+# also bring its own dataset (a hub:/dir: reference) and model (an import path): docs/bring-your-own.md.
+from .data import DATASETS, DatasetInfo, is_byo
+from .models import IMPORT_PATH, MODELS, model_spec
 
 
 class ConfigError(ValueError):
@@ -41,11 +42,14 @@ class Key:
     max: float | None = None
     min_inclusive: bool = True
     max_inclusive: bool = True
+    pattern: str | None = None  # a str key: values matching this regex are allowed besides `choices`
+    pattern_doc: str = ""  # how `allowed()` describes `pattern`
 
     def allowed(self) -> str:
         """Human-readable allowed range."""
         if self.choices is not None:
-            return "one of " + ", ".join(repr(c) for c in self.choices)
+            names = "one of " + ", ".join(repr(c) for c in self.choices)
+            return f"{names}, or {self.pattern_doc}" if self.pattern else names
         if self.type in (str, bool):
             return f"a {self.type.__name__}"
         lo = "-inf" if self.min is None else repr(self.min)
@@ -66,7 +70,7 @@ class Key:
                 f"run-config key '{self.name}' = {value!r} has type "
                 f"{type(value).__name__}; expected {self.allowed()}"
             )
-        if self.choices is not None and v not in self.choices:
+        if self.choices is not None and v not in self.choices and not (self.pattern and re.fullmatch(self.pattern, v)):
             raise ConfigError(
                 f"run-config key '{self.name}' = {value!r} is not allowed; "
                 f"expected {self.allowed()}"
@@ -90,6 +94,8 @@ class Key:
                 )
         return v
 
+
+DATASET_REFERENCE = r"hub:[^:\s]+(:[^:\s]+)?|dir:.+"  # run-config `dataset` values besides the names of DATASETS
 
 SCHEMA: dict[str, Key] = {}
 _CROSS_CHECKS: list[Callable[[dict[str, Any]], None]] = []
@@ -124,7 +130,12 @@ register_keys(
     Key("round-timeout", float, 3600.0, "seconds to wait for replies in a round", min=0.0, min_inclusive=False),
     Key("max-idle-rounds", int, 3, "stop the run with an error after this many rounds in a row without one accepted client update (0 = never)", min=0),
     # data
-    Key("dataset", str, "fashion_mnist", "dataset name", choices=tuple(DATASETS)),
+    Key("dataset", str, "fashion_mnist", "dataset name, or bring your own: 'hub:<id>[:<subset>]' or 'dir:<directory>' (docs/bring-your-own.md)",
+        choices=tuple(DATASETS), pattern=DATASET_REFERENCE, pattern_doc="'hub:<id>[:<subset>]' or 'dir:<directory>' (docs/bring-your-own.md)"),
+    Key("input-column", str, "", "column of the images or texts ('' = the named dataset's; hub:/dir: datasets: the first of image, img, text)"),
+    Key("label-column", str, "", "column of the integer class ids ('' = the named dataset's; hub:/dir: datasets: label)"),
+    Key("num-classes", int, 0, "number of classes (0 = the named dataset's, or the label column's ClassLabel)", min=0),
+    Key("server-data-path", str, "", "server's evaluation set: a save_to_disk directory on the server host, split 'test' or its only split ('' = the dataset's test split; docs/node-data.md)"),
     Key("data-source", str, "auto", "auto: local files if present else the Hugging Face hub", choices=("auto", "local", "hub")),
     Key("data-dir", str, "", "directory with local dataset files ('' = the standard locations)"),
     Key("cache-dir", str, "", "directory for cached partitions ('' = ~/.cache/hetfl)"),
@@ -140,7 +151,8 @@ register_keys(
     Key("eval-split", str, "all", "report accuracy on the whole test split, or on its second half (first half = validation, FENS)",
         choices=("all", "test-half")),
     # model
-    Key("model", str, "cnn", "model architecture", choices=tuple(MODELS)),
+    Key("model", str, "cnn", "model architecture, or 'package.module:function' building one (docs/bring-your-own.md)", choices=tuple(MODELS),
+        pattern=IMPORT_PATH, pattern_doc="'package.module:function' (a builder fn(num_classes, input_shape) -> torch.nn.Module)"),
     Key("width", float, 1.0, "width multiplier of the model", min=0.0, max=4.0, min_inclusive=False),
     Key("text-model", str, "huawei-noah/TinyBERT_General_4L_312D", "model = 'text': hub id, local directory, or 'minilm-local'"),
     Key("text-max-length", int, 64, "model = 'text': tokens per example", min=8, max=512),
@@ -189,14 +201,30 @@ def _cross_check_common(cfg: dict[str, Any]) -> None:
             extra = "'' (= device), " if key == "server-device" else ""
             raise ConfigError(f"run-config key '{key}' = {cfg[key]!r} is not allowed; "
                               f"expected {extra}'auto', 'cpu', 'cuda' or 'cuda:N' (N = GPU index)")
-    if cfg["augment"] != "none" and DATASETS[cfg["dataset"]].kind != "image":
-        raise ConfigError(f"run-config key 'augment' = {cfg['augment']!r} does not fit dataset {cfg['dataset']!r} "
-                          "(not images); expected 'none'")
     if cfg["lr-schedule"] in ("cosine", "cosine-epoch") and cfg["lr-min"] > cfg["lr"]:
         raise ConfigError(f"run-config key 'lr-min' = {cfg['lr-min']!r} is above lr = {cfg['lr']!r}; "
                           "expected a float in [0.0, lr] (the end point of the cosine schedule)")
-    info, spec = DATASETS[cfg["dataset"]], MODELS[cfg["model"]]
-    why = spec.unsupported(info.kind, info.shape)
+    if not is_byo(cfg["dataset"]):
+        info = DATASETS[cfg["dataset"]]
+        for key, own in (("input-column", info.image_col), ("label-column", info.label_col), ("num-classes", info.num_classes)):
+            if cfg[key] and cfg[key] != own:
+                raise ConfigError(f"run-config key {key!r} = {cfg[key]!r} does not fit dataset {cfg['dataset']!r}; expected "
+                                  f"{'0' if key == 'num-classes' else repr('')} or {own!r} (the columns and classes of a "
+                                  "hub:/dir: dataset are set by these keys)")
+        check_dataset_fits(cfg, info)  # a reference is described, and checked, at pre-flight (hetfl.launch.preflight)
+    if cfg["model"] not in MODELS and cfg["width"] != 1.0:
+        raise ConfigError(f"run-config key 'width' = {cfg['width']!r} does not apply to model {cfg['model']!r} (an import "
+                          "path: the builder decides the width); expected 1.0")
+
+
+def check_dataset_fits(cfg: dict[str, Any], info: DatasetInfo) -> None:
+    """ConfigError (one line) if `augment` or a registry `model` does not fit the dataset described by `info`."""
+    if cfg["augment"] != "none" and info.kind != "image":
+        raise ConfigError(f"run-config key 'augment' = {cfg['augment']!r} does not fit dataset {cfg['dataset']!r} "
+                          "(not images); expected 'none'")
+    if cfg["model"] not in MODELS:  # an import path: hetfl.launch.preflight builds it and runs one batch
+        return
+    why = model_spec(cfg["model"]).unsupported(info.kind, info.shape)
     if why:
         fits = [n for n, m in MODELS.items() if m.unsupported(info.kind, info.shape) is None]
         raise ConfigError(

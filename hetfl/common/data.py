@@ -10,6 +10,18 @@ Two sources give the same partitions:
   positions is shuffled with the same seed and given to the same flwr-datasets partitioner;
   the rows it picks are taken from the arrays (see :func:`_row_index`).
 
+Besides the named datasets of :data:`DATASETS`, a run may bring its own (docs/bring-your-own.md):
+``dataset = "hub:<id>[:<subset>]"`` or ``dataset = "dir:<directory>"``, with the columns named by
+``input-column`` / ``label-column``. Such a *reference* is read with the `datasets` readers
+(:func:`read_directory`, :func:`read_reference`), described from its features and first row
+(:func:`describe`), converted to arrays in its own row order and then partitioned exactly like the
+local files of a named dataset.
+
+A SuperNode started with ``--node-config 'data-path="<dir>"'`` trains on that directory alone
+(docs/node-data.md): :func:`load_local_data` reads it with the same readers and checks that it fits the
+run's :class:`DatasetInfo`, raising one :class:`LocalDataError` otherwise. The server's evaluation set may
+come from a directory the same way (run-config ``server-data-path``).
+
 Partitions are converted to uint8/int64 NumPy arrays once and cached on disk
 (``cache-dir``), so every ClientApp process after the first loads its partition in
 milliseconds. The centralized test split is cached the same way for the ServerApp.
@@ -101,6 +113,308 @@ class ArrayData:
 
     def __len__(self) -> int:
         return len(self.y)
+
+
+class LocalDataError(ValueError):
+    """Data on this machine does not fit the run: one line naming where the data is, what was found and what the
+    run expects.
+
+    Raised for a node's ``data-path`` (the ClientApp's handler fails with it; Flower returns it to the server as
+    the reply's error, see :func:`is_local_data_error`), for ``server-data-path`` and for a ``dir:``/``hub:``
+    dataset reference. docs/node-data.md
+    """
+
+
+def is_local_data_error(reason: str) -> bool:
+    """Whether the error reason of a failed reply (``Message.error.reason``) is a :class:`LocalDataError`.
+
+    The Deployment Engine reports ``<class '...LocalDataError'>:<'node data-path ...'>``; the Simulation Engine
+    wraps the message in a ClientAppException, so the message's own start (``node data-path '``) is matched too.
+    """
+    return "LocalDataError" in reason or "node data-path '" in reason
+
+
+# ---------------------------------------------------------------------------
+# Bring your own dataset: references, readers, description, conversion
+# ---------------------------------------------------------------------------
+
+BYO_PREFIXES = ("hub:", "dir:")
+"""Run-config ``dataset`` values that are not a name of :data:`DATASETS` (docs/bring-your-own.md)."""
+
+INPUT_COLUMNS = ("image", "img", "text")  # input-column = '': the first of these the dataset has
+
+BYO_NORM = 0.5  # mean and std of every channel of a bring-your-own image dataset ([0, 255] -> [-1, 1])
+BYO_THRESHOLD = 0.8  # convergence threshold of a bring-your-own dataset when convergence-threshold = 0
+
+
+def is_byo(name: str) -> bool:
+    """Whether a run-config ``dataset`` value is a reference (``hub:...`` / ``dir:...``) rather than a named dataset."""
+    return name.startswith(BYO_PREFIXES)
+
+
+def parse_reference(name: str) -> tuple[str, str, str | None]:
+    """``"hub:<id>[:<subset>]"`` -> ``("hub", id, subset)``; ``"dir:<path>"`` -> ``("dir", path, None)``."""
+    kind, _, rest = name.partition(":")
+    if kind == "hub":
+        hub_id, _, subset = rest.partition(":")
+        return "hub", hub_id, subset or None
+    if kind == "dir":
+        return "dir", rest, None
+    raise ValueError(f"dataset {name!r} is not a reference; expected 'hub:<id>[:<subset>]' or 'dir:<path>'")
+
+
+def _dataset_files(path: Path) -> list[Path]:
+    """The regular files of a directory tree that make up its data, sorted (hidden files and ``state.json``
+    (whose `_fingerprint` save_to_disk draws at random) left out)."""
+    return sorted(f for f in path.rglob("*") if f.is_file() and f.name != "state.json"
+                  and not any(part.startswith(".") for part in f.relative_to(path).parts))
+
+
+def _stat_signature(path: Path) -> str:
+    """Cheap identity of a directory's current content: (relative path, size, mtime) of every data file."""
+    h = hashlib.sha1(str(path.resolve()).encode())
+    for f in _dataset_files(path):
+        st = f.stat()
+        h.update(f"{f.relative_to(path).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=32)
+def _content_digest(path: str, signature: str) -> str:
+    stored = _cache_root("") / "digests" / f"{signature}.txt"  # a deployed ClientApp process may live one message
+    if stored.is_file():
+        return stored.read_text().strip()
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in _dataset_files(root):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=stored.parent, suffix=".txt")
+    with os.fdopen(fd, "w") as out:
+        out.write(h.hexdigest())
+    os.replace(tmp, stored)
+    return h.hexdigest()
+
+
+def content_digest(path: str | Path) -> str:
+    """SHA-256 of a data directory's content: every data file's relative path and bytes, in path order.
+
+    Hidden files and ``state.json`` are left out, so a copy of the directory, or the same rows saved again, has
+    the same digest. Remembered (in the process, and under the cache root's ``digests/``) while no file's path,
+    size or mtime changes.
+    """
+    p = Path(path)
+    return _content_digest(str(p.resolve()), _stat_signature(p))
+
+
+def content_client_id(path: str | Path) -> int:
+    """The client id of a node whose node config names a ``data-path`` but neither ``client-id`` nor ``partition-id``:
+    the first 31 bits of :func:`content_digest` (an integer in [0, 2**31)). docs/node-data.md"""
+    return int(content_digest(path)[:8], 16) & 0x7FFFFFFF
+
+
+def read_directory(path: str | Path, where: str):
+    """A dataset directory as a :class:`datasets.DatasetDict`, read by the `datasets` library.
+
+    * a directory written by ``Dataset.save_to_disk`` (what ``flwr-datasets create`` and ``python -m hetfl.export``
+      write) or ``DatasetDict.save_to_disk`` (one subdirectory per split): :func:`datasets.load_from_disk`; a
+      single Dataset comes back as the split ``train``;
+    * anything else: :func:`datasets.load_dataset` on the directory, which picks its packaged reader from the
+      files: ``imagefolder`` (class subfolders of images, a ``label`` ClassLabel named after the folders; a
+      ``train/`` and ``test/`` level gives the splits), Parquet, CSV, JSON Lines, Arrow (split names from the
+      file names, e.g. ``train-00000-of-00001.parquet``: the layout of a hub dataset's download).
+
+    Raises
+    ------
+    LocalDataError
+        The directory does not exist or holds nothing the readers understand; the message starts with `where`.
+    """
+    import datasets
+
+    p = Path(path)
+    if not p.is_dir():
+        raise LocalDataError(f"{where}: no such directory; expected a directory written by Dataset.save_to_disk "
+                             "or an image folder (one subfolder of images per class)")
+    try:
+        if (p / "dataset_dict.json").is_file():
+            return datasets.load_from_disk(str(p))
+        if (p / "state.json").is_file() and (p / "dataset_info.json").is_file():
+            if not json.loads((p / "state.json").read_text()).get("_data_files", True):
+                raise LocalDataError(f"{where}: holds no rows (a Dataset saved without data files); expected at least "
+                                     "one labelled example")
+            return datasets.DatasetDict({"train": datasets.load_from_disk(str(p))})
+        out = datasets.load_dataset(str(p))
+    except LocalDataError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the readers raise many types for unreadable content
+        raise LocalDataError(
+            f"{where}: could not be read as a dataset ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+            "expected a directory written by Dataset.save_to_disk, an image folder (one subfolder of images per class) "
+            "or Parquet/CSV/JSON files") from err
+    return out if isinstance(out, datasets.DatasetDict) else datasets.DatasetDict({"train": out})
+
+
+def choose_split(dd, want: str, where: str):
+    """Split `want` of a DatasetDict, or its only split; LocalDataError naming the splits found otherwise."""
+    if want in dd:
+        return dd[want]
+    if len(dd) == 1:
+        return next(iter(dd.values()))
+    raise LocalDataError(f"{where}: holds the splits {sorted(dd)}; expected a split named {want!r} (or a single split)")
+
+
+def read_reference(name: str):
+    """The DatasetDict of a reference ``hub:<id>[:<subset>]`` (:func:`datasets.load_dataset`; its cache serves offline
+    runs) or ``dir:<path>`` (:func:`read_directory`)."""
+    kind, ref, subset = parse_reference(name)
+    where = f"run-config key 'dataset' = {name!r}"
+    if kind == "dir":
+        return read_directory(ref, where)
+    import datasets
+
+    try:
+        return datasets.load_dataset(ref, subset)
+    except Exception as err:  # noqa: BLE001 - network/hub errors come in many types
+        raise DatasetUnavailable(f"{where}: could not be loaded from the Hugging Face hub or its cache "
+                                 f"({type(err).__name__}: {err})") from err
+
+
+def _image_shape(x: np.ndarray) -> tuple[int, ...]:
+    """(C, H, W) of one decoded image: (H, W) -> 1 channel, (H, W, C) with C <= 4 -> C channels, else as is."""
+    if x.ndim == 2:
+        return (1, *x.shape)
+    if x.ndim == 3 and x.shape[-1] <= 4 and x.shape[0] > 4:
+        return (x.shape[-1], x.shape[0], x.shape[1])
+    return tuple(x.shape)
+
+
+def _label_classes(feature) -> int | None:
+    """The class count of a ClassLabel feature; None for an integer column; ValueError for anything else."""
+    from datasets import ClassLabel, Value
+
+    if isinstance(feature, ClassLabel):
+        return feature.num_classes
+    if isinstance(feature, Value) and feature.dtype.startswith(("int", "uint")):
+        return None
+    raise ValueError(str(feature))
+
+
+def _input_column(columns: list[str], input_col: str) -> str | None:
+    return input_col if input_col else next((c for c in INPUT_COLUMNS if c in columns), None)
+
+
+def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classes: int = 0, where: str = "") -> DatasetInfo:
+    """The :class:`DatasetInfo` of a bring-your-own dataset from its (train) split `ds`.
+
+    Text if the input column holds strings, else images whose shape (C, H, W) is the first row's; the class count
+    is `num_classes` if > 0, else the label column's ClassLabel. Images are normalised with mean = std =
+    :data:`BYO_NORM` per channel (the same on every machine, whatever data it holds). docs/bring-your-own.md
+
+    Parameters
+    ----------
+    input_col, label_col : str
+        Column names ('' = the first of :data:`INPUT_COLUMNS` present / ``label``).
+    where : str
+        What the data is, for the error message (default: the run-config key ``dataset``).
+    """
+    from datasets import Value
+
+    where = where or f"run-config key 'dataset' = {name!r}"
+    cols = list(ds.column_names)
+    icol, lcol = _input_column(cols, input_col), label_col or "label"
+    if icol is None or icol not in cols:
+        wanted = f"{icol!r} (input-column)" if icol else f"one of {INPUT_COLUMNS} (or name it with input-column)"
+        raise LocalDataError(f"{where}: has the columns {cols}; expected an input column {wanted}")
+    if lcol not in cols:
+        raise LocalDataError(f"{where}: has the columns {cols}; expected a label column {lcol!r} (label-column)")
+    if len(ds) == 0:
+        raise LocalDataError(f"{where}: holds no rows; expected at least one labelled example")
+    try:
+        found = _label_classes(ds.features[lcol])
+    except ValueError:
+        raise LocalDataError(f"{where}: label column {lcol!r} is {ds.features[lcol]}; expected integer class ids "
+                             "(a ClassLabel or int column)") from None
+    if num_classes and found and num_classes < found:
+        raise LocalDataError(f"{where}: label column {lcol!r} is a ClassLabel of {found} classes; run-config key "
+                             f"'num-classes' = {num_classes} is fewer; expected 0 (= {found}) or at least {found}")
+    n = num_classes or found
+    if not n:
+        raise LocalDataError(f"{where}: label column {lcol!r} holds plain integers, so the number of classes is not "
+                             "known; set run-config key 'num-classes' (or save the labels as a ClassLabel)")
+    feat = ds.features[icol]
+    if isinstance(feat, Value) and feat.dtype in ("string", "large_string"):
+        return DatasetInfo("", icol, lcol, int(n), (), (), (), BYO_THRESHOLD, kind="text")
+    first = np.asarray(ds.with_format("numpy", columns=[icol])[0][icol])
+    if first.dtype == object or first.ndim not in (2, 3):
+        raise LocalDataError(f"{where}: input column {icol!r} holds {feat} values of shape {first.shape}; expected "
+                             "images (H x W or H x W x C) or strings")
+    shape = _image_shape(first)
+    if shape[0] not in (1, 3):
+        raise LocalDataError(f"{where}: images have {shape[0]} channels (shape {shape}); expected 1 (grayscale) or 3 (RGB)")
+    return DatasetInfo("", icol, lcol, int(n), shape, (BYO_NORM,) * shape[0], (BYO_NORM,) * shape[0], BYO_THRESHOLD)
+
+
+def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) -> ArrayData:
+    """A datasets.Dataset split -> :class:`ArrayData` (uint8 NCHW images or str texts, int64 labels) that fits `info`.
+
+    Raises
+    ------
+    LocalDataError
+        A column is missing, the split is empty (unless `allow_empty`), a label is not an integer in
+        [0, num_classes), an image does not have the shape (C, H, W) of `info`, or a text is not a string. The
+        message starts with `where`.
+    """
+    where = where or "dataset"
+    cols = list(ds.column_names)
+    for col, key in ((info.image_col, "input-column"), (info.label_col, "label-column")):
+        if col not in cols:
+            raise LocalDataError(f"{where}: has the columns {cols}; the run expects the columns "
+                                 f"{[info.image_col, info.label_col]} (run-config {key} names the {col!r} one)")
+    if len(ds) == 0:
+        if not allow_empty:
+            raise LocalDataError(f"{where}: holds no rows; the run expects at least one labelled example")
+        return ArrayData(np.zeros((0, *info.shape), np.uint8) if info.kind != "text" else np.zeros(0, object),
+                         np.zeros(0, np.int64))
+    data = ds.with_format("numpy", columns=[info.image_col, info.label_col])[:]
+    y = np.asarray(data[info.label_col])
+    if y.dtype.kind not in "iu":
+        raise LocalDataError(f"{where}: label column {info.label_col!r} holds {y.dtype} values (e.g. {y[0]!r}); "
+                             f"the run expects integer class ids in [0, {info.num_classes})")
+    bad = (y < 0) | (y >= info.num_classes)
+    if bad.any():
+        raise LocalDataError(f"{where}: {int(bad.sum())} label(s) outside [0, {info.num_classes}) (e.g. {int(y[bad][0])} "
+                             f"at row {int(np.nonzero(bad)[0][0])}, labels span {int(y.min())}..{int(y.max())}); the run "
+                             f"expects {info.num_classes} classes")
+    y = y.astype(np.int64)
+    if info.kind == "text":
+        x = np.asarray(ds[info.image_col], dtype=object)
+        if not all(isinstance(t, str) for t in x):
+            raise LocalDataError(f"{where}: input column {info.image_col!r} does not hold strings; the run expects texts")
+        return ArrayData(x, y)
+    x = data[info.image_col]
+    if x.dtype == object:  # images of different sizes or modes come back one array each
+        shapes = sorted({_image_shape(np.asarray(i)) for i in x})
+        if len(shapes) > 1:
+            raise LocalDataError(f"{where}: images of {len(shapes)} different shapes (e.g. {shapes[0]} and {shapes[-1]}, "
+                                 f"as channels x height x width); the run expects {info.shape}")
+        x = np.stack([np.asarray(i) for i in x])
+    if x.ndim == 3:
+        x = x[:, None]
+    elif x.ndim == 4 and x.shape[-1] <= 4 and x.shape[1] > 4:  # N H W C -> N C H W
+        x = np.transpose(x, (0, 3, 1, 2))
+    if tuple(x.shape[1:]) != tuple(info.shape):
+        raise LocalDataError(f"{where}: images of shape {tuple(x.shape[1:])} (channels, height, width); the run "
+                             f"expects {tuple(info.shape)}")
+    if x.dtype != np.uint8:
+        if x.dtype.kind not in "iuf" or x.min() < 0 or x.max() > 255 or (x.dtype.kind == "f" and not np.all(x == np.round(x))):
+            raise LocalDataError(f"{where}: pixel values of type {x.dtype} in [{x.min()}, {x.max()}]; the run expects "
+                                 "integers in [0, 255]")
+        x = x.astype(np.uint8)
+    return ArrayData(np.ascontiguousarray(x), y)
 
 
 # ---------------------------------------------------------------------------
@@ -212,15 +526,16 @@ def _load_local_arrays(name: str, data_dir: str) -> tuple[ArrayData, ArrayData] 
     raise KeyError(name)
 
 
-def _to_hf(name: str, split: ArrayData):
-    """Wrap arrays as a datasets.Dataset with the hub's column names."""
+def _to_hf(dataset: str | DatasetInfo, split: ArrayData):
+    """Wrap arrays as a datasets.Dataset with the dataset's column names (images as Array2D/Array3D HWC, labels as
+    a ClassLabel): what :func:`to_arrays` turns back into the same arrays."""
     from datasets import Array2D, Array3D, ClassLabel, Dataset, Features, Value
 
-    info = DATASETS[name]
+    info = dataset_info(dataset) if isinstance(dataset, str) else dataset
     label = ClassLabel(num_classes=info.num_classes)
     if info.kind == "text":
         feats = Features({info.image_col: Value("string"), info.label_col: label})
-        return Dataset.from_dict({info.image_col: list(split.x), info.label_col: split.y}, features=feats)
+        return Dataset.from_dict({info.image_col: [str(t) for t in split.x], info.label_col: split.y}, features=feats)
     c, h, w = info.shape
     if c == 1:
         feats = Features({info.image_col: Array2D((h, w), "uint8"), info.label_col: label})
@@ -231,27 +546,91 @@ def _to_hf(name: str, split: ArrayData):
     return Dataset.from_dict({info.image_col: x, info.label_col: split.y}, features=feats)
 
 
-def _from_hf(name: str, ds) -> ArrayData:
-    """Convert a (hub or local) datasets.Dataset split to ArrayData (NCHW uint8)."""
-    info = DATASETS[name]
-    if len(ds) == 0:  # e.g. Dirichlet(0.01) leaves some partitions empty
-        return ArrayData(np.zeros((0, *info.shape), np.uint8) if info.kind != "text" else np.zeros(0, object),
-                         np.zeros(0, np.int64))
-    cols = ds.with_format("numpy")[:]
-    y = np.asarray(cols[info.label_col], np.int64)
-    if info.kind == "text":
-        return ArrayData(np.asarray(ds[info.image_col], dtype=object), y)
-    x = cols[info.image_col]
-    if x.dtype == object:  # ragged PIL decode
-        x = np.stack([np.asarray(i) for i in x])
-    x = np.asarray(x).astype(np.uint8)
-    if x.ndim == 3:
-        x = x[:, None]
-    elif x.ndim == 4 and x.shape[-1] in (1, 3):
-        x = np.transpose(x, (0, 3, 1, 2))
-    if x.shape[1:] != info.shape:
-        raise ValueError(f"dataset '{name}': got images of shape {x.shape[1:]}, expected {info.shape}")
-    return ArrayData(x, y)
+def _from_hf(dataset: str | DatasetInfo, ds) -> ArrayData:
+    """Convert a (hub or local) datasets.Dataset split to ArrayData (NCHW uint8); see :func:`to_arrays`."""
+    info = dataset_info(dataset) if isinstance(dataset, str) else dataset
+    return to_arrays(ds, info, f"dataset {dataset if isinstance(dataset, str) else info.hub_id or 'split'!r}")
+
+
+# ---------------------------------------------------------------------------
+# What a run's dataset is: the named table, or the description of a reference
+# ---------------------------------------------------------------------------
+
+_DESCRIBED: dict[tuple[str, str, str, int], DatasetInfo] = {}  # (dataset, input-column, label-column, num-classes)
+_BY_NAME: dict[str, DatasetInfo] = {}  # dataset -> its latest description in this process (Normalizer by name)
+
+
+def dataset_info(name: str, input_col: str = "", label_col: str = "", num_classes: int = 0) -> DatasetInfo:
+    """The :class:`DatasetInfo` of a run-config ``dataset`` (with ``input-column``, ``label-column``, ``num-classes``).
+
+    A named dataset: its entry of :data:`DATASETS` (the column keys are '' or its own, which validation checks).
+    A reference (``hub:``/``dir:``): :func:`describe` of its train split, memoized per process; a node that holds
+    only its own data gives the description of that data instead (:func:`adopt_description`).
+
+    Raises
+    ------
+    KeyError
+        Neither a name of :data:`DATASETS` nor a reference.
+    LocalDataError, DatasetUnavailable
+        The reference cannot be read or does not describe a classification dataset.
+    """
+    if not is_byo(name):
+        return DATASETS[name]
+    key = (name, input_col, label_col, int(num_classes))
+    if key not in _DESCRIBED:
+        where = f"run-config key 'dataset' = {name!r}"
+        train = choose_split(read_reference(name), "train", where)
+        adopt_description(key, describe(train, name, input_col, label_col, num_classes, where))
+    return _DESCRIBED[key]
+
+
+def adopt_description(key: tuple[str, str, str, int], info: DatasetInfo) -> None:
+    """Use `info` as this process's description of the run's dataset `key` = (dataset, input-column, label-column,
+    num-classes)."""
+    _DESCRIBED[key] = info
+    _BY_NAME[key[0]] = info
+
+
+def describe_from_directory(path: str | Path, name: str, input_col: str, label_col: str, num_classes: int,
+                            where: str) -> DatasetInfo:
+    """Describe the reference `name` from a node's own data directory and adopt it for this process (once).
+
+    A SuperNode with a ``data-path`` never reads the server's ``hub:``/``dir:`` reference; its model, normalisation
+    and data checks follow the description of its own train split (:func:`describe`). docs/bring-your-own.md
+
+    Raises
+    ------
+    LocalDataError
+        The directory cannot be read or describes no classification dataset; the message starts with `where`.
+    """
+    key = (name, input_col, label_col, int(num_classes))
+    if key not in _DESCRIBED:
+        train = choose_split(read_directory(path, where), "train", where)
+        adopt_description(key, describe(train, *key, where=where))
+    return _DESCRIBED[key]
+
+
+def info_by_name(name: str) -> DatasetInfo:
+    """:class:`DatasetInfo` by the run-config ``dataset`` alone: the table, or the reference's latest description in
+    this process (every app describes its run's dataset before it normalises a batch)."""
+    if not is_byo(name):
+        return DATASETS[name]
+    if name not in _BY_NAME:
+        raise LookupError(f"dataset {name!r} has not been described in this process; call dataset_info() with the "
+                          "run config's input-column, label-column and num-classes first")
+    return _BY_NAME[name]
+
+
+def _cache_name(name: str) -> str:
+    """Directory of a dataset under the cache root: its name, or ``byo-<hash>`` for a reference."""
+    return f"byo-{hashlib.sha1(name.encode()).hexdigest()[:12]}" if is_byo(name) else name
+
+
+def _reference_token(name: str) -> str:
+    """What identifies a reference's content for the partition cache: the hub id, or the directory's file sizes and
+    mtimes."""
+    kind, ref, _ = parse_reference(name)
+    return _stat_signature(Path(ref)) if kind == "dir" and Path(ref).is_dir() else name
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +640,7 @@ def _from_hf(name: str, ds) -> ArrayData:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Everything that determines a partition."""
+    """Everything that determines a partition (and where the server's data comes from)."""
 
     dataset: str = "fashion_mnist"
     source: str = "auto"
@@ -275,6 +654,10 @@ class DataSpec:
     shards_per_client: int = 4
     seed: int = 42
     server_holdout: int = 0  # train samples kept out of every partition for the server (FedBE's unlabeled set)
+    input_col: str = ""  # bring your own dataset: run-config input-column, label-column, num-classes
+    label_col: str = ""
+    num_classes: int = 0
+    server_data_path: str = ""  # run-config server-data-path: the server's evaluation (and holdout) set
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], num_partitions: int) -> DataSpec:
@@ -284,18 +667,29 @@ class DataSpec:
             alpha=cfg["dirichlet-alpha"], min_partition_size=cfg["dirichlet-min-size"],
             balance=cfg["dirichlet-balance"], max_draws=cfg["dirichlet-max-draws"],
             shards_per_client=cfg["shards-per-client"], seed=cfg["partition-seed"],
-            server_holdout=cfg["server-holdout"],
+            server_holdout=cfg["server-holdout"], input_col=cfg["input-column"], label_col=cfg["label-column"],
+            num_classes=cfg["num-classes"], server_data_path=cfg["server-data-path"],
         )
+
+    @property
+    def info(self) -> DatasetInfo:
+        """The dataset's description (:func:`dataset_info`)."""
+        return dataset_info(self.dataset, self.input_col, self.label_col, self.num_classes)
 
     def key(self) -> str:
         # hub and local give the same rows; a draw that succeeds is the same under any max_draws
-        d = {k: v for k, v in self.__dict__.items() if k not in ("source", "max_draws")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("source", "max_draws", "server_data_path")}
         if self.partitioner != "dirichlet":
             d.pop("alpha"), d.pop("min_partition_size"), d.pop("balance")
         if self.partitioner != "shards":
             d.pop("shards_per_client")
         if not self.server_holdout:  # keys of specs without a holdout are unchanged
             d.pop("server_holdout")
+        for k in ("input_col", "label_col", "num_classes"):  # '' / 0 for named datasets: their keys are unchanged
+            if not d[k]:
+                d.pop(k)
+        if is_byo(self.dataset):
+            d["reference"] = _reference_token(self.dataset)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -370,7 +764,7 @@ def make_partitioner(spec: DataSpec, num_train: int):
     """The flwr-datasets partitioner for a spec (IID, Dirichlet(alpha), pathological shards)."""
     from flwr_datasets.partitioner import IidPartitioner, ShardPartitioner
 
-    label = DATASETS[spec.dataset].label_col
+    label = spec.info.label_col
     if spec.partitioner == "iid":
         return IidPartitioner(num_partitions=spec.num_partitions)
     if spec.partitioner == "dirichlet":
@@ -401,7 +795,11 @@ _LOCAL_MARKERS = {
 
 
 def local_available(name: str, data_dir: str = "") -> bool:
-    """Whether local files for the dataset exist (digits always: it ships with scikit-learn)."""
+    """Whether local files for the dataset exist (digits always: it ships with scikit-learn; a ``dir:`` reference if
+    its directory exists; a ``hub:`` reference never: it is read through the hub's cache)."""
+    if is_byo(name):
+        kind, ref, _ = parse_reference(name)
+        return kind == "dir" and Path(ref).is_dir()
     if name == "digits":
         return True
     if data_dir and (Path(data_dir) / name / "dataset_dict.json").exists():
@@ -410,6 +808,8 @@ def local_available(name: str, data_dir: str = "") -> bool:
 
 
 def _resolve_source(spec: DataSpec) -> str:
+    if is_byo(spec.dataset):  # read once into arrays (hub: through the datasets cache), then as local files
+        return "local"
     if spec.source != "auto":
         return spec.source
     return "local" if local_available(spec.dataset, spec.data_dir) else "hub"
@@ -433,6 +833,28 @@ def local_arrays(name: str, data_dir: str = "") -> tuple[ArrayData, ArrayData]:
     return arrays
 
 
+@lru_cache(maxsize=4)
+def _reference_arrays(name: str, input_col: str, label_col: str, num_classes: int, token: str
+                      ) -> tuple[ArrayData, ArrayData | None]:
+    """(train, test or None) of a reference as arrays in its own row order; `token` (:func:`_reference_token`)
+    renews the memo when a directory's content changes."""
+    info = dataset_info(name, input_col, label_col, num_classes)
+    dd = read_reference(name)
+    where = f"run-config key 'dataset' = {name!r}"
+    train = to_arrays(choose_split(dd, "train", where), info, f"{where} (split 'train')", allow_empty=False)
+    test = to_arrays(dd["test"], info, f"{where} (split 'test')", allow_empty=False) if "test" in dd and len(dd) > 1 else None
+    return train, test
+
+
+def source_arrays(spec: DataSpec) -> tuple[ArrayData, ArrayData | None]:
+    """The unshuffled (train, test) arrays that partitions and the test split are taken from: a named dataset's local
+    files or a reference (whose test split may be missing: None)."""
+    if is_byo(spec.dataset):
+        return _reference_arrays(spec.dataset, spec.input_col, spec.label_col, spec.num_classes,
+                                 _reference_token(spec.dataset))
+    return local_arrays(spec.dataset, spec.data_dir)
+
+
 def local_datasetdict(name: str, data_dir: str = ""):
     """The local splits as a DatasetDict with the hub's columns and row order (not yet shuffled)."""
     from datasets import DatasetDict
@@ -444,7 +866,7 @@ def local_datasetdict(name: str, data_dir: str = ""):
 ROW = "hetfl_row"  # the column of a row index dataset: the row's position in the local arrays
 
 
-def _row_index(name: str, split: ArrayData):
+def _row_index(info: DatasetInfo, split: ArrayData):
     """A split as a datasets.Dataset of its labels and row positions, without the images.
 
     Shuffling (a permutation drawn from the seed and the length alone), the Divider and the
@@ -454,7 +876,6 @@ def _row_index(name: str, split: ArrayData):
     """
     from datasets import ClassLabel, Dataset, Features, Value
 
-    info = DATASETS[name]
     feats = Features({info.label_col: ClassLabel(num_classes=info.num_classes), ROW: Value("int64")})
     return Dataset.from_dict({info.label_col: split.y, ROW: np.arange(len(split.y), dtype=np.int64)}, features=feats)
 
@@ -473,8 +894,8 @@ def _take(split: ArrayData, index) -> ArrayData:
 def _to_arrays(spec: DataSpec, ds) -> ArrayData:
     """A partition or split (hub rows, or a row index of the local train split) as arrays."""
     if ROW not in ds.column_names:
-        return _from_hf(spec.dataset, ds)
-    return _take(local_arrays(spec.dataset, spec.data_dir)[0], ds)
+        return to_arrays(ds, spec.info, f"dataset {spec.dataset!r}")
+    return _take(source_arrays(spec)[0], ds)
 
 
 @lru_cache(maxsize=4)
@@ -525,20 +946,28 @@ def _local_train_splits(spec: DataSpec):
     """(clients' train split, server's held-out split or None) from local files, as FederatedDataset makes them."""
     from datasets import DatasetDict
 
-    train = _row_index(spec.dataset, local_arrays(spec.dataset, spec.data_dir)[0]).shuffle(seed=spec.seed)
+    train = _row_index(spec.info, source_arrays(spec)[0]).shuffle(seed=spec.seed)
     if not spec.server_holdout:
         return train, None
     dd = _holdout_divider(spec, len(train))(DatasetDict({"train": train}))
     return dd["clients"], dd["server"]
 
 
+SERVER_SPLITS = ("test", "holdout")  # the splits of a server-data-path directory (python -m hetfl.export writes both)
+
+
 def load_server_set(spec: DataSpec, cache_dir: str = "") -> ArrayData:
     """The `server_holdout` train samples no client holds (FedBE's unlabeled server set; the server must not
-    use its labels)."""
+    use its labels): the split ``holdout`` of ``server-data-path`` when set, else taken from the train split."""
     if not spec.server_holdout:
         raise ValueError("load_server_set: the spec holds nothing out (server-holdout = 0)")
-    tag = hashlib.sha1(f"{spec.seed}-{spec.server_holdout}-{spec.data_dir}".encode()).hexdigest()[:12]
-    path = _cache_root(cache_dir) / spec.dataset / f"server-{tag}.npz"  # the same for any partitioning
+    spec.info  # noqa: B018 - describe a reference in this process before anything reads the cache
+    if spec.server_data_path:
+        return load_local_data(spec.server_data_path, spec.info, f"run-config key 'server-data-path' = "
+                               f"{spec.server_data_path!r}", split="holdout", cache_dir=cache_dir, strict_split=True)
+    extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + repr(spec.info)
+    tag = hashlib.sha1(f"{spec.seed}-{spec.server_holdout}-{spec.data_dir}{extra}".encode()).hexdigest()[:12]
+    path = _cache_root(cache_dir) / _cache_name(spec.dataset) / f"server-{tag}.npz"  # the same for any partitioning
     if str(path) in _MEM:
         return _MEM[str(path)]
     if path.exists():
@@ -580,7 +1009,7 @@ def load_partition(spec: DataSpec, partition_id: int, cache_dir: str = "") -> Ar
     """Partition `partition_id` of the train split as arrays (deterministic given the spec)."""
     if not 0 <= partition_id < spec.num_partitions:
         raise ValueError(f"partition-id {partition_id} out of range [0, {spec.num_partitions})")
-    path = _cache_root(cache_dir) / spec.dataset / spec.key() / f"part-{partition_id:05d}.npz"
+    path = _cache_root(cache_dir) / _cache_name(spec.dataset) / spec.key() / f"part-{partition_id:05d}.npz"
     mem_key = str(path)
     if mem_key in _MEM:
         return _MEM[mem_key]
@@ -602,24 +1031,77 @@ def load_partition(spec: DataSpec, partition_id: int, cache_dir: str = "") -> Ar
     return data
 
 
-def load_test(name: str, source: str = "auto", data_dir: str = "", cache_dir: str = "", seed: int = 42) -> ArrayData:
-    """The centralized test split (in the hub's row order after the shared shuffle)."""
-    tag = hashlib.sha1(data_dir.encode()).hexdigest()[:8]
-    path = _cache_root(cache_dir) / name / f"test-{seed}-{tag}.npz"
+def load_local_data(path: str | Path, info: DatasetInfo, where: str, split: str = "train", cache_dir: str = "",
+                    strict_split: bool = False) -> ArrayData:
+    """A directory's data (:func:`read_directory`) as arrays checked against the run's `info` (:func:`to_arrays`).
+
+    Used for a node's ``data-path`` (split ``train``, or the directory's only split) and for ``server-data-path``
+    (``test``; ``holdout``). Cached like partitions, under the directory's path, file sizes and mtimes and `info`.
+
+    Parameters
+    ----------
+    where : str
+        How the error message names the data, e.g. ``node data-path '/data/fmnist'``.
+    strict_split : bool
+        Require a split named `split` (else the directory's only split is taken too).
+
+    Raises
+    ------
+    LocalDataError
+        The directory is missing or unreadable, or its data does not fit `info` (empty included).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise LocalDataError(f"{where}: no such directory; expected a directory written by Dataset.save_to_disk "
+                             "or an image folder (one subfolder of images per class)")
+    tag = hashlib.sha1(json.dumps([str(p.resolve()), _stat_signature(p), split, repr(info)]).encode()).hexdigest()[:16]
+    cache = _cache_root(cache_dir) / "local" / f"{tag}.npz"
+    if str(cache) in _MEM:
+        return _MEM[str(cache)]
+    if cache.exists():
+        data = _load_npz(cache)
+    else:
+        dd = read_directory(p, where)
+        if strict_split and split not in dd:
+            raise LocalDataError(f"{where}: holds the splits {sorted(dd)}; expected a split named {split!r}")
+        data = to_arrays(choose_split(dd, split, where), info, where, allow_empty=False)
+        _atomic_save(cache, data)
+    _MEM[str(cache)] = data
+    return data
+
+
+def load_eval(spec: DataSpec, cache_dir: str = "") -> ArrayData:
+    """The server's evaluation set: ``server-data-path`` (split ``test`` or its only split, in its own row order) if
+    set, else the dataset's test split shuffled with the partition seed (in the hub's row order after the shuffle)."""
+    info = spec.info
+    if spec.server_data_path:
+        return load_local_data(spec.server_data_path, info, f"run-config key 'server-data-path' = "
+                               f"{spec.server_data_path!r}", split="test", cache_dir=cache_dir)
+    extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + repr(info)  # labels checked per info
+    tag = hashlib.sha1((spec.data_dir + extra).encode()).hexdigest()[:8]
+    path = _cache_root(cache_dir) / _cache_name(spec.dataset) / f"test-{spec.seed}-{tag}.npz"
     if str(path) in _MEM:
         return _MEM[str(path)]
     if path.exists():
         data = _load_npz(path)
     else:
-        spec = DataSpec(dataset=name, source=source, data_dir=data_dir, partitioner="iid", num_partitions=1, seed=seed)
         if _resolve_source(spec) == "hub":
-            data = _from_hf(name, _partitioner_for(spec).load_split("test"))
+            data = _from_hf(spec.dataset, _partitioner_for(spec).load_split("test"))
         else:
-            test = local_arrays(name, data_dir)[1]
-            data = _take(test, _row_index(name, test).shuffle(seed=seed))
+            test = source_arrays(spec)[1]
+            if test is None:
+                raise LocalDataError(f"run-config key 'dataset' = {spec.dataset!r}: has no split named 'test' for the "
+                                     "server's evaluation; add one, or set run-config key 'server-data-path'")
+            data = _take(test, _row_index(info, test).shuffle(seed=spec.seed))
         _atomic_save(path, data)
     _MEM[str(path)] = data
     return data
+
+
+def load_test(name: str, source: str = "auto", data_dir: str = "", cache_dir: str = "", seed: int = 42) -> ArrayData:
+    """The centralized test split of a named dataset (in the hub's row order after the shared shuffle)."""
+    spec = DataSpec(dataset=name, source=source, data_dir=data_dir, partitioner="iid", num_partitions=1, seed=seed)
+    return load_eval(spec, cache_dir)
 
 
 def label_histogram(y: np.ndarray, num_classes: int) -> np.ndarray:

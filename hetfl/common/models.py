@@ -1,6 +1,10 @@
 """Model zoo (torchvision style): CNN, ResNet-8/18/34 (CIFAR stem), VGG16 (CIFAR), MobileNetV2, and the
 model registry :data:`MODELS` (name -> builder, hidden widths, prunable, supported input sizes).
 
+A run may also bring its own model: run-config ``model = "package.module:function"`` names a builder
+``function(num_classes, input_shape) -> torch.nn.Module`` (:data:`BUILDER_SIGNATURE`, :func:`load_builder`,
+:func:`check_builder`; docs/bring-your-own.md).
+
 Every constructor takes ``num_classes``, ``in_channels`` and a ``width`` multiplier that
 scales hidden channels/units (never the input or the number of classes). CNN, VGG and
 ResNet also take ``widths``: the explicit output width of each hidden layer in order
@@ -10,6 +14,8 @@ smaller submodels whose tensors are leading slices of the full model's.
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -196,7 +202,8 @@ class ModelSpec:
     builder : callable
         ``builder(num_classes, in_channels, image_size, width, **kw) -> nn.Module``; ``kw`` may hold ``widths``.
     kind : str
-        ``"image"`` or ``"text"`` (text models are built by :mod:`hetfl.common.text` from ``text-model``).
+        ``"image"`` or ``"text"`` (text models are built by :mod:`hetfl.common.text` from ``text-model``); ``"any"``
+        for a bring-your-own builder (checked by :func:`check_builder`).
     widths : tuple of int or None
         Output widths of the full model's hidden layers in forward order (layer k = index k-1); ``None`` when the
         model cannot be width-pruned (AdaptiveFL/HeteroFL need it).
@@ -230,6 +237,8 @@ class ModelSpec:
 
     def unsupported(self, kind: str, shape: tuple[int, ...]) -> str | None:
         """Why this model cannot take inputs of a dataset of `kind` and `shape` (C, H, W), or None if it can."""
+        if self.kind == "any":
+            return None
         if kind != self.kind:
             return f"it is a {self.kind} model and the dataset holds {kind} data"
         if kind == "image" and min(shape[1:]) < self.min_size:
@@ -266,14 +275,92 @@ MODELS: dict[str, ModelSpec] = {
 PRUNABLE = tuple(name for name, spec in MODELS.items() if spec.prunable)  # models that take per-layer `widths`
 
 
-def build_model(name: str, num_classes: int, in_shape: tuple[int, int, int], width: float = 1.0,
+IMPORT_PATH = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*"  # run-config `model` values besides the registry's names
+BUILDER_SIGNATURE = "fn(num_classes: int, input_shape: tuple[int, ...]) -> torch.nn.Module"
+"""What a bring-your-own model builder is: ``input_shape`` is (C, H, W) for images (uint8 pixels normalised per
+channel, NCHW float32 batches) and (text-max-length,) for texts (int64 token ids of ``text-model``'s tokenizer); the
+module maps a batch to logits of shape (batch, num_classes). docs/bring-your-own.md"""
+
+
+def load_builder(ref: str) -> Callable[..., nn.Module]:
+    """The builder a ``"package.module:function"`` import path names.
+
+    Raises
+    ------
+    ValueError
+        One line: the path is malformed, the module cannot be imported (the error it raised), or it has no callable
+        of that name.
+    """
+    if not re.fullmatch(IMPORT_PATH, ref):
+        raise ValueError(f"run-config key 'model' = {ref!r} is not an import path; expected 'package.module:function'")
+    module, _, attr = ref.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 - whatever the module raises on import is the user's to see
+        raise ValueError(f"run-config key 'model' = {ref!r}: cannot import module {module!r} ({type(err).__name__}: {err}); it must be "
+                         "importable by the ServerApp and every ClientApp (installed, or on PYTHONPATH)") from err
+    fn = getattr(mod, attr, None)
+    if not callable(fn):
+        raise ValueError(f"run-config key 'model' = {ref!r}: module {module!r} has no callable {attr!r}")
+    return fn
+
+
+def check_builder(ref: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """Build a bring-your-own model and run a batch of two zero inputs through it (no gradient); the model.
+
+    Raises
+    ------
+    ValueError
+        One line naming `ref`: it cannot be loaded (:func:`load_builder`), raises, returns no ``nn.Module``, fails on
+        the batch, or returns no (2, num_classes) logits.
+    """
+    fn = load_builder(ref)
+    try:
+        model = fn(num_classes, tuple(input_shape))
+    except Exception as err:  # noqa: BLE001 - the builder is user code
+        raise ValueError(f"run-config key 'model' = {ref!r} raised {type(err).__name__}: {err} when called as fn({num_classes}, "
+                         f"{tuple(input_shape)}); expected {BUILDER_SIGNATURE}") from err
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"run-config key 'model' = {ref!r} returned {type(model).__name__}; expected {BUILDER_SIGNATURE}")
+    x = torch.zeros((2, *input_shape)) if len(input_shape) == 3 else torch.zeros((2, *input_shape), dtype=torch.int64)
+    try:
+        with torch.no_grad():
+            out = model.eval()(x)
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(f"run-config key 'model' = {ref!r} fails on a batch of shape {tuple(x.shape)} ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''}); expected {BUILDER_SIGNATURE}") from err
+    finally:
+        model.train()
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"run-config key 'model' = {ref!r} maps a batch of shape {tuple(x.shape)} to {got}; expected logits of shape "
+                         f"(2, {num_classes})")
+    return model
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The registry's entry of a model name, or the spec of an import path (any input kind, not width-prunable)."""
+    if name in MODELS:
+        return MODELS[name]
+    if re.fullmatch(IMPORT_PATH, name):
+        return ModelSpec(None, kind="any")  # built by build_model through load_builder
+    raise ValueError(f"unknown model {name!r}; expected one of {tuple(MODELS)} or 'package.module:function'")
+
+
+def build_model(name: str, num_classes: int, in_shape: tuple[int, ...], width: float = 1.0,
                 widths: tuple[int, ...] | None = None, batch_stats: bool = False) -> nn.Module:
-    """Build an image model by its registry name for inputs of shape (C, H, W); `widths` sets each hidden layer.
+    """Build a model by its registry name (image models: inputs of shape (C, H, W); `widths` sets each hidden layer),
+    or by an import path ``package.module:function`` (``function(num_classes, in_shape)``; `in_shape` as the data
+    gives it, (C, H, W) or (text-max-length,)).
 
     ``batch_stats=True`` builds BatchNorm with ``track_running_stats=False``: normalisation by the batch's own
     statistics in training and evaluation, no running buffers in the state (AdaptiveFL authors;
     docs/readings.md#adaptivefl-batchnorm). Models without BatchNorm ignore it.
     """
+    if name not in MODELS and re.fullmatch(IMPORT_PATH, name):
+        if widths is not None:
+            raise ValueError(f"model {name!r} does not take per-layer widths; use one of {PRUNABLE}")
+        return load_builder(name)(num_classes, tuple(in_shape))
     spec = MODELS.get(name)
     if spec is None or spec.builder is None:
         raise ValueError(f"unknown image model {name!r}; expected one of {[n for n, s in MODELS.items() if s.builder]}")

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,7 +39,8 @@ def default_run_name(cfg: dict[str, Any]) -> str:
     """method-dataset-partitioner-seed-timestamp."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     part = cfg["partitioner"] + (f"{cfg['dirichlet-alpha']:g}" if cfg["partitioner"] == "dirichlet" else "")
-    return f"{cfg['method']}-{cfg['dataset']}-{part}-s{cfg['seed']}-{stamp}-{os.getpid()}"
+    dataset = re.sub(r"[^A-Za-z0-9_.-]+", "-", cfg["dataset"].rstrip("/").rsplit("/", 1)[-1])  # dir:/a/b -> b, hub:o/n -> n
+    return f"{cfg['method']}-{dataset}-{part}-s{cfg['seed']}-{stamp}-{os.getpid()}"
 
 
 def machine_info() -> dict[str, Any]:

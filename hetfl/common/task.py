@@ -10,6 +10,7 @@ import logging
 import random
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,9 @@ import torch
 from flwr.app import Array, ArrayRecord, Context
 from torch import nn
 
+from . import data as D
 from .config import validate
-from .data import DATASETS, ArrayData, DataSpec, load_partition, load_test
+from .data import ArrayData, DatasetInfo, DataSpec, LocalDataError, load_eval, load_local_data, load_partition
 from .models import build_model, get_state, set_state
 from .train import Normalizer, TrainResult, evaluate, resolve_device, train
 
@@ -43,24 +45,55 @@ def seed_everything(seed: int) -> None:
 
 
 def config_of(context: Context) -> dict[str, Any]:
-    """The validated run config of a ServerApp/ClientApp context."""
-    return validate(dict(context.run_config))
+    """The validated run config of a ServerApp/ClientApp context.
+
+    On a SuperNode with a ``data-path`` whose run brings its own dataset (``hub:``/``dir:``), the dataset is
+    described from the node's data (it does not read the server's reference), so that the model, the
+    normalisation and the data checks of this process follow it (docs/node-data.md).
+
+    Raises
+    ------
+    LocalDataError
+        That node's data cannot be read or describes no classification dataset.
+    """
+    cfg = validate(dict(context.run_config))
+    path = context.node_config.get("data-path")
+    if path and D.is_byo(cfg["dataset"]):
+        D.describe_from_directory(str(path), cfg["dataset"], cfg["input-column"], cfg["label-column"],
+                                  cfg["num-classes"], node_data_where(str(path)))
+    return cfg
+
+
+def dataset_info(cfg: dict[str, Any]) -> DatasetInfo:
+    """The run's dataset: a named dataset's table entry, or the description of a ``hub:``/``dir:`` reference
+    (:func:`hetfl.common.data.dataset_info`; docs/bring-your-own.md)."""
+    return D.dataset_info(cfg["dataset"], cfg["input-column"], cfg["label-column"], cfg["num-classes"])
 
 
 def num_classes(cfg: dict[str, Any]) -> int:
-    return DATASETS[cfg["dataset"]].num_classes
+    return dataset_info(cfg).num_classes
+
+
+def model_input_shape(cfg: dict[str, Any]) -> tuple[int, ...]:
+    """What one example looks like to the model: (C, H, W) images, or (text-max-length,) token ids."""
+    info = dataset_info(cfg)
+    return tuple(info.shape) if info.kind != "text" else (cfg["text-max-length"],)
 
 
 def make_model(cfg: dict[str, Any], width: float | None = None, seed: int | None = None) -> nn.Module:
-    """The configured model, initialised deterministically from `seed` (default: the config's)."""
+    """The configured model, initialised deterministically from `seed` (default: the config's).
+
+    ``model`` is a registry name or an import path ``package.module:function`` called as
+    ``function(num_classes, input_shape)`` (:func:`model_input_shape`; docs/bring-your-own.md).
+    """
     seed = cfg["seed"] if seed is None else seed
-    info = DATASETS[cfg["dataset"]]
+    info = dataset_info(cfg)
     if cfg["model"] == "text":
         from .text import build_text_model
 
         return build_text_model(cfg["text-model"], info.num_classes, seed)
     torch.manual_seed(seed)
-    return build_model(cfg["model"], info.num_classes, info.shape, cfg["width"] if width is None else width)
+    return build_model(cfg["model"], info.num_classes, model_input_shape(cfg), cfg["width"] if width is None else width)
 
 
 _RECEIVED: dict[tuple, nn.Module] = {}
@@ -74,7 +107,8 @@ def received_model(cfg: dict[str, Any], arrays: ArrayRecord) -> nn.Module:
     (model, dataset, width) and reloads it for every message. The global torch RNG (dropout) is
     reseeded with the run's seed, as building the model did.
     """
-    key = (cfg["model"], cfg["dataset"], cfg["width"], cfg["text-model"])
+    key = (cfg["model"], cfg["dataset"], cfg["width"], cfg["text-model"], cfg["input-column"], cfg["label-column"],
+           cfg["num-classes"], cfg["text-max-length"])
     if key not in _RECEIVED:
         _RECEIVED[key] = make_model(cfg)
     torch.manual_seed(cfg["seed"])
@@ -114,16 +148,53 @@ def node_partition(context: Context) -> tuple[int, int]:
     except KeyError as err:
         raise KeyError(
             f"node config lacks {err}: start the SuperNode with "
-            "--node-config \"partition-id=<i> num-partitions=<n>\""
+            "--node-config \"partition-id=<i> num-partitions=<n>\" (or 'data-path=\"<dir>\"' for data of its own)"
         ) from err
     if not 0 <= pid < n:
         raise ValueError(f"node config partition-id={pid} out of range [0, {n})")
     return pid, n
 
 
+def node_data_where(path: str) -> str:
+    """How errors name a node's data (:class:`~hetfl.common.data.LocalDataError` messages start with it)."""
+    return f"node data-path {path!r}"
+
+
+def node_client_id(context: Context) -> int:
+    """This node's client id: node config ``client-id`` if given, else ``partition-id``, else, for a node with a
+    ``data-path``, an id derived from its data's content (:func:`hetfl.common.data.content_client_id`: the first
+    31 bits of the SHA-256 of the directory's files). docs/node-data.md
+
+    Raises
+    ------
+    KeyError
+        The node config has none of ``client-id``, ``partition-id`` and ``data-path``.
+    ValueError
+        ``client-id`` is not a non-negative integer.
+    """
+    nc = context.node_config
+    if "client-id" in nc:
+        raw = nc["client-id"]
+        if isinstance(raw, bool) or not (isinstance(raw, int) or (isinstance(raw, str) and raw.strip().isdigit())) \
+                or int(raw) < 0:
+            raise ValueError(f"node config client-id={raw!r}; expected a non-negative integer")
+        return int(raw)
+    if "partition-id" in nc:
+        return int(nc["partition-id"])
+    if "data-path" in nc:
+        path = str(nc["data-path"])
+        if not Path(path).is_dir():
+            raise LocalDataError(f"{node_data_where(path)}: no such directory; expected a directory written by "
+                                 "Dataset.save_to_disk or an image folder")
+        return D.content_client_id(path)
+    raise KeyError("node config lacks a client id: start the SuperNode with --node-config \"partition-id=<i> "
+                   "num-partitions=<n>\" (a partition of the run's dataset) or 'data-path=\"<dir>\"' (data of its own; "
+                   "optionally client-id=<int>)")
+
+
 def model_inputs(data: ArrayData, cfg: dict[str, Any]) -> ArrayData:
     """Images as they are; texts tokenized for the configured text model (memoized per process)."""
-    if DATASETS[cfg["dataset"]].kind != "text":
+    if dataset_info(cfg).kind != "text":
         return data
     key = (id(data), cfg["text-model"], cfg["text-max-length"])
     if key not in _TOKENIZED:
@@ -153,7 +224,15 @@ def hosted_clients(partition_id: int, num_partitions: int, num_clients: int) -> 
 
 
 def node_clients(context: Context, cfg: dict[str, Any]) -> list[int]:
-    """The client ids this node hosts (what it answers to discovery)."""
+    """The client ids this node hosts (what it answers to discovery).
+
+    A node with data of its own (``data-path``) or a declared ``client-id`` is one client
+    (:func:`node_client_id`); a node that holds a partition of the run's dataset hosts its
+    partition id, or with ``num-clients`` > 0 its share of the clients (:func:`hosted_clients`).
+    """
+    nc = context.node_config
+    if "data-path" in nc or "client-id" in nc or "partition-id" not in nc:
+        return [node_client_id(context)]
     pid, n = node_partition(context)
     return hosted_clients(pid, n, cfg["num-clients"])
 
@@ -166,12 +245,17 @@ def message_client(msg, context: Context, cfg: dict[str, Any]) -> int:
     ValueError
         The message names a client this node does not host, or names none on a node that hosts several.
     """
-    pid, n = node_partition(context)
     if "client" in msg.content:
         client = int(msg.content["client"]["client-id"])
-        hosted = client == pid if not cfg["num-clients"] else (0 <= client < cfg["num-clients"] and client % n == pid)
+        nc = context.node_config
+        if "data-path" in nc or "client-id" in nc or "partition-id" not in nc or not cfg["num-clients"]:
+            hosted = client in node_clients(context, cfg)
+        else:  # round robin: no list of thousands of ids per message
+            pid, n = node_partition(context)
+            hosted = 0 <= client < cfg["num-clients"] and client % n == pid
         if not hosted:
-            raise ValueError(f"message for client {client}, which SuperNode partition-id={pid} of {n} does not host")
+            raise ValueError(f"message for client {client}, which this SuperNode does not host "
+                             f"(it hosts {node_clients(context, cfg)[:5]}...)")
         return client
     clients = node_clients(context, cfg)
     if len(clients) != 1:
@@ -184,20 +268,51 @@ def state_key(client: int, name: str) -> str:
     return f"{name}@{int(client)}"
 
 
-def client_data(context: Context, cfg: dict[str, Any], client: int) -> ArrayData:
-    """Client `client`'s training partition (tokenized for text)."""
-    spec = DataSpec.from_config(cfg, num_clients(context, cfg))
-    return model_inputs(load_partition(spec, client, cfg["cache-dir"]), cfg)
+def client_data(context: Context, cfg: dict[str, Any], client_id: int | None = None) -> ArrayData:
+    """The training data of client `client_id` on this node (tokenized for text).
+
+    A node whose node config names a ``data-path`` trains on that directory and nothing else (the run's dataset is
+    never read there); otherwise the client's partition of the run's dataset, split into ``num-clients`` partitions
+    (or ``num-partitions`` from the node config when 0: simulation, and deployments that rehearse a split).
+    docs/node-data.md
+
+    Parameters
+    ----------
+    client_id : int, optional
+        The logical client whose data to load (default: :func:`node_client_id`). A node with a ``data-path`` holds
+        one client: its own.
+
+    Raises
+    ------
+    LocalDataError
+        The node's ``data-path`` is missing, unreadable or does not fit the run (shape, channels, labels outside
+        [0, num-classes), missing columns, no rows); one line naming the path, what was found and what is expected.
+    """
+    nc = context.node_config
+    if "data-path" in nc:
+        path = str(nc["data-path"])
+        if client_id is not None and client_id != node_client_id(context):
+            raise ValueError(f"{node_data_where(path)} holds the data of client {node_client_id(context)}, "
+                             f"not of client {client_id}")
+        data = load_local_data(path, dataset_info(cfg), node_data_where(path), "train", cfg["cache-dir"])
+        return model_inputs(data, cfg)
+    if "num-partitions" not in nc:
+        raise KeyError("node config lacks 'num-partitions': start the SuperNode with --node-config "
+                       "\"partition-id=<i> num-partitions=<n>\" (or 'data-path=\"<dir>\"' for data of its own)")
+    cid = node_client_id(context) if client_id is None else int(client_id)
+    return model_inputs(load_partition(DataSpec.from_config(cfg, num_clients(context, cfg)), cid, cfg["cache-dir"]), cfg)
 
 
 def eval_splits(cfg: dict[str, Any]) -> tuple[ArrayData | None, ArrayData]:
-    """(validation, test) from the centralized test split (truncated by max-test-samples; tokenized for text).
+    """(validation, test) from the server's evaluation set (truncated by max-test-samples; tokenized for text).
 
+    The evaluation set is ``server-data-path`` when set (a directory on the server host), else the dataset's
+    test split (:func:`hetfl.common.data.load_eval`).
     ``eval-split = "test-half"`` (FENS Sec. 3.1): the first half is validation, accuracy is
     reported on the second half; ``"all"``: no validation, the whole split is the test set.
     Every method of one comparison uses the same key, so they are scored on the same images.
     """
-    data = load_test(cfg["dataset"], cfg["data-source"], cfg["data-dir"], cfg["cache-dir"], cfg["partition-seed"])
+    data = load_eval(DataSpec.from_config(cfg, 1), cfg["cache-dir"])
     m = cfg["max-test-samples"]
     data = model_inputs(ArrayData(data.x[:m], data.y[:m]) if m else data, cfg)
     if cfg["eval-split"] == "all":
@@ -241,7 +356,7 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
     """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `device`."""
     torch.set_num_threads(cfg["client-threads"])
     return train(
-        model, data, Normalizer(cfg["dataset"]),
+        model, data, Normalizer(dataset_info(cfg)),
         steps=cfg["local-steps"] if steps is None else steps,
         epochs=cfg["local-epochs"] if epochs is None else epochs,
         batch_size=cfg["batch-size"], lr=round_lr(cfg, server_round), momentum=cfg["momentum"],
@@ -254,11 +369,11 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
 def centralized_evaluator(cfg: dict[str, Any]) -> Callable[[nn.Module], tuple[float, float]]:
     """A function model -> (loss, accuracy) on the centralized test split, on `server-device`."""
     data = test_data(cfg)
-    norm = Normalizer(cfg["dataset"])
+    norm = Normalizer(dataset_info(cfg))
     opts = compute_options(cfg, server=True)
     return lambda model: evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
 
 
 def dataset_threshold(cfg: dict[str, Any]) -> float:
     """Convergence threshold: the config's, else the dataset's (SHEFL: MNIST 90, FMNIST 80, ...)."""
-    return cfg["convergence-threshold"] or DATASETS[cfg["dataset"]].threshold
+    return cfg["convergence-threshold"] or dataset_info(cfg).threshold

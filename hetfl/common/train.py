@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DEVICE_PATTERN, ConfigError
-from .data import DATASETS, ArrayData
+from .data import ArrayData, DatasetInfo, info_by_name
 
 AUGMENT_PAD = 4  # random crop: zero padding on each side, then a crop back to the input size (docs/training.md)
 
@@ -56,10 +56,14 @@ def autocast(device: str | torch.device, precision: str) -> contextlib.AbstractC
 
 
 class Normalizer:
-    """uint8 NCHW -> float32 normalised tensors for one dataset (token ids of text pass through)."""
+    """uint8 NCHW -> float32 normalised tensors for one dataset (token ids of text pass through).
 
-    def __init__(self, dataset: str) -> None:
-        info = DATASETS[dataset]
+    `dataset` is a run-config ``dataset`` value (a named dataset, or a reference this process has described) or its
+    :class:`~hetfl.common.data.DatasetInfo`.
+    """
+
+    def __init__(self, dataset: str | DatasetInfo) -> None:
+        info = info_by_name(dataset) if isinstance(dataset, str) else dataset
         self.text = info.kind == "text"
         c = max(1, len(info.mean))
         self.mean = torch.tensor(info.mean or (0.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0

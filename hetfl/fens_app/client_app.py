@@ -8,7 +8,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData, label_histogram
-from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, local_train, make_model, message_client, model_to_arrays, num_classes, state_key, unpack_models
+from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, dataset_info, local_train, make_model, message_client, model_to_arrays, num_classes, state_key, unpack_models
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import confusion_counts, make_aggregator
@@ -57,7 +57,7 @@ def logits(msg: Message, context: Context) -> Message:
     models = build_members(cfg, states, bool(conf["quantized"]))
     _, agg_data = _splits(context, cfg, pid)
     torch.set_num_threads(cfg["client-threads"])
-    z = ensemble_logits(models, agg_data, Normalizer(cfg["dataset"]), **compute_options(cfg))
+    z = ensemble_logits(models, agg_data, Normalizer(dataset_info(cfg)), **compute_options(cfg))
     context.state[state_key(pid, CACHE)] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
     C = num_classes(cfg)
     counts = confusion_counts(z[:, own], agg_data.y, C) if own >= 0 else np.zeros((C, C), np.int64)
