@@ -149,6 +149,12 @@ class ClientMap:
         return self._sender.get(reply.metadata.reply_to_message_id)
 
 
+def error_line(reply: Message) -> str:
+    """A failed reply's error as one line (Flower's reason can hold a whole traceback)."""
+    reason = " ".join(str(reply.error.reason).split())
+    return reason if len(reason) <= 300 else reason[:297] + "..."
+
+
 def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY_BATCH) -> dict[int, dict[str, Any]]:
     """Send each node the :data:`NODE_QUERY`, `batch` nodes at a time; node id -> its answer (failures left out).
 
@@ -162,7 +168,7 @@ def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY
                 for n in nodes[i:i + batch]]
         for r in grid.send_and_receive(msgs, timeout=max(1.0, end - time.monotonic())):
             if r.has_error():
-                log.warning("node %d did not answer discovery: %s", r.metadata.src_node_id, r.error.reason)
+                log.warning("node %d did not answer discovery: %s", r.metadata.src_node_id, error_line(r))
             else:
                 out[int(r.metadata.src_node_id)] = dict(r.content["config"])
     return out

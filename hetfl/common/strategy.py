@@ -21,7 +21,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from .comm import decode_sparse, get_sparse
-from .nodes import ClientMap, sample_clients
+from .nodes import ClientMap, error_line, sample_clients
 
 log = logging.getLogger("hetfl")
 T = TypeVar("T")
@@ -94,12 +94,6 @@ def single_array_record(reply: Message) -> ArrayRecord:
     if len(recs) != 1:
         raise ValueError(f"expected one ArrayRecord, got {len(recs)}")
     return recs[0]
-
-
-def error_line(reply: Message) -> str:
-    """A failed reply's error as one line (Flower's reason can hold a whole traceback)."""
-    reason = " ".join(str(reply.error.reason).split())
-    return reason if len(reason) <= 300 else reason[:297] + "..."
 
 
 def validate_replies(replies: Iterable[Message], check: Callable[[Message], T], server_round: int,
