@@ -12,6 +12,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from hetfl import methods
+from hetfl.common.nodeconfig import validate_node_config
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.task import config_of, node_partition
 
@@ -25,7 +26,12 @@ def dispatch(msg: Message, context: Context) -> Message:
 
 
 def node_query(msg: Message, context: Context) -> Message:
-    """Answer discovery: this node's client id and its method's extra fields."""
+    """Answer discovery: this node's client id and its method's extra fields.
+
+    The whole node config is checked first (docs/deployment.md#node-config): a bad key or value fails the query
+    with one line naming the key, the value and what is allowed, which the server logs.
+    """
+    validate_node_config(context.node_config)
     cfg = config_of(context)
     answer = {"client-id": node_partition(context)[0], **methods.node_info(cfg["method"], context, cfg)}
     return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)

@@ -83,8 +83,11 @@ class NodeDirectory:
 def ask_nodes(grid, nodes: Sequence[int], timeout: float) -> dict[int, dict[str, Any]]:
     """Send each node the :data:`NODE_QUERY`; node id -> its answer (nodes that fail are left out)."""
     msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=NODE_QUERY, dst_node_id=n) for n in nodes]
-    return {int(r.metadata.src_node_id): dict(r.content["config"])
-            for r in grid.send_and_receive(msgs, timeout=timeout) if not r.has_error()}
+    replies = list(grid.send_and_receive(msgs, timeout=timeout))
+    for r in replies:  # e.g. a device's bad node config (docs/deployment.md#node-config)
+        if r.has_error():
+            log.warning("node %s did not answer the discovery query: %s", r.metadata.src_node_id, r.error.reason)
+    return {int(r.metadata.src_node_id): dict(r.content["config"]) for r in replies if not r.has_error()}
 
 
 def discover_nodes(grid, cfg: dict[str, Any], timeout: float = 600.0) -> NodeDirectory:
