@@ -176,7 +176,10 @@ def certificates(out: Path, hosts: Sequence[str], days: int = 365) -> Path:
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
     now = datetime.datetime.now(datetime.timezone.utc)
-    if (out / "ca.crt").exists() and (out / "ca.key").exists():
+    if (out / "ca.crt").exists() and not (out / "ca.key").exists():  # your own CA's certificates: never replaced
+        raise ArgError(f"the server certificate in {out} does not name {', '.join(names)}, and there is no ca.key to "
+                       f"issue one; expected a server.pem for these names (or remove {out} to make a new CA)")
+    if (out / "ca.crt").exists():
         ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), None)
         ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
     else:
@@ -477,6 +480,8 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
         raise ArgError(f"--address {host} serves every interface; name the addresses devices use for the server "
                        "certificate with --san (e.g. --san 10.0.0.5 --san server.lan)")
     plan["host"], plan["sans"] = host, sans
+    if plan["tls"]:  # issued (or checked) now, so that a certificate problem is one line before anything starts
+        certificates(plan["home"] / "certs", [host, *sans])
     plan["port"] = a.port or (None if is_loopback(host) else DEFAULT_PORT)
     if a.role == "superlink":
         if a.submit or a.set:

@@ -243,6 +243,11 @@ def test_server_certificate_names_the_address_and_keeps_its_ca(tmp_path):
     assert "10.0.0.9" in names and "0.0.0.0" not in names
     cert.verify_directly_issued_by(ca)
     assert x509.load_pem_x509_certificate((d / "ca.crt").read_bytes()) == ca
+    (d / "ca.key").unlink()  # certificates of your own CA: used when they name the address, never replaced
+    assert cluster.certificates(tmp_path, ["10.0.0.9"]) == d
+    with pytest.raises(cluster.ArgError, match=r"does not name .*10\.0\.0\.10.*no ca\.key"):
+        cluster.certificates(tmp_path, ["10.0.0.10"])
+    assert x509.load_pem_x509_certificate((d / "ca.crt").read_bytes()) == ca
 
 
 def test_connect_address():
