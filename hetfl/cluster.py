@@ -441,7 +441,7 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
                     "supernode": Path.home() / ".flwr"}[a.role]  # a device: Flower's own default, as flower-supernode
     plan: dict[str, Any] = {"home": Path(a.home or default_home).expanduser().resolve()}
     if a.role == "supernode":
-        for flag in ("--submit", "--address", "--port", "--san", "--tls", "--auth"):
+        for flag in ("--submit", "--set", "--address", "--port", "--san", "--tls", "--auth"):
             if getattr(a, flag[2:].replace("-", "_")) not in (None, [], False, "127.0.0.1"):
                 raise ArgError(f"{flag} is for the SuperLink roles; a supernode takes --superlink, --root-certificates, "
                                "--auth-key and --node-config")
