@@ -12,6 +12,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from hetfl import methods
+from hetfl.common.nodeconfig import validate_node_config
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.nodes import CLIENT_IDS
 from hetfl.common.task import config_of, node_clients
@@ -26,7 +27,12 @@ def dispatch(msg: Message, context: Context) -> Message:
 
 
 def node_query(msg: Message, context: Context) -> Message:
-    """Answer discovery: the client ids this node hosts and, per client, its method's extra fields (as lists)."""
+    """Answer discovery: the client ids this node hosts and, per client, its method's extra fields (as lists).
+
+    The whole node config is checked first (docs/deployment.md#node-config): a bad key or value fails the query
+    with one line naming the key, the value and what is allowed, which the server logs.
+    """
+    validate_node_config(context.node_config)
     cfg = config_of(context)
     clients = node_clients(context, cfg)
     answer: dict = {CLIENT_IDS: clients}

@@ -1,33 +1,38 @@
-"""A real Deployment Engine cluster on this machine: one SuperLink and N SuperNodes as separate processes.
+"""Flower's Deployment Engine with real processes: this machine, or a server and devices (docs/deployment.md).
 
-The same topology as ``docker/compose.yml``, over loopback TCP. Each SuperNode declares its
-data partition and device profile in its node config, which the apps read exactly as in
-simulation (``partition-id``, ``num-partitions``, ``device-class`` for SHEFL, ``capacity``
-for AdaptiveFL):
+Three roles, one module:
 
-    python -m hetfl.cluster --nodes 4                 # start, print how to submit, Ctrl-C stops all
-    flwr run . hetfl-local --run-config configs/quickstart.toml --stream   # from another shell
-
+    python -m hetfl.cluster --nodes 4                 # local: a SuperLink and 4 SuperNodes here; Ctrl-C stops all
     python -m hetfl.cluster --nodes 4 --submit configs/quickstart-adaptivefl.toml --set num-server-rounds=2
-                                                      # start, run one app to the end, stop
+                                                      # start, run one preset to the end, stop
 
-``--tls`` serves the SuperLink over TLS with certificates from ``docker/certs/generate.sh``;
-``--auth`` also enables SuperNode authentication (each node signs with its own key pair, the
-SuperLink only admits registered public keys). Everything started is stopped by PID (whole
-process trees) on exit, Ctrl-C or SIGTERM.
+    python -m hetfl.cluster superlink --address 10.0.0.5          # server: just the SuperLink, for other hosts
+    python -m hetfl.cluster supernode --superlink 10.0.0.5:8000 --root-certificates ca.crt \\
+        --auth-key supernode.key --node-config 'partition-id=0 num-partitions=3 device-class="hpc" capacity="weak"'
+                                                      # device: one SuperNode of a remote SuperLink
+
+Each SuperNode declares its client and device profile in its node config (``partition-id``,
+``num-partitions``, SHEFL's ``device-class``, AdaptiveFL's ``capacity``; :mod:`hetfl.common.nodeconfig`),
+checked before any process starts. On loopback, ``--tls`` serves the SuperLink over TLS and ``--auth`` adds
+SuperNode authentication (each node signs with its own key, the SuperLink admits only registered public keys).
+On any other ``--address`` both are on by default, with a server certificate issued for that address (and the
+``--san`` names); ``--insecure`` (neither) and ``--no-auth`` (TLS only) turn them off with a warning.
+Everything started is stopped by PID (whole process trees) on exit, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
+import ipaddress
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,19 @@ from typing import Any
 from hetfl import launch
 
 ROOT = launch.ROOT
-TIERS = ("weak", "medium", "strong")
+DEFAULT_PORT = 8000  # flower-superlink's own default for its one HTTP port (Fleet, Control and Runtime APIs)
+LOOPBACK_SANS = ("localhost", "127.0.0.1", "::1")  # the SuperLink's own SuperExec reaches a wildcard bind here
+
+
+class ArgError(launch.PreflightError):
+    """A bad command-line value of hetfl.cluster (one line: the flag, the value, what is allowed)."""
+
+
+def tiers() -> tuple[str, ...]:
+    """AdaptiveFL's device tiers, smallest first (the node-config key `capacity`)."""
+    from hetfl.adaptivefl_app.keys import TIERS
+
+    return TIERS
 
 
 def node_profile(i: int, n: int, hpc_fraction: float = 0.5, proportions: tuple[int, int, int] = (4, 3, 3)) -> dict[str, Any]:
@@ -43,7 +60,7 @@ def node_profile(i: int, n: int, hpc_fraction: float = 0.5, proportions: tuple[i
     n_hpc = round(n * hpc_fraction)
     tot = sum(proportions)
     bounds = [round(n * sum(proportions[: k + 1]) / tot) for k in range(3)]
-    tier = next(t for t, b in zip(TIERS, bounds, strict=True) if i < b)
+    tier = next(t for t, b in zip(tiers(), bounds, strict=True) if i < b)
     return {"partition-id": i, "num-partitions": n, "device-class": "hpc" if i < n_hpc else "lpc", "capacity": tier}
 
 
@@ -51,6 +68,207 @@ def node_config_arg(cfg: dict[str, Any]) -> str:
     """--node-config value: space-separated key=value, strings quoted."""
     return " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in cfg.items())
 
+
+def check_node_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The node config checked against the schema, with its data (partition-id and num-partitions, or data-path):
+    ArgError if not."""
+    import hetfl  # noqa: F401  (registers the methods' node-config keys)
+    from hetfl.common.nodeconfig import NodeConfigError, validate_node_config
+
+    try:
+        validate_node_config(cfg)
+    except NodeConfigError as err:
+        raise ArgError(str(err)) from None
+    if "data-path" in cfg:  # data of its own: the client id is client-id, partition-id or from the data
+        return cfg
+    for key in ("partition-id", "num-partitions"):
+        if key not in cfg:
+            raise ArgError(f"node config lacks {key!r}; every SuperNode declares its data: a partition of the run's "
+                           f"dataset, e.g. --node-config 'partition-id=0 num-partitions=3', or a directory of its "
+                           f"own, e.g. --node-config 'data-path=\"/data/client-0\"'")
+    return cfg
+
+
+# --- addresses, TLS and SuperNode authentication -------------------------------------------------------------------
+
+def is_loopback(host: str) -> bool:
+    """Whether a server bound to `host` is reachable only from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_wildcard(host: str) -> bool:
+    return host in ("0.0.0.0", "::")
+
+
+def check_host(flag: str, host: str) -> str:
+    """An IP address or a host name, else ArgError."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return host
+    if host and all(part and len(part) <= 63 and part.replace("-", "").isalnum() and not part.startswith("-")
+                    for part in host.split(".")):
+        return host
+    raise ArgError(f"{flag} {host!r} is not allowed; expected an IP address (e.g. 10.0.0.5, 0.0.0.0) or a host name")
+
+
+def check_superlink(value: str) -> str:
+    """--superlink host:port ([ipv6]:port), else ArgError."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ArgError(f"--superlink {value!r} is not allowed; expected host:port, e.g. 10.0.0.5:{DEFAULT_PORT}")
+    check_host("--superlink", host.strip("[]"))
+    return value
+
+
+def security(host: str, tls: bool, auth: bool, insecure: bool, no_auth: bool) -> tuple[bool, bool]:
+    """(TLS, SuperNode auth) for a SuperLink on `host`: on by default off loopback, opt-in on loopback.
+
+    Opting out off loopback prints a warning; contradictory flags raise ArgError.
+    """
+    if insecure and (tls or auth):
+        raise ArgError("--insecure turns TLS and SuperNode authentication off; expected it without --tls/--auth")
+    if no_auth and auth:
+        raise ArgError("--no-auth and --auth contradict each other; expected one of them")
+    if is_loopback(host):
+        return (tls or auth) and not insecure, auth and not no_auth
+    if insecure:
+        warn(f"--insecure: the SuperLink on {host} takes plain-text connections from any host and any SuperNode "
+             "(models, configs and runs unencrypted; anyone who reaches the port can join or submit)")
+        return False, False
+    if no_auth:
+        warn(f"--no-auth: the SuperLink on {host} admits any SuperNode that reaches it (TLS stays on)")
+    return True, not no_auth
+
+
+def warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
+
+
+def certificates(out: Path, hosts: Sequence[str], days: int = 365) -> Path:
+    """A CA and a SuperLink server certificate for `hosts` (IP addresses and DNS names) in `out`.
+
+    Writes ``ca.crt``/``ca.key`` (kept if present, so devices that trust the CA keep trusting it) and
+    ``server.pem``/``server.key`` (re-issued when it does not name every host). The certificate always names
+    localhost, 127.0.0.1 and ::1 (the SuperLink's own SuperExec connects there when it binds a wildcard); a
+    wildcard host itself is not a name. For tests and your own federations: docs/deployment.md#certificates.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(dict.fromkeys([*LOOPBACK_SANS, *(h for h in hosts if not _is_wildcard(h))]))
+    ips, dns = [], []
+    for h in names:
+        try:
+            ips.append(ipaddress.ip_address(h))
+        except ValueError:
+            dns.append(h)
+    if (out / "server.pem").exists() and (out / "ca.crt").exists():
+        san = x509.load_pem_x509_certificate((out / "server.pem").read_bytes()).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+        if set(ips) <= set(san.get_values_for_type(x509.IPAddress)) and set(dns) <= set(san.get_values_for_type(x509.DNSName)):
+            return out
+
+    def pem_key(key) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if (out / "ca.crt").exists() and not (out / "ca.key").exists():  # your own CA's certificates: never replaced
+        raise ArgError(f"the server certificate in {out} does not name {', '.join(names)}, and there is no ca.key to "
+                       f"issue one; expected a server.pem for these names (or remove {out} to make a new CA)")
+    if (out / "ca.crt").exists():
+        ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), None)
+        ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    else:
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hetfl-ca")])
+        ca = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(ca_key.public_key())
+              .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+              .not_valid_after(now + datetime.timedelta(days=days))
+              .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+              .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+              .sign(ca_key, hashes.SHA256()))
+        (out / "ca.key").write_bytes(pem_key(ca_key))
+        (out / "ca.key").chmod(0o600)
+        (out / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName([*(x509.DNSName(d) for d in dns), *(x509.IPAddress(i) for i in ips)]),
+                           critical=False)
+            .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (out / "server.key").write_bytes(pem_key(key))
+    (out / "server.key").chmod(0o600)
+    (out / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return out
+
+
+def node_keys(home: Path, n: int) -> list[Path]:
+    """One ECDSA P-384 key pair per SuperNode: `<home>/keys/node-<i>.key` (OpenSSH private) and `.pub`."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    d = home / "keys"
+    d.mkdir(parents=True, exist_ok=True)
+    keys = []
+    for i in range(n):
+        key = ec.generate_private_key(ec.SECP384R1())
+        path = d / f"node-{i}.key"
+        path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                           serialization.NoEncryption()))
+        path.chmod(0o600)
+        path.with_suffix(".pub").write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b"\n")
+        keys.append(path)
+    return keys
+
+
+def register_node(link: launch.SuperLink, public_key: Path) -> None:
+    """Admit a SuperNode's public key (`flwr supernode register`, through the SuperLink's Control API)."""
+    subprocess.run([launch._bin("flwr"), "supernode", "register", str(public_key), link.connection],
+                   env=launch.flwr_env(link.home), cwd=ROOT, check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def superlink(home: Path, host: str = "127.0.0.1", port: int | None = None, tls: bool = False, auth: bool = False,
+              sans: Sequence[str] = ()) -> Iterator[launch.SuperLink]:
+    """A deployment SuperLink on `host`:`port`; with `tls`, a certificate for `host` and `sans` in `<home>/certs`."""
+    args: list[str] = []
+    if tls or auth:
+        certs = certificates(home / "certs", [host, *sans])
+        args = ["--ssl-ca-certfile", str(certs / "ca.crt"), "--ssl-certfile", str(certs / "server.pem"),
+                "--ssl-keyfile", str(certs / "server.key")]
+    if auth:
+        args.append("--enable-supernode-auth")
+    with launch.superlink(home, simulation=False, extra_args=args, tls=bool(args), host=host, port=port) as link:
+        yield link
+
+
+def supernode_command(superlink_address: str, node_config: dict[str, Any], root_certificates: Path | None = None,
+                      auth_key: Path | None = None, port: int | None = None, max_retries: int | None = None) -> list[str]:
+    """The flower-supernode command line of one SuperNode (no `root_certificates`: plain text)."""
+    cmd = [launch._bin("flower-supernode"), "--superlink", superlink_address, "--node-config", node_config_arg(node_config)]
+    cmd += ["--root-certificates", str(root_certificates)] if root_certificates else ["--insecure"]
+    if auth_key:
+        cmd += ["--auth-supernode-private-key", str(auth_key)]
+    if port:
+        cmd += ["--port", str(port)]
+    if max_retries is not None:
+        cmd += ["--max-retries", str(max_retries)]
+    return cmd
+
+
+# --- role local: a SuperLink and N SuperNodes on this machine -------------------------------------------------------
 
 @dataclass
 class Cluster:
@@ -84,16 +302,7 @@ class Cluster:
 
     def stop(self) -> None:
         """Stop every SuperNode (whole process trees), then the SuperLink."""
-        roots = {p.pid for p in self.nodes.values()}
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in launch.process_tree(roots):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, sig)
-            deadline = time.monotonic() + 10
-            while launch.process_tree(roots) and time.monotonic() < deadline:
-                for proc in self.nodes.values():
-                    proc.poll()
-                time.sleep(0.2)
+        launch.stop_tree(list(self.nodes.values()), timeout=10.0)
         self.link.stop()
 
     def pids(self) -> list[int]:
@@ -101,68 +310,31 @@ class Cluster:
         return launch.process_tree({self.link.proc.pid} | {p.pid for p in self.nodes.values()})
 
 
-def _certs(home: Path) -> Path:
-    """TLS material (CA, server cert for 127.0.0.1/localhost/superlink) made by docker/certs/generate.sh."""
-    out = home / "certs"
-    if not (out / "ca.crt").exists():
-        subprocess.run(["bash", str(ROOT / "docker" / "certs" / "generate.sh"), str(out)], check=True, capture_output=True)
-    return out
-
-
-def _node_keys(home: Path, n: int) -> tuple[list[Path], Path]:
-    """One ECDSA key pair per SuperNode and the public-key list the SuperLink admits."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    keys, pubs = [], []
-    d = home / "keys"
-    d.mkdir(exist_ok=True)
-    for i in range(n):
-        key = ec.generate_private_key(ec.SECP384R1())
-        path = d / f"node-{i}.key"
-        path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                           serialization.NoEncryption()))
-        keys.append(path)
-        pubs.append(key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode())
-    csv = d / "supernode-public-keys.csv"
-    csv.write_text(",".join(pubs) + "\n")
-    return keys, csv
-
-
 @contextlib.contextmanager
 def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, auth: bool = False,
-                  configs: list[dict[str, Any]] | None = None, wait: bool = True) -> Iterator[Cluster]:
-    """Start a SuperLink (deployment, not simulation) and `num_nodes` SuperNodes; stop them all on exit."""
+                  configs: list[dict[str, Any]] | None = None, wait: bool = True, host: str = "127.0.0.1",
+                  port: int | None = None, sans: Sequence[str] = ()) -> Iterator[Cluster]:
+    """Start a SuperLink (deployment, not simulation) on `host` and `num_nodes` SuperNodes here; stop all on exit.
+
+    The node configs are checked (:func:`check_node_config`) before anything starts.
+    """
     import tempfile
 
     home = Path(tempfile.mkdtemp(prefix="hetfl-cluster-")) if home is None else home
     home.mkdir(parents=True, exist_ok=True)
-    configs = configs or [node_profile(i, num_nodes) for i in range(num_nodes)]
-    link_args: list[str] = []
-    node_tls: list[str] = ["--insecure"]
-    if tls or auth:
-        certs = _certs(home)
-        link_args = ["--ssl-ca-certfile", str(certs / "ca.crt"), "--ssl-certfile", str(certs / "server.pem"),
-                     "--ssl-keyfile", str(certs / "server.key")]
-        node_tls = ["--root-certificates", str(certs / "ca.crt")]
-    keys: list[Path] = []
-    if auth:
-        keys, csv = _node_keys(home, num_nodes)
-        link_args += ["--enable-supernode-auth"]
-    with launch.superlink(home, simulation=False, extra_args=link_args, tls=bool(link_args)) as link:
-        cluster = Cluster(link, tls=bool(link_args))
+    configs = [check_node_config(c) for c in configs or [node_profile(i, num_nodes) for i in range(num_nodes)]]
+    tls = tls or auth
+    with superlink(home, host, port, tls=tls, auth=auth, sans=sans) as link:
+        cluster = Cluster(link, tls=tls)
+        keys: list[Path | None] = [None] * len(configs)
         if auth:
-            for i in range(num_nodes):  # register each node's public key with the SuperLink
-                pub = keys[i].with_suffix(".pub")
-                pub.write_text(csv.read_text().strip().split(",")[i] + "\n")
-                subprocess.run([launch._bin("flwr"), "supernode", "register", str(pub), link.connection],
-                               env=launch.flwr_env(home), cwd=ROOT, check=True, capture_output=True)
+            keys = list(node_keys(home, len(configs)))
+            for key in keys:  # admitted before the nodes connect
+                register_node(link, key.with_suffix(".pub"))
         try:
             for i, cfg in enumerate(configs):
-                cmd = [launch._bin("flower-supernode"), *node_tls, "--superlink", link.address,
-                       "--node-config", node_config_arg(cfg), "--port", str(launch.free_port()), "--max-retries", "50"]
-                if auth:
-                    cmd += ["--auth-supernode-private-key", str(keys[i])]
+                cmd = supernode_command(link.address, cfg, home / "certs" / "ca.crt" if tls else None, keys[i],
+                                        port=launch.free_port(), max_retries=50)
                 cluster.start_node(i, cmd, launch.flwr_env(home), home / f"supernode-{i}.log")
                 cluster.configs[i] = cfg
             time.sleep(1.0)
@@ -189,26 +361,168 @@ def submit(cluster: Cluster, config_file: str | None, overrides: dict[str, Any],
     return run_dir
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, default=4)
-    p.add_argument("--home", default=str(ROOT / ".flwr" / "cluster"), help="FLWR_HOME of the cluster (logs, state, certs)")
-    p.add_argument("--tls", action="store_true", help="TLS between SuperNodes/CLI and the SuperLink")
-    p.add_argument("--auth", action="store_true", help="TLS + SuperNode authentication")
-    p.add_argument("--submit", metavar="PRESET", help="run this preset to the end, then stop the cluster")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+# --- command line ----------------------------------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hetfl.cluster", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("role", nargs="?", default="local", choices=("local", "superlink", "supernode"),
+                   help="local: SuperLink + --nodes SuperNodes here (default); superlink: the server alone; "
+                        "supernode: one device of a remote SuperLink")
+    p.add_argument("--home", help="FLWR_HOME of this role (logs, state, certs, keys); default: .flwr/cluster (local) "
+                                  "and .flwr/superlink in the project, ~/.flwr (supernode, as flower-supernode)")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
-    a = p.parse_args(argv)
+    s = p.add_argument_group("SuperLink (roles local and superlink)")
+    s.add_argument("--address", default="127.0.0.1",
+                   help="address the SuperLink serves its Fleet and Control APIs on (one port); not loopback = "
+                        "reachable from other hosts, TLS and SuperNode authentication on by default (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help=f"its port (default: a free port on loopback, else {DEFAULT_PORT})")
+    s.add_argument("--san", action="append", default=[], metavar="NAME",
+                   help="another IP address or host name devices use to reach the SuperLink (server certificate); "
+                        "repeatable, required with a wildcard --address")
+    s.add_argument("--tls", action="store_true", help="loopback: TLS between SuperNodes/CLI and the SuperLink")
+    s.add_argument("--auth", action="store_true", help="loopback: TLS + SuperNode authentication")
+    s.add_argument("--insecure", action="store_true", help="no TLS and no SuperNode authentication (warns off loopback)")
+    s.add_argument("--no-auth", action="store_true", help="TLS, but admit any SuperNode (warns off loopback)")
+    lo = p.add_argument_group("role local")
+    lo.add_argument("--nodes", type=int, default=4)
+    lo.add_argument("--submit", metavar="PRESET", help="run this preset to the end, then stop the cluster")
+    lo.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    d = p.add_argument_group("role supernode")
+    d.add_argument("--superlink", metavar="HOST:PORT", help="the SuperLink's address")
+    d.add_argument("--root-certificates", metavar="CA.CRT", help="the CA certificate the SuperLink's certificate is "
+                                                                 "issued by (copied from the server)")
+    d.add_argument("--auth-key", metavar="KEY", help="this device's private key (ssh-keygen -t ecdsa -b 384; its .pub "
+                                                     "is registered with flwr supernode register)")
+    d.add_argument("--node-config", metavar="'K=V ...'", help="this device's node config, e.g. 'partition-id=0 "
+                                                              "num-partitions=3 device-class=\"hpc\" capacity=\"weak\"'")
+    return p
+
+
+def _check_file(flag: str, path: str | None, what: str) -> Path:
+    if not path:
+        raise ArgError(f"{flag} is missing; expected {what}")
+    if not Path(path).is_file():
+        raise ArgError(f"{flag} {path!r} does not exist; expected {what}")
+    return Path(path)
+
+
+def _check_pem_certificate(flag: str, path: str | None) -> Path:
+    from cryptography import x509
+
+    p = _check_file(flag, path, "the CA certificate (PEM) from the server, e.g. <superlink home>/certs/ca.crt")
+    try:
+        x509.load_pem_x509_certificate(p.read_bytes())
+    except ValueError:
+        raise ArgError(f"{flag} {str(p)!r} is not a PEM certificate; expected the server's ca.crt") from None
+    return p
+
+
+def _check_private_key(flag: str, path: str | None) -> Path:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    what = "this device's private key (ssh-keygen -q -t ecdsa -b 384 -N '' -f supernode.key)"
+    p = _check_file(flag, path, what)
+    data = p.read_bytes()
+    key = None
+    for load in (serialization.load_ssh_private_key, serialization.load_pem_private_key):
+        with contextlib.suppress(Exception):  # not this format
+            key = load(data, None)
+            break
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ArgError(f"{flag} {str(p)!r} is not an unencrypted ECDSA private key; expected {what}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     launch.setup_signals()
-    if a.submit:  # check the run before any SuperLink or SuperNode starts
+    try:
+        with launch.config_errors(a.debug):
+            plan = _check_args(a)  # everything checked before any process starts
+    except SystemExit as err:
+        return int(err.code or 0)
+    try:
+        return {"local": _run_local, "superlink": _run_superlink, "supernode": _run_supernode}[a.role](a, plan)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 0
+
+
+def _check_args(a: argparse.Namespace) -> dict[str, Any]:
+    default_home = {"local": ROOT / ".flwr" / "cluster", "superlink": ROOT / ".flwr" / "superlink",
+                    "supernode": Path.home() / ".flwr"}[a.role]  # a device: Flower's own default, as flower-supernode
+    plan: dict[str, Any] = {"home": Path(a.home or default_home).expanduser().resolve()}
+    if a.role == "supernode":
+        for flag in ("--submit", "--set", "--address", "--port", "--san", "--tls", "--auth"):
+            if getattr(a, flag[2:].replace("-", "_")) not in (None, [], False, "127.0.0.1"):
+                raise ArgError(f"{flag} is for the SuperLink roles; a supernode takes --superlink, --root-certificates, "
+                               "--auth-key and --node-config")
+        if not a.superlink:
+            raise ArgError("--superlink is missing; expected the SuperLink's host:port, e.g. 10.0.0.5:8000")
+        check_superlink(a.superlink)
+        if not a.node_config:
+            raise ArgError("--node-config is missing; expected e.g. 'partition-id=0 num-partitions=3 device-class=\"hpc\" "
+                           "capacity=\"weak\"'")
+        from hetfl.common.nodeconfig import NodeConfigError, parse_node_config
+
         try:
-            with launch.config_errors(a.debug):
-                launch.preflight({**launch.load_preset(a.submit), "min-available-nodes": a.nodes, **launch.parse_set(a.set)},
-                                 a.nodes)
-        except SystemExit as err:
-            return int(err.code or 0)
-    with local_cluster(a.nodes, Path(a.home), tls=a.tls, auth=a.auth) as cluster:
-        print(f"SuperLink {cluster.link.address} (FLWR_HOME={a.home}, connection '{cluster.link.connection}'), "
+            plan["node_config"] = check_node_config(parse_node_config(a.node_config))
+        except NodeConfigError as err:
+            raise ArgError(str(err)) from None
+        if a.insecure:
+            warn(f"--insecure: this SuperNode talks to {a.superlink} in plain text, without authentication")
+        else:
+            plan["ca"] = _check_pem_certificate("--root-certificates", a.root_certificates)
+        if not (a.insecure or a.no_auth):
+            plan["key"] = _check_private_key("--auth-key", a.auth_key)
+        for key, word in (("device-class", "SHEFL"), ("capacity", "AdaptiveFL")):
+            if key not in plan["node_config"]:
+                warn(f"node config has no {key!r}: {word} runs draw this device's profile from its partition id, "
+                     "as in simulation (docs/deployment.md#device-profile)")
+        return plan
+    for flag in ("--superlink", "--root-certificates", "--auth-key", "--node-config"):
+        if getattr(a, flag[2:].replace("-", "_")):
+            raise ArgError(f"{flag} is for the supernode role (python -m hetfl.cluster supernode ...)")
+    host = check_host("--address", a.address)
+    if a.port is not None and not 0 < a.port < 65536:
+        raise ArgError(f"--port {a.port} is not allowed; expected an int in [1, 65535]")
+    sans = [check_host("--san", s) for s in a.san]
+    plan["tls"], plan["auth"] = security(host, a.tls, a.auth, a.insecure, a.no_auth)
+    if plan["tls"] and _is_wildcard(host) and not sans:
+        raise ArgError(f"--address {host} serves every interface; name the addresses devices use for the server "
+                       "certificate with --san (e.g. --san 10.0.0.5 --san server.lan)")
+    plan["host"], plan["sans"] = host, sans
+    if plan["tls"]:  # issued (or checked) now, so that a certificate problem is one line before anything starts
+        certificates(plan["home"] / "certs", [host, *sans])
+    plan["port"] = a.port or (None if is_loopback(host) else DEFAULT_PORT)
+    if a.role == "superlink":
+        if a.submit or a.set:
+            raise ArgError("--submit/--set run on local SuperNodes (role local); with a remote federation submit from "
+                           "your laptop with flwr run (docs/deployment.md)")
+        return plan
+    if a.nodes < 1:
+        raise ArgError(f"--nodes {a.nodes} is not allowed; expected an int >= 1 (the SuperLink alone: role superlink)")
+    if a.submit:  # the run too
+        launch.preflight({**launch.load_preset(a.submit), "min-available-nodes": a.nodes, **launch.parse_set(a.set)},
+                         a.nodes)
+    return plan
+
+
+def _connection_help(link: launch.SuperLink, plan: dict[str, Any]) -> tuple[str, str]:
+    """The laptop's connection block for this SuperLink, and the address devices use."""
+    host = plan["sans"][0] if _is_wildcard(plan["host"]) else plan["host"]
+    address = launch.connect_address(host, int(link.address.rsplit(":", 1)[1]))
+    security_line = 'root-certificates = "/path/to/ca.crt"' if plan["tls"] else "insecure = true"
+    return f"[superlink.hetfl-remote]\naddress = \"{address}\"\n{security_line}", address
+
+
+def _run_local(a: argparse.Namespace, plan: dict[str, Any]) -> int:
+    with local_cluster(a.nodes, plan["home"], tls=plan["tls"], auth=plan["auth"], host=plan["host"], port=plan["port"],
+                       sans=plan["sans"]) as cluster:
+        print(f"SuperLink {cluster.link.address} (FLWR_HOME={plan['home']}, connection '{cluster.link.connection}'"
+              f"{', TLS' if plan['tls'] else ''}{', SuperNode authentication' if plan['auth'] else ''}), "
               f"{len(cluster.nodes)} SuperNodes:")
         for i, cfg in cluster.configs.items():
             print(f"  supernode {i}: pid {cluster.nodes[i].pid}  node-config {node_config_arg(cfg)}")
@@ -217,16 +531,47 @@ def main(argv: list[str] | None = None) -> int:
             s = json.loads((run_dir / "metrics.json").read_text())["summary"]
             print(f"final accuracy {100 * s['final_accuracy']:.2f}%; results: {run_dir}")
             return 0
-        print(f"\nSubmit runs from another shell:\n  FLWR_HOME={a.home} FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 "
+        print(f"\nSubmit runs from another shell:\n  FLWR_HOME={plan['home']} FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 "
               f".venv/bin/flwr run . {cluster.link.connection} --stream --run-config configs/quickstart.toml\n"
-              f"(min-available-nodes must be <= {a.nodes}). Ctrl-C stops the cluster.")
-        try:
-            while all(p.poll() is None for p in cluster.nodes.values()):
-                time.sleep(1.0)
-            print("a SuperNode exited; stopping the cluster")
-        except KeyboardInterrupt:
-            print("stopping the cluster")
+              f"(min-available-nodes must be <= {a.nodes}). Ctrl-C stops the cluster.", flush=True)
+        while all(p.poll() is None for p in cluster.nodes.values()) and cluster.link.proc.poll() is None:
+            time.sleep(1.0)
+        print("a SuperNode or the SuperLink exited; stopping the cluster")
     return 0
+
+
+def _run_superlink(a: argparse.Namespace, plan: dict[str, Any]) -> int:
+    with superlink(plan["home"], plan["host"], plan["port"], tls=plan["tls"], auth=plan["auth"], sans=plan["sans"]) as link:
+        block, address = _connection_help(link, plan)
+        certs = plan["home"] / "certs"
+        print(f"SuperLink serving on {plan['host']}:{link.address.rsplit(':', 1)[1]} (pid {link.proc.pid}; "
+              f"{'TLS' if plan['tls'] else 'plain text'}, SuperNode authentication {'on' if plan['auth'] else 'off'}); "
+              f"log {plan['home'] / 'superlink.log'}", flush=True)
+        if plan["tls"]:
+            print(f"  copy {certs / 'ca.crt'} to every device and to your laptop", flush=True)
+        print("  laptop, in ~/.flwr/config.toml:\n" + "\n".join(f"    {line}" for line in block.splitlines()), flush=True)
+        if plan["auth"]:
+            print("  register each device's public key: flwr supernode register supernode.key.pub hetfl-remote", flush=True)
+        print(f"  each device: flower-supernode --superlink {address} "
+              f"{'--root-certificates ca.crt ' if plan['tls'] else '--insecure '}"
+              f"{'--auth-supernode-private-key supernode.key ' if plan['auth'] else ''}"
+              "--node-config 'partition-id=<i> num-partitions=<n> device-class=\"hpc\" capacity=\"weak\"'\n"
+              "Ctrl-C or SIGTERM stops the SuperLink and every ServerApp it runs.", flush=True)
+        link.proc.wait()
+        print(f"the SuperLink exited with {link.proc.returncode}; see {plan['home'] / 'superlink.log'}", file=sys.stderr)
+    return 1
+
+
+def _run_supernode(a: argparse.Namespace, plan: dict[str, Any]) -> int:
+    home = plan["home"]
+    home.mkdir(parents=True, exist_ok=True)
+    cmd = supernode_command(a.superlink, plan["node_config"], plan.get("ca"), plan.get("key"))
+    print(f"SuperNode of {a.superlink} (FLWR_HOME={home}): {' '.join(cmd[1:])}", flush=True)
+    proc = subprocess.Popen(cmd, env=launch.flwr_env(home), start_new_session=True)
+    try:
+        return proc.wait()
+    finally:
+        launch.stop_tree([proc], timeout=10.0)
 
 
 if __name__ == "__main__":

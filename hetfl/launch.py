@@ -80,25 +80,33 @@ class SuperLink:
         parent exits and its children are re-parented), SIGTERMed, and SIGKILLed if
         still alive after `timeout`.
         """
-        found: set[int] = {self.proc.pid}
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        stop_tree([self.proc], timeout)
+
+
+def stop_tree(procs: list[subprocess.Popen], timeout: float = 15.0) -> None:
+    """SIGTERM `procs` and every process descending from them (:func:`process_tree`), SIGKILL what is still alive
+    after `timeout`, and reap `procs`."""
+    found: set[int] = {p.pid for p in procs}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        live = process_tree(found)
+        found |= set(live)
+        for pid in live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in procs:
+                p.poll()  # reap the roots
             live = process_tree(found)
             found |= set(live)
-            for pid in live:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                self.proc.poll()  # reap the SuperLink itself
-                live = process_tree(found)
-                found |= set(live)
-                if not live:
-                    break
-                time.sleep(0.2)
             if not live:
                 break
+            time.sleep(0.2)
+        if not live:
+            break
+    for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
+            p.wait(5)
 
 
 def _proc_table() -> dict[int, tuple[int, int, str]]:
@@ -139,26 +147,35 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def connect_address(host: str, port: int) -> str:
+    """host:port that reaches a server bound to `host` from this machine (a wildcard means loopback; IPv6 in [])."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _wait_port(address: str, proc: subprocess.Popen, log_file: Path, timeout: float = 60.0) -> None:
     host, port = address.rsplit(":", 1)
+    host = host.strip("[]")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"flower-superlink exited with {proc.returncode}; see {log_file}")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex((host, int(port))) == 0:
-                return
-        time.sleep(0.3)
+        try:
+            socket.create_connection((host, int(port)), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.3)
     raise TimeoutError(f"flower-superlink did not listen on {address} within {timeout}s; see {log_file}")
 
 
 @contextlib.contextmanager
 def superlink(home: Path | None = None, simulation: bool = True, extra_args: list[str] | None = None,
-              tls: bool = False, state_file: bool | None = None) -> Iterator[SuperLink]:
-    """Start a SuperLink on free loopback ports (own process group); stop it on exit.
+              tls: bool = False, state_file: bool | None = None, host: str = "127.0.0.1",
+              port: int | None = None) -> Iterator[SuperLink]:
+    """Start a SuperLink (own process group) on `host`:`port` (default: a free loopback port); stop it on exit.
 
-    With `tls`, `extra_args` carry --ssl-* files and the connection trusts `<home>/certs/ca.crt`.
+    `host` other than loopback serves it to other machines (``python -m hetfl.cluster --address``,
+    docs/deployment.md); the connection written to `<home>/config.toml` reaches it from this machine. With `tls`, `extra_args` carry --ssl-* files and the connection trusts `<home>/certs/ca.crt`.
     `state_file` keeps the SuperLink's state (runs, messages) in `<home>/state.db` (SQLite) instead
     of memory; default: only for a deployment SuperLink. In simulation every model passes through
     this state twice a round: with SQLite a light FedAvg round (`make bench` (a)) took 2.62 s
@@ -170,11 +187,12 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
     home = Path(tempfile.mkdtemp(prefix="hetfl-flwr-")) if home is None else home
     home.mkdir(parents=True, exist_ok=True)
     # Flower 1.41 serves the Control, Fleet and Runtime APIs on one HTTP port.
-    address = f"127.0.0.1:{free_port()}"
+    port = port or free_port()
+    address = connect_address(host, port)
     log_file = home / "superlink.log"
     cmd = [
         _bin("flower-superlink"), *([] if tls else ["--insecure"]), "--isolation", "subprocess",
-        "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+        "--host", host, "--port", str(port),
         "--health-server-address", f"127.0.0.1:{free_port()}",
         "--log-file", str(log_file), "--disable-runtime-dependency-installation",
     ] + (["--database", str(home / "state.db")] if state_file else []) + (["--simulation"] if simulation else []) + (extra_args or [])

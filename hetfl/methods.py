@@ -3,7 +3,7 @@
 Adding a method is one new package under ``hetfl/`` that declares ``METHOD = MethodSpec(...)``
 in its ``__init__.py`` (see :class:`hetfl.common.registry.MethodSpec`), plus its name in
 :data:`PACKAGES`. Importing this module (``import hetfl`` does) registers every package's
-``method`` names and run-config keys with the schema; the ServerApp looks up its server
+``method`` names, run-config keys and node-config keys with the schemas; the ServerApp looks up its server
 here and the ClientApp its handlers.
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hetfl.common.config import SCHEMA, extend_choices, register_keys
+from hetfl.common.nodeconfig import register_node_keys
 from hetfl.common.registry import MethodSpec, load
 
 PACKAGES = (
@@ -33,6 +34,7 @@ def _register(spec: MethodSpec) -> None:
         raise RuntimeError(f"method name(s) {clash} declared by two packages")
     extend_choices("method", *spec.names)
     register_keys(*spec.keys, cross_check=spec.check)
+    register_node_keys(*spec.node_keys)
     METHODS.update(dict.fromkeys(spec.names, spec))
 
 

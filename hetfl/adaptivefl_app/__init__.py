@@ -2,7 +2,7 @@
 
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS, check
+from .keys import KEYS, NODE_KEYS, check
 
 TRAIN = "train.adaptivefl"  # a (sub)model to prune to the device's capacity, train and return
 
@@ -13,4 +13,5 @@ METHOD = MethodSpec(
     keys=KEYS,
     check=check,
     node_info="hetfl.adaptivefl_app.client_app:node_info",  # the device tier, for the HeteroFL/Decoupled baselines
+    node_keys=NODE_KEYS,  # node config capacity (docs/deployment.md)
 )

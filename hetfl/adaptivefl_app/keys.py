@@ -2,10 +2,18 @@
 
 from hetfl.common.config import ConfigError, Key
 from hetfl.common.models import MODELS, PRUNABLE
+from hetfl.common.nodeconfig import NodeKey, is_positive_number, quoted
 
 VARIANTS = ("adaptivefl", "heterofl", "all-large", "decoupled", "scalefl")
 SELECTION = ("rl", "curiosity", "resource", "random")
 KNOWN_TIERS = ("heterofl", "decoupled", "scalefl")  # baselines that are told each device's tier
+TIERS = ("weak", "medium", "strong")  # device tiers (Sec. 4.1), smallest first
+NODE_KEYS = (
+    NodeKey("capacity", "AdaptiveFL: this device's tier or its budget in model parameters (a real device declares "
+            "it; simulation draws the tier from device-proportions)",
+            f"one of {quoted(TIERS)} or a number of parameters > 0",
+            lambda v: (isinstance(v, str) and v in TIERS) or is_positive_number(v)),
+)
 
 
 def parse_floats(cfg: dict, key: str, sep: str = ",") -> tuple[float, ...]:

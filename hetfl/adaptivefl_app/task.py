@@ -7,6 +7,7 @@ from typing import Any
 
 from flwr.app import Context
 
+from hetfl.common.nodeconfig import declared
 from hetfl.common.task import dataset_info, num_clients
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
@@ -67,18 +68,15 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
     the simulated tier of client `client` (device-proportions). A tier's capacity follows `device-capacity`
     (the authors' clipped Gaussian or fixed S1/M1/L1 sizes of the reference pool); a declared number is fixed.
 
-    docs/readings.md#adaptivefl-devices
+    docs/readings.md#adaptivefl-devices, docs/deployment.md#device-profile
     """
     pool = reference_pool(cfg)
     tiers = tier_capacities(pool, cfg["device-capacity"])
-    declared = context.node_config.get("capacity")
-    if declared is not None:
-        if str(declared) in TIERS:
-            return str(declared), tiers[str(declared)]
-        try:
-            gamma = float(declared)
-        except ValueError:
-            raise ValueError(f"node config capacity={declared!r}; expected one of {TIERS} or a number of parameters") from None
+    value = declared(context.node_config, "capacity")
+    if value is not None:
+        if value in TIERS:
+            return str(value), tiers[str(value)]
+        gamma = float(value)
         fits = [t for t in TIERS if pool.tier_capacity(t) <= gamma]
         return (fits[-1] if fits else "weak"), Capacity(gamma, 0.0, gamma, gamma)
     tier = _tiers(num_clients(context, cfg), tuple(parse_floats(cfg, "device-proportions", ":")), cfg["seed"])[client]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Key
+from .nodeconfig import NodeKey
 
 NODE_QUERY = "query.node"
 """Message type of the one node-discovery query every ClientApp answers (client id + method extras)."""
@@ -51,6 +52,9 @@ class MethodSpec:
     node_info : str, optional
         ``"module:function"`` of ``(context, cfg) -> dict`` with extra fields a node reports in its answer to
         :data:`NODE_QUERY` (e.g. SHEFL's device class).
+    node_keys : tuple of NodeKey
+        The node-config keys of the package's device profile (SHEFL's ``device-class``, AdaptiveFL's ``capacity``);
+        common node keys live in :mod:`hetfl.common.nodeconfig` (docs/deployment.md).
     """
 
     names: tuple[str, ...]
@@ -59,3 +63,4 @@ class MethodSpec:
     keys: tuple[Key, ...] = ()
     check: Callable[[dict[str, Any]], None] | None = None
     node_info: str | None = None
+    node_keys: tuple[NodeKey, ...] = ()

@@ -2,7 +2,7 @@
 
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS, check
+from .keys import KEYS, NODE_KEYS, check
 
 TRAIN = "train.shefl"  # the server sends each sampled node the ensemble members it trains
 
@@ -13,4 +13,5 @@ METHOD = MethodSpec(
     keys=KEYS,
     check=check,
     node_info="hetfl.shefl_app.client_app:node_info",  # the node's device class (hpc | lpc)
+    node_keys=NODE_KEYS,  # node config device-class (docs/deployment.md)
 )

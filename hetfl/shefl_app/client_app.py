@@ -10,6 +10,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
+from hetfl.common.nodeconfig import declared
 from hetfl.common.task import client_data, config_of, local_train, message_client, num_clients, received_model, state_key
 
 from .core import hpc_partitions
@@ -17,12 +18,11 @@ from .keys import role_work
 
 
 def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
-    """'hpc' | 'lpc': the node config's device-class (deployment), else from the client id (simulation)."""
-    declared = context.node_config.get("device-class")
-    if declared is not None:
-        if declared not in ("hpc", "lpc"):
-            raise ValueError(f"node config device-class={declared!r}; expected 'hpc' or 'lpc'")
-        return str(declared)
+    """'hpc' | 'lpc': the node config's device-class (a real device declares it), else drawn from the client id
+    and hpc-fraction (simulation). docs/deployment.md#device-profile"""
+    value = declared(context.node_config, "device-class")
+    if value is not None:
+        return str(value)
     return "hpc" if client in hpc_partitions(num_clients(context, cfg), cfg["hpc-fraction"], cfg["seed"]) else "lpc"
 
 

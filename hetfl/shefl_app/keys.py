@@ -1,8 +1,15 @@
 """Run-config keys of SHEFL (and Fed-Ensemble, a SHEFL preset)."""
 
 from hetfl.common.config import ConfigError, Key
+from hetfl.common.nodeconfig import NodeKey, choice, quoted
 
 from .core import COEFFICIENTS
+
+DEVICE_CLASSES = ("hpc", "lpc")  # high- and low-performance clients
+NODE_KEYS = (
+    NodeKey("device-class", "SHEFL: this device's class (a real device declares it; simulation draws it from "
+            "hpc-fraction)", f"one of {quoted(DEVICE_CLASSES)}", choice(*DEVICE_CLASSES)),
+)
 
 
 def check(cfg: dict) -> None:

@@ -1,0 +1,307 @@
+"""README "Deploy on real devices", run as written: a server, three devices and a laptop on a private network.
+
+Each host is a Linux network namespace with one address on a bridge (10.77.0.0/24; the bridge sits in a namespace
+of its own, and no host has a route anywhere else), its own home directory (``~/.flwr``, keys, ``ca.crt``) and its
+own copy of the project. The test runs every command of the README section's code blocks in its host, in order,
+copies the files the README says to copy, and meanwhile submits SHEFL, FENS and AdaptiveFL (small quickstart
+presets, 2 rounds) from the laptop next to the README's FedAvg run, so all four methods share the one cluster,
+with TLS and SuperNode authentication on. Each must end ``finished:completed`` with a metrics.json of its rounds.
+Then everything is stopped the README's way (SIGTERM) and the test checks that no process is left in any
+namespace before it deletes them (also on failure). Skipped, with the reason, where namespaces cannot be made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hetfl import launch
+
+from .conftest import require_fmnist
+
+ROOT = launch.ROOT
+SECTION = "## Deploy on real devices"
+NET = "10.77.0"
+HOSTS = {"server": f"{NET}.1", "laptop": f"{NET}.2", **{f"device-{i}": f"{NET}.{10 + i}" for i in range(3)}}
+DEVICES = [h for h in HOSTS if h.startswith("device-")]
+LONG_RUNNING = ("python -m hetfl.cluster superlink", "python -m hetfl.cluster supernode", "flower-supernode ")
+
+# Each device holds only its own data: the README exports the split on the server (python -m hetfl.export), the test
+# copies client-<i> to device i as ~/data (the README's scp), and the devices' processes see an empty
+# /usr/share/datasets (a tmpfs in their mount namespace): no global dataset file is reachable from them.
+HIDDEN = "/usr/share/datasets"
+
+COMMON = {"num-server-rounds": 2, "min-available-nodes": 3, "max-test-samples": 500}
+RUNS = {  # next to the README's FedAvg run (run-name fedavg-3-devices): preset, overrides
+    "shefl": ("configs/quickstart.toml", {"method": "shefl", "fraction-train": 1.0, "local-steps": 5,
+                                          "shefl-models": 2, "hpc-per-round": 1}),
+    "fens": ("configs/quickstart-fens.toml", {"local-epochs": 0, "local-steps": 5, "agg-local-steps": 2}),
+    "adaptivefl": ("configs/quickstart-adaptivefl.toml", {"fraction-train": 1.0, "local-steps": 5}),
+}
+
+
+def readme_blocks() -> list[tuple[list[str], list[str]]]:
+    """(hosts, commands) of each bash block of the README section, in order.
+
+    A block's first line says where it runs (``# on the server``, ``# on the laptop``, ``# on each device``,
+    ``# on device N``); a command is a line with its ``\\`` continuations or its here-document.
+    """
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(SECTION):]
+    section = section[: section.index("\n## ", 1)]
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", section, re.S):
+        first, *lines = block.splitlines()
+        where = first.removeprefix("# on ").strip()
+        hosts = {"the server": ["server"], "the laptop": ["laptop"], "each device": DEVICES}.get(where) or \
+            [f"device-{where.removeprefix('device ')}"]
+        assert set(hosts) <= set(HOSTS), first
+        commands: list[str] = []
+        it = iter(lines)
+        for line in it:
+            cmd = line
+            while cmd.endswith("\\"):
+                cmd = cmd[:-1] + next(it).strip()
+            if m := re.search(r"<<'?(\w+)'?", cmd):  # here-document: through its end marker
+                body = []
+                for doc in it:
+                    body.append(doc)
+                    if doc == m.group(1):
+                        break
+                cmd = "\n".join([cmd, *body])
+            commands.append(cmd)
+        out.append((hosts, commands))
+    return out
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def network(tag: str) -> Iterator[dict[str, str]]:
+    """Host -> namespace: each with eth0 at its HOSTS address (/24) on a bridge in namespace `<tag>-sw`.
+
+    On exit (failure included): SIGKILL any process still in a namespace, then delete the namespaces (their
+    veths and the bridge go with them).
+    """
+    _remove_stale_namespaces()
+    names = {h: f"{tag}-{h}" for h in HOSTS}
+    made: list[str] = []
+    try:
+        switch = f"{tag}-sw"
+        _ip("netns", "add", switch)
+        made.append(switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for k, (host, ns) in enumerate(names.items()):
+            _ip("netns", "add", ns)
+            made.append(ns)
+            _ip("-n", switch, "link", "add", f"p{k}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("-n", switch, "link", "set", f"p{k}", "master", "br0", "up")
+            _ip("-n", ns, "addr", "add", f"{HOSTS[host]}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield names
+    finally:
+        for ns in made:
+            for pid in ns_pids(ns):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _remove_stale_namespaces() -> None:
+    """Namespaces of an earlier run of this test whose pytest process is gone (killed before its cleanup ran)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ns in re.findall(r"^(hfl(\d+)-[\w-]+)", listed, re.M):
+        name, pid = ns
+        if not Path(f"/proc/{pid}").exists():
+            for p in ns_pids(name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, 9)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def ns_pids(ns: str) -> list[int]:
+    """Processes in network namespace `ns`."""
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def _can_make_namespaces() -> str | None:
+    """None if this process can create network namespaces, else why not."""
+    if sys.platform != "linux":
+        return "network namespaces are Linux only"
+    if os.geteuid() != 0:
+        return "creating network namespaces needs root (ip netns add)"
+    if shutil.which("ip") is None:
+        return "iproute2's `ip` is not installed"
+    probe = f"hflprobe{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None if made.returncode == 0 else f"ip netns add failed: {made.stderr.strip()}"
+
+
+class Hosts:
+    """The hosts' homes, environments and the processes started in their namespaces."""
+
+    def __init__(self, tmp: Path, namespaces: dict[str, str]) -> None:
+        self.tmp, self.ns = tmp, namespaces
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.logs: dict[int, Path] = {}
+        for host in HOSTS:  # each host: its own home, holding its copy of the project
+            launch.stage_app(ROOT, self.project(host))
+
+    def home(self, host: str) -> Path:
+        return self.tmp / host
+
+    def project(self, host: str) -> Path:
+        return self.home(host) / "hetfl"
+
+    def env(self, host: str) -> dict[str, str]:
+        """The project's environment active, the host's own home; nothing of this test process's Flower state."""
+        env = {k: v for k, v in os.environ.items() if k not in ("FLWR_HOME", "PYTHONPATH", "HETFL_CACHE")}
+        env.update(HOME=str(self.home(host)), PATH=os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]]),
+                   FLWR_DISABLE_UPDATE_CHECK="1", HF_HUB_OFFLINE="1")
+        return env
+
+    def _argv(self, host: str, command: str) -> list[str]:
+        if host in DEVICES:  # `ip netns exec` gives each command a mount namespace of its own: the mount stays there
+            command = f"mount -t tmpfs -o ro,size=1m none {HIDDEN}; {command}"
+        return ["ip", "netns", "exec", self.ns[host], "bash", "-euo", "pipefail", "-c", command]
+
+    def start(self, host: str, command: str) -> subprocess.Popen:
+        """`command` in the background (exec'd: the PID is the command's), output to a log in the host's home."""
+        log = self.home(host) / f"proc-{len(self.procs)}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(self._argv(host, f"exec {command}"), cwd=self.project(host), env=self.env(host),
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((host, proc))
+        self.logs[proc.pid] = log
+        return proc
+
+    def run(self, host: str, command: str, timeout: float = 120) -> str:
+        """`command` to its end; its output (fails the test on a non-zero exit)."""
+        r = subprocess.run(self._argv(host, command), cwd=self.project(host), env=self.env(host), capture_output=True,
+                           text=True, timeout=timeout)
+        assert r.returncode == 0, f"{host}: {command}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
+        return r.stdout
+
+    def output(self, proc: subprocess.Popen) -> str:
+        return self.logs[proc.pid].read_text(errors="replace")
+
+    def wait_for(self, proc: subprocess.Popen, text: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output(proc):
+            assert proc.poll() is None, f"exited with {proc.returncode}:\n{self.output(proc)[-4000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{self.output(proc)[-4000:]}"
+            time.sleep(0.3)
+
+    def copy_files(self) -> None:
+        """The copies the README asks for: the server's CA to every host, each device's public key to the laptop."""
+        ca = self.project("server") / ".flwr" / "superlink" / "certs" / "ca.crt"
+        if ca.exists():
+            for host in HOSTS:
+                if host != "server" and not (self.home(host) / "ca.crt").exists():
+                    shutil.copy(ca, self.home(host) / "ca.crt")
+        for i, dev in enumerate(DEVICES):
+            pub = self.home(dev) / "supernode.key.pub"
+            if pub.exists():
+                shutil.copy(pub, self.home("laptop") / f"{dev}.pub")
+            data = self.project("server") / "export" / f"client-{i}"
+            if data.exists() and not (self.home(dev) / "data").exists():
+                shutil.copytree(data, self.home(dev) / "data")
+
+
+@pytest.mark.slow
+def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
+    why = _can_make_namespaces()
+    if why:
+        pytest.skip(f"no network namespaces here: {why}")
+    require_fmnist()
+    t0 = time.monotonic()
+    blocks = readme_blocks()
+    assert [h for h, _ in blocks][0] == ["server"] and any("flwr run" in c for _, cs in blocks for c in cs)
+    with network(f"hfl{os.getpid()}") as namespaces:
+        hosts = Hosts(tmp_path, namespaces)
+        try:
+            for ns in namespaces.values():  # traffic only among the hosts: their /24, no default route
+                routes = subprocess.run(["ip", "-n", ns, "route"], capture_output=True, text=True).stdout.splitlines()
+                assert routes and all(r.startswith(f"{NET}.0/24 dev eth0 ") for r in routes), routes
+            for dev in DEVICES:  # the global dataset is out of the devices' reach
+                assert hosts.run(dev, f"ls -A {HIDDEN} | wc -l").strip() == "0", dev
+            extra: dict[str, subprocess.Popen] = {}
+            server = None
+            for block_hosts, commands in blocks:
+                if "laptop" in block_hosts and any(c.startswith("flwr run") for c in commands):
+                    for name, (preset, over) in RUNS.items():  # the other methods, next to the README's run
+                        run_config = launch.write_run_config(hosts.project("laptop") / f"run-{name}.toml", preset,
+                                                             {**COMMON, **over, "run-name": name})
+                        extra[name] = hosts.start("laptop", f"flwr run . hetfl-remote --stream --run-config "
+                                                            f"{run_config.name}")
+                for host in block_hosts:
+                    for command in commands:
+                        if command.startswith(LONG_RUNNING):
+                            proc = hosts.start(host, command)
+                            if host == "server":
+                                server = proc
+                                hosts.wait_for(proc, "SuperLink serving on")
+                        else:
+                            hosts.run(host, command, timeout=600)
+                hosts.copy_files()
+            assert server is not None
+            t_up = time.monotonic() - t0
+            for name, proc in extra.items():
+                assert proc.wait(600) == 0, f"{name}:\n{hosts.output(proc)[-4000:]}"
+            # every run completed, with a metrics.json of its rounds on the server
+            t_runs = time.monotonic() - t0
+            runs = json.loads(hosts.run("laptop", "flwr list hetfl-remote --format json"))
+            statuses = sorted(r["status"] for r in runs["runs"])
+            assert statuses == ["finished:completed"] * 4, runs
+            results = hosts.project("server") / "results"
+            for name in ("fedavg-3-devices", *RUNS):
+                m = json.loads((results / name / "metrics.json").read_text())
+                assert m["summary"]["rounds_completed"] == 2 and len(m["rounds"]) == 3, (name, m["summary"])
+                assert m["rounds"][-1]["failures"] == 0 and m["rounds"][-1]["bytes_up"] > 0, (name, m["rounds"][-1])
+            # the devices' declared profiles, not the simulated draws (which give 2 HPCs + 1 LPC, and one weak device)
+            shefl = json.loads((results / "shefl" / "metrics.json").read_text())
+            assert (shefl["roles"]["hpc"], shefl["roles"]["lpc"]) == (1, 2), shefl["roles"]
+            for r in json.loads((results / "adaptivefl" / "metrics.json").read_text())["rounds"][1:]:
+                # device 1 (weak) trains an S model, device 2 (300,000 parameters) only S2, whatever was sent
+                assert r["back_S1"] + r["back_S2"] >= 2 and r["back_S2"] >= 1, r
+            # secured: the SuperLink serves TLS and admits only registered SuperNodes
+            link_cmd = [open(f"/proc/{p}/cmdline").read().split("\0") for p in launch.process_tree({server.pid})
+                        if "flower-superlink" in open(f"/proc/{p}/cmdline").read()]
+            assert link_cmd and "--enable-supernode-auth" in link_cmd[0] and "--ssl-certfile" in link_cmd[0]
+            assert "--insecure" not in link_cmd[0]
+            # stopping, the README's way: SIGTERM each SuperNode, then the SuperLink; nothing may be left
+            for host, proc in hosts.procs:
+                if host in DEVICES:
+                    proc.terminate()
+            for host, proc in hosts.procs:
+                if host in DEVICES:
+                    proc.wait(30)
+            server.terminate()
+            server.wait(30)
+            deadline = time.monotonic() + 30
+            while (left := {h: ns_pids(ns) for h, ns in namespaces.items() if ns_pids(ns)}) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert not left, f"left running after SIGTERM: {left}"
+        finally:
+            launch.stop_tree([p for _, p in hosts.procs], timeout=10)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not [ns for ns in namespaces.values() if ns in listed], listed
+    assert launch.process_tree({p.pid for _, p in hosts.procs}) == []
+    print(f"multi-host deployment: README blocks done (FedAvg ran) at {t_up:.0f} s, all 4 runs at {t_runs:.0f} s, "
+          f"stopped and cleaned up at {time.monotonic() - t0:.0f} s (load average {os.getloadavg()[0]:.1f})")
