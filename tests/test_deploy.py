@@ -210,4 +210,6 @@ def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
             rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
             assert "at" in restarted, name
             assert 2 in rows[1]["clients"] and 2 in rows[3]["clients"], (name, [r["clients"] for r in rows])
-            assert rows[3]["replies"] == len(rows[3]["clients"]) and rows[3]["failures"] == 0, (name, rows[3])
+            # every sampled client answered (the restarted node's discovery reply is round 3's traffic too)
+            assert rows[3]["replies"] >= len(rows[3]["clients"]), (name, rows[3])
+            assert rows[3]["failures"] == 0 and rows[3]["rejected"] == 0, (name, rows[3])
