@@ -17,7 +17,7 @@ IMAGE="${HETFL_BASE_IMAGE:-hetfl-base:$SUITE}"
 DOCKER="${DOCKER:-$( [ -x /usr/bin/docker ] && echo /usr/bin/docker || echo docker )}"
 CACHE=.cache
 TAR="$CACHE/debian-$SUITE-minbase.tar"
-say() { echo "build-base: $*"; }
+say() { printf 'build-base [%4ss]: %s\n' "$SECONDS" "$*"; }
 
 [ "$(id -u)" = 0 ] || { echo "build-base: error: run as root (debootstrap and docker need it)" >&2; exit 2; }
 "$DOCKER" info >/dev/null 2>&1 || { echo "build-base: error: no Docker engine answers ('$DOCKER info' failed); start dockerd first" >&2; exit 2; }

@@ -17,7 +17,7 @@ IMAGE="${HETFL_IMAGE:-hetfl:latest}"
 DOCKER="${DOCKER:-$( [ -x /usr/bin/docker ] && echo /usr/bin/docker || echo docker )}"
 export DOCKER
 WHEELS=docker/.cache/wheels
-say() { echo "build: $*"; }
+say() { printf 'build [%4ss]: %s\n' "$SECONDS" "$*"; }
 
 bash docker/build-base.sh
 

@@ -55,6 +55,7 @@ export DOCKER
 
 # 2. The engine: the running one, or one started here and stopped at the end.
 dockerd_pid=""
+declare -A bridge_nf=()
 C=()
 cleanup() {
   local rc=$?
@@ -70,6 +71,7 @@ cleanup() {
     for _ in $(seq 60); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 1; done
     kill -0 "$dockerd_pid" 2>/dev/null && { echo "test-docker: warning: dockerd (PID $dockerd_pid) still runs after 60 s" >&2; }
     ip link delete docker0 2>/dev/null || true   # the default bridge it made
+    for f in "${!bridge_nf[@]}"; do echo "${bridge_nf[$f]}" > "$f" 2>/dev/null || true; done
   fi
   say "$([ $rc = 0 ] && echo passed || echo "FAILED (exit $rc)") in $((SECONDS - T0)) s"
   exit $rc
@@ -79,6 +81,9 @@ trap 'exit 130' INT TERM
 if "$DOCKER" info >/dev/null 2>&1; then
   say "using the running Docker engine ($("$DOCKER" info -f '{{.ServerVersion}}, storage {{.Driver}}'))"
 else
+  # dockerd loads br_netfilter, which makes bridged traffic pass the host's iptables: put its switches back at the end
+  # as they were (0 = not loaded before).
+  for f in /proc/sys/net/bridge/bridge-nf-call-{iptables,ip6tables,arptables}; do bridge_nf[$f]="$(cat "$f" 2>/dev/null || echo 0)"; done
   # shellcheck disable=SC2086  # DOCKERD_FLAGS is a list of flags
   dockerd ${DOCKERD_FLAGS---iptables=false --ip-forward=false} >"$CACHE/dockerd.log" 2>&1 &
   dockerd_pid=$!
