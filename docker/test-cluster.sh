@@ -9,7 +9,7 @@
 #      metrics.json holds ROUNDS rounds with every sampled client's reply;
 #   5. tears the cluster down (containers, network, volumes), also on failure or Ctrl-C. Images and docker/.cache stay
 #      (the warm cache of the next run).
-# Environment: PRESET (configs/quickstart.toml), ROUNDS (2), SECURITY (plain | tls | auth: with docker/compose.tls.yml,
+# Environment: PRESET (configs/quickstart.toml; a file under configs/), ROUNDS (2), SECURITY (plain | tls | auth: with docker/compose.tls.yml,
 # and compose.auth.yml with the SuperNodes' keys registered first), RUN_TIMEOUT (seconds for the run, 1800),
 # DOCKERD_FLAGS (flags of the dockerd started here; default "--iptables=false --ip-forward=false": the cluster talks
 # over its compose bridge and the host reaches the published port through docker-proxy, so no NAT or forwarding is
@@ -30,7 +30,8 @@ say() { printf 'test-docker [%4ss]: %s\n' "$((SECONDS - T0))" "$*"; }
 die() { echo "test-docker: error: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || { echo "test-docker: error: run as root (apt-get, dockerd and debootstrap need it)" >&2; exit 2; }
-[ -f "$PRESET" ] || { echo "test-docker: error: PRESET '$PRESET' is not a file; expected e.g. configs/quickstart.toml" >&2; exit 2; }
+case "$PRESET" in configs/*.toml) [ -f "$PRESET" ];; *) false;; esac \
+  || { echo "test-docker: error: PRESET '$PRESET' is not a file under configs/ (mounted into the cli container); expected e.g. configs/quickstart.toml" >&2; exit 2; }
 case "$SECURITY" in plain|tls|auth) ;; *) echo "test-docker: error: SECURITY='$SECURITY'; expected plain, tls or auth" >&2; exit 2;; esac
 mkdir -p "$CACHE"
 
