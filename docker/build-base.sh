@@ -20,7 +20,8 @@ TAR="$CACHE/debian-$SUITE-minbase.tar"
 say() { printf 'build-base [%4ss]: %s\n' "$SECONDS" "$*"; }
 
 [ "$(id -u)" = 0 ] || { echo "build-base: error: run as root (debootstrap and docker need it)" >&2; exit 2; }
-"$DOCKER" info >/dev/null 2>&1 || { echo "build-base: error: no Docker engine answers ('$DOCKER info' failed); start dockerd first" >&2; exit 2; }
+for _ in $(seq 30); do "$DOCKER" info >/dev/null 2>&1 && break; sleep 1; done   # a dockerd just started needs a moment
+"$DOCKER" info >/dev/null 2>&1 || { echo "build-base: error: no Docker engine answers ('$DOCKER info' failed for 30 s); start dockerd first" >&2; exit 2; }
 
 if [ "${REBUILD:-0}" != 1 ] && "$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1; then
   say "image $IMAGE exists (REBUILD=1 to make it again)"
