@@ -89,7 +89,7 @@ else
   dockerd ${DOCKERD_FLAGS---iptables=false --ip-forward=false} >"$CACHE/dockerd.log" 2>&1 &
   dockerd_pid=$!
   for _ in $(seq 60); do "$DOCKER" info >/dev/null 2>&1 && break; kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 1; done
-  "$DOCKER" info >/dev/null 2>&1 || { dockerd_pid=""; die "dockerd did not start; see $CACHE/dockerd.log"; }
+  "$DOCKER" info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see $CACHE/dockerd.log"   # cleanup stops it
   say "started dockerd (PID $dockerd_pid, log $CACHE/dockerd.log; $("$DOCKER" info -f '{{.ServerVersion}}, storage {{.Driver}}'))"
 fi
 if [ "$("$DOCKER" info -f '{{.Driver}}')" = vfs ]; then
