@@ -1,6 +1,7 @@
 # hetfl: heterogeneous federated learning on Flower 1.41.
 #   make run    short real FedAvg run on Fashion-MNIST (offline), prints accuracy and plot path
 #   make test   the test suite (unit + end-to-end simulations)
+#   make test-docker  Docker Compose cluster on a real Docker engine, 2 rounds to the end (root; installs what is missing)
 #   make bench  simulated round vs plain PyTorch loop (light and paper regime), bf16 vs fp32, 10,000-SuperNode probe
 SHELL := /bin/bash
 PY ?= python3
@@ -15,7 +16,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-fast bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-adaptivefl
+.PHONY: install data compose-cli run test test-fast test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -51,6 +52,16 @@ test: install data compose-cli
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The Compose cluster (docker/compose.yml) on a real Docker engine: installs docker.io, docker-compose, debootstrap
+# when missing (root), starts dockerd if none runs (and stops that one), builds the images without a registry
+# (docker/build.sh), runs 2 rounds of configs/quickstart.toml to the end and tears the cluster down. Needs no .venv.
+# Too long for `make test` (README.md, "Docker Compose": minutes cold and warm). SECURITY=tls|auth adds the overlays.
+DOCKER_PRESET ?= configs/quickstart.toml
+DOCKER_ROUNDS ?= 2
+SECURITY ?= plain
+test-docker:
+	PRESET=$(DOCKER_PRESET) ROUNDS=$(DOCKER_ROUNDS) SECURITY=$(SECURITY) bash docker/test-cluster.sh
 
 # ~20 min on 2 cores; run it alone (it times things). BENCH_FLAGS="--only a c" runs a subset.
 BENCH_FLAGS ?=
