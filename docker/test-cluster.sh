@@ -129,6 +129,13 @@ if [ "$SECURITY" = auth ]; then
   done
   say "registered the $NODES SuperNodes' public keys"
 fi
+HETFL_DATA="$ROOT/$CACHE/test-data"   # each SuperNode mounts only its client-<i> (node-local data)
+export HETFL_DATA
+rm -rf "$HETFL_DATA"
+say "exporting $PRESET's split for $NODES clients to $HETFL_DATA (python -m hetfl.export, in the project image)"
+"$DOCKER" run --rm --entrypoint python -v "$HETFL_DATA:/out" \
+    -v /usr/share/datasets/fashion-mnist:/usr/share/datasets/fashion-mnist:ro "${HETFL_IMAGE:-hetfl:latest}" \
+    -m hetfl.export "$PRESET" --out /out --clients "$NODES" >/dev/null || die "python -m hetfl.export failed"
 say "docker-compose up: SuperLink + $NODES SuperNodes ($SECURITY; SuperLink on 127.0.0.1:$HETFL_PORT)"
 "${C[@]}" up -d 2>&1 | grep -v '^$' || true
 [ "$("${C[@]}" ps -q | wc -l)" -ge $((NODES + 1)) ] || die "the cluster did not start: $("${C[@]}" ps 2>&1)"

@@ -65,14 +65,15 @@ def test_compose_cluster_topology():
     assert link[link.index("--port") + 1] == "8000"
     assert sorted(s for s in services if s.startswith("supernode-")) == NODES
     cfgs = [_node_config(services[s]["command"]) for s in NODES]
-    assert [c["partition-id"] for c in cfgs] == ["0", "1", "2", "3"] and {c["num-partitions"] for c in cfgs} == {"4"}
+    assert [c["client-id"] for c in cfgs] == ["0", "1", "2", "3"] and {c["data-path"] for c in cfgs} == {"/data"}
+    assert not any("partition-id" in c for c in cfgs)  # a node holds its own data, not a slice of a global copy
     assert {c["device-class"] for c in cfgs} == {"hpc", "lpc"} and {c["capacity"] for c in cfgs} == {"weak", "medium", "strong"}
     for s in NODES:
         argv = _argv(services[s])
         assert argv[:2] == ["flower-supernode", "--insecure"] and argv[argv.index("--superlink") + 1] == "superlink:8000"
         assert "--isolation" not in argv   # subprocess (Flower's default): the ClientApps run in the node's container
         # node-local data: one volume, read-only, nothing else of the host
-        assert len(services[s]["volumes"]) == 1 and services[s]["volumes"][0].endswith(":ro")
+        assert services[s]["volumes"] == [f"${{HETFL_DATA:-../data}}/client-{NODES.index(s)}:/data:ro"]
     assert services["cli"]["profiles"] == ["cli"]
 
 
