@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Message, RecordDict
+from flwr.app.error import Error
+from flwr.common.constant import ErrorCode
 
 from hetfl.client_app import dispatch, node_query
 from hetfl.common.registry import NODE_QUERY
@@ -59,7 +61,11 @@ class InProcessGrid:
         for m in messages:
             m.metadata.__dict__["_message_id"] = str(uuid.uuid4())  # as Flower's grids do when pushing
             handler = node_query if m.metadata.message_type == NODE_QUERY else dispatch
-            replies.append(handler(m, self.contexts[m.metadata.dst_node_id]))
+            try:
+                replies.append(handler(m, self.contexts[m.metadata.dst_node_id]))
+            except Exception as ex:  # noqa: BLE001 - as Flower's engines do: the ClientApp's exception as an error reply
+                replies.append(Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                             reason=f"{type(ex)}:<'{ex}'>"), reply_to=m))
         self._rng.shuffle(replies)
         return replies
 

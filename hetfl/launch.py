@@ -505,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: stopped the SuperLink and everything it started", file=sys.stderr)
         return 130
+    except RuntimeError as err:  # the run failed or stopped early (e.g. no client succeeded): its log says why
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
     except SystemExit as err:
         return int(err.code or 0)
     s = json.loads((run_dir / "metrics.json").read_text())["summary"]

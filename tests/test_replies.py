@@ -107,3 +107,21 @@ def test_every_malformed_reply_is_counted_and_never_applied(name, tmp_path, task
         assert rows[1]["rejected"] == len(MALFORMED) + len(EXTRA), rows[1]
         assert rows[1].get("failures", 0) + rows[1].get("failed", 0) >= 1, rows[1]
     assert np.isfinite(rows[2]["accuracy"]) and np.isfinite(rows[2]["loss"])
+
+
+def test_a_run_where_no_client_succeeds_stops_with_a_clear_error(tmp_path, task_identity, monkeypatch):
+    """Every node's data is unusable (here: the ClientApp raises the node-data error): each round's failures are
+    logged in one line and counted, and after max-idle-rounds rounds without one accepted update the run stops
+    with an error that says why, instead of finishing at chance accuracy."""
+    require_fmnist()
+    from hetfl.baselines import client_app
+    from hetfl.common.data import LocalDataError
+    from hetfl.common.rounds import NoClientSucceeded
+
+    def no_data(context, cfg, client_id=None):
+        raise LocalDataError("node data-path '/data': label 12 outside [0, 10)")
+
+    monkeypatch.setattr(client_app, "client_data", no_data)
+    cfg = {**BASE, "method": "fedavg", "num-server-rounds": 5, "max-idle-rounds": 2, "min-available-nodes": 4}
+    with pytest.raises(NoClientSucceeded, match="no client update was accepted in the last 2 rounds"):
+        run_in_process(cfg, 4, tmp_path, "idle")
