@@ -138,6 +138,24 @@ def test_secured_deployment_runs_every_method_on_four_supernodes(tmp_path):
     assert launch.process_tree(set(pids)) == []  # nothing left behind
 
 
+def after_round_1(metrics, action, limit: float = 300.0) -> tuple[threading.Thread, dict]:
+    """Run `action` in a thread as soon as `metrics` (a run's metrics.json) holds round 1; the dict gets "at"."""
+    done: dict = {}
+
+    def watch():
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 2:
+                action()
+                done["at"] = time.monotonic()
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    return t, done
+
+
 @pytest.mark.slow
 def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     """Kill one of 4 SuperNodes during round 2: the round aggregates the 3 replies that arrive, the run ends.
@@ -149,20 +167,7 @@ def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 3,
             "round-timeout": 150.0, "run-name": "kill"}
     with cluster.local_cluster(4, tmp_path / "flwr") as c:
-        metrics = tmp_path / "kill" / "metrics.json"
-        killed = {}
-
-        def killer():
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:  # round 1 recorded -> round 2 is training: kill node 3
-                if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 2:
-                    c.kill_node(3)
-                    killed["at"] = time.monotonic()
-                    return
-                time.sleep(0.2)
-
-        t = threading.Thread(target=killer)
-        t.start()
+        t, killed = after_round_1(tmp_path / "kill" / "metrics.json", lambda: c.kill_node(3))  # round 2 is training
         run_dir = cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
         t.join()
     m = json.loads((run_dir / "metrics.json").read_text())
@@ -179,8 +184,8 @@ def test_killed_supernode_mid_run_the_run_completes(tmp_path):
 def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
     """Kill and restart one of 3 SuperNodes after round 1 (same node config, so the same client id, but a new
     node id): the client map moves the client to the new node, and in round 3 the client trains again, for FedAvg,
-    SHEFL (client 2 is the one LPC: sampled every round) and AdaptiveFL (random selection of 3 of 3). Round 2 may lose it: a message to the dead node id
-    is lost until the round timeout."""
+    SHEFL (client 2 is the one LPC: sampled every round) and AdaptiveFL (random selection of 3 of 3). Round 2 may
+    lose it: a message to the dead node id is lost until the round timeout."""
     require_fmnist()
     runs = {
         "fedavg": {"method": "fedavg"},
@@ -189,20 +194,7 @@ def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
     }
     with cluster.local_cluster(3, tmp_path / "flwr") as c:
         for name, over in runs.items():
-            metrics = tmp_path / name / "metrics.json"
-            restarted = {}
-
-            def restarter():
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline:  # round 1 recorded: restart node 2 (client 2)
-                    if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 2:
-                        c.restart_node(2)
-                        restarted["at"] = time.monotonic()
-                        return
-                    time.sleep(0.2)
-
-            t = threading.Thread(target=restarter)
-            t.start()
+            t, restarted = after_round_1(tmp_path / name / "metrics.json", lambda: c.restart_node(2))  # client 2
             run_dir = cluster.submit(c, None, {**FMNIST, **over, "fraction-train": 1.0, "local-steps": 2,
                                                "max-test-samples": 200, "num-server-rounds": 3, "round-timeout": 25.0,
                                                "max-idle-rounds": 0, "run-name": name}, results_dir=tmp_path, timeout=400)

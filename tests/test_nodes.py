@@ -146,3 +146,34 @@ def test_replies_are_aggregated_in_client_order_whatever_the_arrival(arrival, ta
     replies = cmap.send_and_receive(Grid(nodes, train), msgs, timeout=5)
     ordered = s.order_replies([replies[i] for i in arrival])
     assert [r.metadata.src_node_id for r in ordered] == [500, 499, 498]
+
+
+def test_fedavg_keeps_integer_buffers_integer_and_rejects_replies_flower_could_not_aggregate(task_identity):
+    """BatchNorm's num_batches_tracked is int64: Flower averages it into float64, which the next round's dtype check
+    would then hold against every client; and replies whose records or metric keys differ would make Flower's
+    aggregation raise. Both are handled: the dtype is kept, the odd reply is rejected."""
+    nodes = {100 + c: one(c) for c in range(3)}
+    cmap = ClientMap(nodes)
+    s = SeededFedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=1).bind(cmap, 0)
+    arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32)), "n": Array(np.array(3, np.int64))})
+    for rnd in (1, 2):
+        msgs = list(s.configure_train(rnd, arrays, ConfigRecord(), Grid(nodes)))
+
+        def train(m):
+            c = int(m.content["client"]["client-id"])
+            metrics = {"num-examples": c + 1, **({"extra": 1.0} if c == 2 else {})}  # client 2 adds a metric key
+            return Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.ones(2, np.float32)),
+                                                              "n": Array(np.array(4 + c, np.int64))}),
+                                       "metrics": MetricRecord(metrics)}), reply_to=m)
+
+        arrays, _ = s.aggregate_train(rnd, s.order_replies(cmap.send_and_receive(Grid(nodes, train), msgs, timeout=5)))
+        assert s.rejected == 1 and arrays["n"].numpy().dtype == np.int64, rnd  # round 2 accepts clients 0 and 1 again
+        assert int(arrays["n"].numpy()) == 5  # (4 * 1 + 5 * 2) / 3 = 4.67, rounded
+
+
+def test_a_malformed_discovery_answer_leaves_that_node_out(task_identity):
+    m = ClientMap({1: one(0), 2: {"client-id": 1}, 3: {"client-ids": [2], "tier": ["weak", "strong"]}})
+    assert m.node == {0: 1} and m.asked == {1, 2, 3}
+    grid = Grid({1: one(0), 2: {"client-id": 1}, 3: one(2), 4: one(3)})
+    m.refresh(grid, timeout=1)
+    assert grid.asked == [4] and m.node == {0: 1, 3: 4}  # nodes that answered badly are not asked every round

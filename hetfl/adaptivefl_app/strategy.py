@@ -112,6 +112,8 @@ class AdaptiveFL(StrategyBase):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._states = unpack_models(arrays, self.num_models)
         self.map.refresh(grid, self.cfg["round-timeout"])
+        if self.tiers:  # the tier baselines: clients found after the start report theirs too
+            self.tiers.update({c: str(t) for c, t in self.map.field("tier").items()})
         jobs: dict[int, list[tuple[int, int]]] = {}
         for client, slot, m in self.plan(self.map.online(grid)):  # plan over client ids (stable)
             jobs.setdefault(client, []).append((slot, m))

@@ -64,8 +64,8 @@ def _tiers(n: int, proportions: tuple[float, ...], seed: int) -> tuple[str, ...]
 
 
 def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple[str, Capacity]:
-    """(tier, capacity) of this node: node config 'capacity' (weak | medium | strong | #params) in deployment, else
-    the simulated tier of client `client` (device-proportions). A tier's capacity follows `device-capacity`
+    """(tier, capacity) of client `client`: node config 'capacity' (weak | medium | strong | #params) in deployment,
+    else the simulated tier of client `client` (device-proportions; a node with data of its own must declare it). A tier's capacity follows `device-capacity`
     (the authors' clipped Gaussian or fixed S1/M1/L1 sizes of the reference pool); a declared number is fixed.
 
     docs/readings.md#adaptivefl-devices, docs/deployment.md#device-profile
@@ -79,5 +79,8 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
         gamma = float(value)
         fits = [t for t in TIERS if pool.tier_capacity(t) <= gamma]
         return (fits[-1] if fits else "weak"), Capacity(gamma, 0.0, gamma, gamma)
+    if "data-path" in context.node_config:
+        raise ValueError("node config lacks 'capacity': a SuperNode with data of its own declares its device, "
+                         "capacity=\"weak\" | \"medium\" | \"strong\" or a number of parameters (docs/deployment.md)")
     tier = _tiers(num_clients(context, cfg), tuple(parse_floats(cfg, "device-proportions", ":")), cfg["seed"])[client]
     return tier, tiers[tier]

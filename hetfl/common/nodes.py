@@ -17,7 +17,8 @@ bounded batches) which clients it hosts, maps every client to the node currently
 to its client's node with at most one message in flight per node (a node's ``Context.state``
 is read and written back per message, so two concurrent messages to one node would lose one
 client's state). Clients are sampled by client id with a generator seeded by the run's
-``seed`` and the round, so the same seed gives the same clients at any federation size.
+``seed`` and the round, so the same seed gives the same clients however the clients are spread
+over SuperNodes.
 """
 
 from __future__ import annotations
@@ -68,8 +69,17 @@ class ClientMap:
         self.info: dict[int, dict[str, Any]] = {}  # client id -> reported fields
         self.hosted: dict[int, list[int]] = {}  # node id -> client ids it serves
         self._sender: dict[str, int] = {}  # message id -> client id, of the latest send_and_receive
-        for node in sorted(answers or {}):
-            self.add(node, answers[node])
+        self.asked: set[int] = set()  # nodes asked once (answered or not): never asked again
+        self.add_answers(answers or {})
+
+    def add_answers(self, answers: Mapping[int, Mapping[str, Any]]) -> None:
+        """:meth:`add` every node's answer in node-id order; a malformed answer leaves that node out, with a warning."""
+        for node in sorted(answers):
+            self.asked.add(int(node))
+            try:
+                self.add(node, answers[node])
+            except (KeyError, ValueError, TypeError) as err:
+                log.warning("node %d: unusable discovery answer (%s: %s); it is left out", node, type(err).__name__, err)
 
     # --- who is where ---------------------------------------------------------------------
 
@@ -105,11 +115,11 @@ class ClientMap:
 
     def refresh(self, grid, timeout: float) -> None:
         """Ask nodes that connected after discovery (a restarted SuperNode gets a new node id) what they host."""
-        new = sorted({int(n) for n in grid.get_node_ids()} - set(self.hosted))
+        new = sorted({int(n) for n in grid.get_node_ids()} - self.asked)
         if new:
             log.info("discovering %d node(s) that connected after the start", len(new))
-            for node, answer in ask_nodes(grid, new, timeout).items():
-                self.add(node, answer)
+            self.asked.update(new)
+            self.add_answers(ask_nodes(grid, new, timeout))
 
     # --- sending ------------------------------------------------------------------------------
 
@@ -181,6 +191,7 @@ def discover_clients(grid, cfg: dict[str, Any], timeout: float = 600.0) -> Clien
     if len(answers) < len(nodes):
         log.warning("%d of %d nodes did not answer the discovery query", len(nodes) - len(answers), len(nodes))
     cmap = ClientMap(answers)
+    cmap.asked.update(int(n) for n in nodes)  # the ones that did not answer are not asked again every round
     log.info("%d clients on %d nodes", len(cmap.node), len(answers))
     return cmap
 

@@ -5,8 +5,9 @@
 (``state_dict`` / ``load_state_dict``, saved by :mod:`hetfl.common.rounds`), the client ids it
 sent work to this round (``sampled``, written to metrics.json), and the count of rejected
 replies. Every ``aggregate_train`` validates each reply with :func:`validate_replies` and the
-checks below (finite arrays, expected keys and shapes, sparse positions in range) before
-anything is applied; a malformed reply is logged, counted and dropped, never aggregated.
+checks below (finite arrays, expected keys, shapes and dtypes, sparse positions in range, and for
+Flower's aggregation one array and one metric record named alike in every reply) before anything
+is applied; a malformed reply is logged, counted and dropped, never aggregated.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
+from flwr.serverapp.exception import InconsistentMessageReplies
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from .comm import decode_sparse, get_sparse
@@ -62,6 +64,12 @@ def check_arrays(record: ArrayRecord, expected: Mapping[str, tuple[int, ...]],
             raise ValueError(f"'{k}' has NaN/inf")
         out[k] = a
     return out
+
+
+def as_dtype(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """`a` as `dtype`, rounded first when that is an integer type (an averaged BatchNorm step counter)."""
+    dtype = np.dtype(dtype)
+    return np.asarray((np.rint(a) if dtype.kind in "iu" and a.dtype.kind == "f" else a).astype(dtype, copy=False))
 
 
 def check_sparse(record: ArrayRecord, prefix: str, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -234,9 +242,19 @@ class SeededSampling(FedAvg, StrategyBase):
         replies = list(replies)
         reference = self._reference or {}
 
+        layout: list[tuple] = []  # (array record name, metric record name, metric keys) of the first good reply
+
         def check(r: Message) -> None:
-            check_arrays(single_array_record(r), reference, self._dtypes)
-            check_weight(r.content["metrics"][self.weighted_by_key])
+            arrays = [k for k, v in r.content.items() if isinstance(v, ArrayRecord)]
+            metrics = [k for k, v in r.content.items() if isinstance(v, MetricRecord)]
+            if len(arrays) != 1 or len(metrics) != 1:
+                raise ValueError(f"expected one ArrayRecord and one MetricRecord, got {arrays} and {metrics}")
+            check_arrays(r.content[arrays[0]], reference, self._dtypes)
+            check_weight(r.content[metrics[0]][self.weighted_by_key])
+            shape = (arrays[0], metrics[0], sorted(r.content[metrics[0]].keys()))
+            if layout and shape != layout[0]:  # Flower's aggregation needs the same records and metric keys in all
+                raise ValueError(f"records/metric keys {shape} differ from the other replies' {layout[0]}")
+            layout[:] = [shape]
 
         ok, _, self.rejected = validate_replies(replies, check, server_round, self.map, set(self.sampled))
         # a client without data (more clients than samples) trains nothing and weighs 0: it changes no average
@@ -245,7 +263,15 @@ class SeededSampling(FedAvg, StrategyBase):
             self.train_metrics = {}
             return None, None  # nothing to average: the global model stays
         errors = [r for r in replies if r.has_error()]  # Flower counts them itself
-        new, metrics = super().aggregate_train(server_round, self.accepted + errors)
+        try:
+            new, metrics = super().aggregate_train(server_round, self.accepted + errors)
+        except InconsistentMessageReplies as err:  # a safety net: the check above should leave nothing for it
+            log.warning("round %d: replies rejected by Flower's aggregation: %s", server_round, err)
+            self.rejected += len(self.accepted)
+            self.accepted, self.train_metrics = [], {}
+            return None, None
+        if new is not None and self._dtypes:  # Flower averages int buffers (num_batches_tracked) into float64
+            new = ArrayRecord({k: Array(as_dtype(v.numpy(), self._dtypes[k])) for k, v in new.items()})
         self.train_metrics = {f"client_{k}": float(v) for k, v in (metrics or {}).items() if k != self.weighted_by_key}
         return new, metrics
 

@@ -23,6 +23,9 @@ def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
     value = declared(context.node_config, "device-class")
     if value is not None:
         return str(value)
+    if "data-path" in context.node_config:
+        raise ValueError("node config lacks 'device-class': a SuperNode with data of its own declares its device, "
+                         "device-class=\"hpc\" or \"lpc\" (docs/deployment.md)")
     return "hpc" if client in hpc_partitions(num_clients(context, cfg), cfg["hpc-fraction"], cfg["seed"]) else "lpc"
 
 
