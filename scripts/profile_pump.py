@@ -1,4 +1,12 @@
-"""One pass of Flower 1.41's simulation message pump (vce_api.add_messages_to_queue) over N nodes with M stored messages."""
+"""One pass of Flower 1.41's simulation message pump over N SuperNodes with M stored messages (docs/architecture.md#scale).
+
+Flower's Simulation Engine (`flwr/server/superlink/fleet/vce/vce_api.py: add_messages_to_queue`) calls
+`get_message_ins(node_id, limit=1)` for every registered SuperNode every 0.1 s; the in-memory LinkState walks and
+re-validates every stored message in each call. This builds an in-memory LinkState with N nodes, stores M messages
+(as discovery of every node at once did: M = N) and times two such passes.
+
+    .venv/bin/python scripts/profile_pump.py 1000:10 1000:1000 2000:2000 4000:4000 10000:10 100000:10
+"""
 import secrets, sys, time
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.constant import HEARTBEAT_INTERVAL_INF, NOOP_ACCOUNT_NAME, NOOP_FLWR_AID
