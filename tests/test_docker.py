@@ -133,11 +133,16 @@ def test_docker_compose_config_validates():
         subprocess.run(["docker-compose", *args, "config", "-q"], check=True, cwd=ROOT)
 
 
-def test_cert_script_makes_a_server_cert_for_loopback(tmp_path):
-    subprocess.run(["bash", str(DOCKER / "certs" / "generate.sh"), str(tmp_path)], check=True, capture_output=True)
+def test_cert_script_makes_a_server_cert_for_loopback_and_the_addresses_given(tmp_path):
+    env = {**os.environ, "HETFL_SANS": "IP:10.77.0.1 DNS:server.lan"}
+    subprocess.run(["bash", str(DOCKER / "certs" / "generate.sh"), str(tmp_path)], check=True, capture_output=True, env=env)
     out = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "server.pem"), "-noout", "-text"],
                          check=True, capture_output=True, text=True).stdout
     assert "IP Address:127.0.0.1" in out and "DNS:superlink" in out
+    assert "IP Address:10.77.0.1" in out and "DNS:server.lan" in out
+    bad = subprocess.run(["bash", str(DOCKER / "certs" / "generate.sh"), str(tmp_path / "bad")], capture_output=True,
+                         text=True, env={**os.environ, "HETFL_SANS": "10.77.0.1"})
+    assert bad.returncode == 2 and "expected IP:<address> or DNS:<name>" in bad.stderr
     subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "server.pem")], check=True,
                    capture_output=True)
 
