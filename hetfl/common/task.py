@@ -223,6 +223,11 @@ def hosted_clients(partition_id: int, num_partitions: int, num_clients: int) -> 
     return list(range(int(partition_id), int(num_clients), int(num_partitions)))
 
 
+def _single_client(nc) -> bool:
+    """Whether a node is one client named by :func:`node_client_id` (data of its own, a declared id, no partition)."""
+    return "data-path" in nc or "client-id" in nc or "partition-id" not in nc
+
+
 def node_clients(context: Context, cfg: dict[str, Any]) -> list[int]:
     """The client ids this node hosts (what it answers to discovery).
 
@@ -230,8 +235,7 @@ def node_clients(context: Context, cfg: dict[str, Any]) -> list[int]:
     (:func:`node_client_id`); a node that holds a partition of the run's dataset hosts its
     partition id, or with ``num-clients`` > 0 its share of the clients (:func:`hosted_clients`).
     """
-    nc = context.node_config
-    if "data-path" in nc or "client-id" in nc or "partition-id" not in nc:
+    if _single_client(context.node_config):
         return [node_client_id(context)]
     pid, n = node_partition(context)
     return hosted_clients(pid, n, cfg["num-clients"])
@@ -247,8 +251,7 @@ def message_client(msg, context: Context, cfg: dict[str, Any]) -> int:
     """
     if "client" in msg.content:
         client = int(msg.content["client"]["client-id"])
-        nc = context.node_config
-        if "data-path" in nc or "client-id" in nc or "partition-id" not in nc or not cfg["num-clients"]:
+        if _single_client(context.node_config) or not cfg["num-clients"]:
             hosted = client in node_clients(context, cfg)
         else:  # round robin: no list of thousands of ids per message
             pid, n = node_partition(context)
