@@ -110,24 +110,26 @@ def stop_tree(procs: list[subprocess.Popen], timeout: float = 15.0) -> None:
 
 
 def _proc_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, session id, state) of every process (Linux /proc)."""
+    """pid -> (ppid, session id, status) of every process (psutil; the session id by os.getsid)."""
+    import psutil
+
     table = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for proc in psutil.process_iter(["ppid", "status"]):
         try:
-            stat = (d / "stat").read_text()
-        except OSError:
+            table[proc.pid] = (proc.info["ppid"], os.getsid(proc.pid), proc.info["status"])
+        except (OSError, psutil.Error):  # gone meanwhile, or not ours to ask
             continue
-        f = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp session ...
-        table[int(d.name)] = (int(f[1]), int(f[3]), f[0])
     return table
 
 
 def process_tree(roots: set[int]) -> list[int]:
-    """Live (non-zombie) processes descending from `roots` by parent link or by session id."""
-    if not Path("/proc").is_dir():  # pragma: no cover - non-Linux: only the roots
-        return [p for p in roots if _alive(p)]
+    """Live (non-zombie) processes descending from `roots` by parent link or by session id.
+
+    Flower's executors start sessions of their own and Ray's daemons are re-parented when their parent exits, so a
+    parent walk alone misses some; a session id survives re-parenting.
+    """
+    import psutil
+
     table = _proc_table()
     found, changed = set(roots), True
     while changed:
@@ -136,7 +138,7 @@ def process_tree(roots: set[int]) -> list[int]:
             if pid not in found and (ppid in found or sid in found):
                 found.add(pid)
                 changed = True
-    return sorted(p for p in found if p in table and table[p][2] != "Z")
+    return sorted(p for p in found if p in table and table[p][2] != psutil.STATUS_ZOMBIE)
 
 
 def _alive(pid: int) -> bool:
@@ -245,10 +247,11 @@ def load_preset(config_file: str | None) -> dict[str, Any]:
 def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> dict[str, Any]:
     """Check what can be checked before a SuperLink, Ray or any ClientApp starts; return the validated config.
 
-    The config's keys, types and ranges and whether the model fits the dataset (:func:`validate`); that the
+    The config's keys, types and ranges, no key that the method does not read, and whether the model fits the
+    dataset (:func:`validate`); that the
     dataset can be loaded from its `data-source` on this machine (a ``hub:``/``dir:`` dataset: that it is readable,
     has the columns and labels the keys name, and a test split or ``server-data-path``); that ``server-data-path``
-    fits the run; that a bring-your-own ``model`` builds and maps a batch to logits; that a CUDA `device` exists here
+    fits the run; that a bring-your-own ``model`` builds and maps a batch to logits; that a CUDA `torch-device` exists here
     (simulation and local clusters run here); and that `min-available-nodes` does not exceed the simulated federation.
     Raises :class:`~hetfl.common.config.ConfigError` or :class:`PreflightError` with one line.
     """
@@ -256,7 +259,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     from hetfl.common.data import DATASETS, DatasetUnavailable, LocalDataError, is_byo, local_available
     from hetfl.common.models import MODELS, check_builder
 
-    cfg = validate(run_config)
+    cfg = validate(run_config, given=run_config)  # a preset and its overrides: every key was set by the user
     name, source = cfg["dataset"], cfg["data-source"]
     if is_byo(name):
         try:
@@ -287,7 +290,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
             check_builder(cfg["model"], info.num_classes, model_input_shape(cfg))
         except ValueError as err:
             raise PreflightError(str(err)) from None
-    for key in ("device", "server-device"):
+    for key in ("torch-device", "server-torch-device"):
         dev = str(cfg.get(key, ""))
         if dev.startswith("cuda"):
             import torch
@@ -318,8 +321,8 @@ def _reference_preflight(cfg: dict[str, Any]):
 
 
 def uses_cuda(cfg: dict[str, Any]) -> bool:
-    """Whether the run's ClientApps train on CUDA on this machine (`device` = cuda*, or auto with a GPU)."""
-    if cfg.get("device", "auto") == "cpu":
+    """Whether the run's ClientApps train on CUDA on this machine (`torch-device` = cuda*, or auto with a GPU)."""
+    if cfg.get("torch-device", "auto") == "cpu":
         return False
     import torch
 
@@ -475,12 +478,23 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
     return run_dir
 
 
+def keys_table() -> str:
+    """Every run-config key: name, default, the methods that read it (blank = all) and its meaning, one per line."""
+    import hetfl  # noqa: F401  (registers every method's keys)
+    from hetfl.common.config import SCHEMA
+
+    width = max(map(len, SCHEMA))
+    return "\n".join(f"{k.name:<{width}}  {k.default!r:<12}  {'/'.join(k.methods) or 'all':<12}  {k.doc}"
+                     for k in SCHEMA.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="run-config preset (TOML), e.g. configs/fedavg/fmnist-dir0.6.toml")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides")
     p.add_argument("--supernodes", type=int, default=None,
-                   help="number of simulated SuperNodes (default: 10, or min(--clients, 100) with --clients)")
+                   help="number of simulated SuperNodes (default: the run's min-available-nodes, or min(--clients, 100) "
+                        "with --clients)")
     p.add_argument("--clients", type=int, default=None,
                    help="clients of the federation (run-config num-clients): each SuperNode hosts several; "
                         "min-available-nodes becomes the SuperNode count unless --set gives it (docs/architecture.md#scale)")
@@ -490,7 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results-dir", default="results")
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
+    p.add_argument("--keys", action="store_true", help="list every run-config key (default, methods, meaning) and exit")
     a = p.parse_args(argv)
+    if a.keys:
+        print(keys_table())
+        return 0
     setup_signals()  # SIGTERM/SIGINT stop the SuperLink tree (and Ray) instead of orphaning it
     try:
         with config_errors(a.debug):
@@ -500,7 +518,12 @@ def main(argv: list[str] | None = None) -> int:
                 supernodes = supernodes or min(a.clients, CLIENT_NODES)
                 overrides["num-clients"] = a.clients
                 overrides.setdefault("min-available-nodes", supernodes)
-            run_dir = run(a.config, overrides, supernodes or 10, a.client_cpus, a.results_dir, a.timeout,
+            if supernodes is None:  # as many SuperNodes as the run waits for
+                from hetfl.common.config import SCHEMA
+
+                supernodes = int({**load_preset(a.config), **overrides}.get("min-available-nodes",
+                                                                             SCHEMA["min-available-nodes"].default))
+            run_dir = run(a.config, overrides, supernodes, a.client_cpus, a.results_dir, a.timeout,
                           client_gpus=a.client_gpus)
     except KeyboardInterrupt:
         print("interrupted: stopped the SuperLink and everything it started", file=sys.stderr)

@@ -13,8 +13,9 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from hetfl.common.config import SCHEMA, extend_choices, register_keys
+from hetfl.common.config import SCHEMA, extend_choices, register_keys, register_renames
 from hetfl.common.nodeconfig import register_node_keys
+from hetfl.common.params import MethodParams, NoParams
 from hetfl.common.registry import MethodSpec, load
 
 PACKAGES = (
@@ -35,6 +36,7 @@ def _register(spec: MethodSpec) -> None:
     extend_choices("method", *spec.names)
     register_keys(*spec.keys, cross_check=spec.check)
     register_node_keys(*spec.node_keys)
+    register_renames(spec.renamed)
     METHODS.update(dict.fromkeys(spec.names, spec))
 
 
@@ -67,6 +69,17 @@ def handler_for(method: str, message_type: str) -> Callable[..., Any]:
         raise ValueError(f"method {method!r} has no handler for message type {message_type!r} "
                          f"(it handles {sorted(spec.handlers)})")
     return load(spec.handlers[message_type])
+
+
+def params_class(method: str) -> type[MethodParams]:
+    """The frozen parameter class of ``method`` (:class:`~hetfl.common.params.NoParams` if it declares none)."""
+    path = spec_for(method).params.get(method)
+    return load(path) if path else NoParams
+
+
+def params_for(cfg: dict[str, Any]) -> MethodParams:
+    """The run's method parameters, read once from the validated config (docs/architecture.md#params)."""
+    return params_class(cfg["method"]).from_config(cfg)
 
 
 def node_info(method: str, context: Any, cfg: dict[str, Any], client: int) -> dict[str, Any]:

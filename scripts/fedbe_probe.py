@@ -16,7 +16,6 @@ alone (path4 run), 11 min while sharing the cores with a training run.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -30,7 +29,9 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict  # noqa: E402
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 from hetfl.baselines.fedbe import fedbe_round  # noqa: E402
+from hetfl.baselines.params import FedBEParams  # noqa: E402
 from hetfl.baselines.server_app import fedbe_inputs  # noqa: E402
+from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.common.data import DataSpec, load_partition  # noqa: E402
 from hetfl.common.task import (  # noqa: E402
     compute_options,
@@ -45,7 +46,7 @@ from hetfl.common.train import Normalizer, ensemble_metrics, evaluate, predict_p
 
 def main(run_dir: str) -> int:
     d = Path(run_dir)
-    doc = json.loads((d / "metrics.json").read_text())
+    doc = load_metrics(d / "metrics.json")
     cfg, last = doc["config"], doc["rounds"][-1]
     if cfg["method"] != "fedbe":
         print(f"{d}: method {cfg['method']!r}, expected 'fedbe'")
@@ -72,7 +73,7 @@ def main(run_dir: str) -> int:
         weights.append(float(res.num_examples))
     torch.set_num_threads(threads)
     mean = {k: v.numpy() for k, v in aggregate_arrayrecords(replies, "num-examples").items()}
-    held, opts = fedbe_inputs(cfg)  # the server app's own; `held.y` is read below for the diagnosis only
+    held, opts = fedbe_inputs(cfg, FedBEParams.from_config(cfg))  # the server app's own; `held.y` is read below for the diagnosis only
     norm = Normalizer(cfg["dataset"])
     compute = compute_options(cfg, server=True)
     step = fedbe_round(lambda: make_model(cfg), mean, clients, weights, held.x, norm, cfg["fedbe-samples"], opts,

@@ -81,7 +81,7 @@ def main() -> int:
 
     def shefl() -> str:
         run_dir = launch.run(str(ROOT / "configs/shefl/fmnist-dir0.6.toml"),
-                             {"num-server-rounds": 5, "local-epochs": 1, "device": "cuda", "checkpoint": False},
+                             {"num-server-rounds": 5, "local-epochs": 1, "torch-device": "cuda", "checkpoint": False},
                              num_supernodes=100, results_dir=ROOT / "results" / "gpu-check", client_gpus=0.25)
         rows_ = json.loads((run_dir / "metrics.json").read_text())["rounds"]
         return f"accuracy {rows_[-1]['accuracy']:.4f} after 5 rounds; {sum(r['round_s'] for r in rows_[1:]) / 5:.1f} s/round"
@@ -91,7 +91,7 @@ def main() -> int:
     def deployment() -> str:
         with cluster.local_cluster(2) as c:
             run_dir = cluster.submit(c, str(ROOT / "configs/quickstart.toml"),
-                                     {"num-server-rounds": 2, "device": "cuda", "min-available-nodes": 2, "checkpoint": False},
+                                     {"num-server-rounds": 2, "torch-device": "cuda", "min-available-nodes": 2, "checkpoint": False},
                                      results_dir=ROOT / "results" / "gpu-check", timeout=300)
         rows_ = json.loads((run_dir / "metrics.json").read_text())["rounds"]
         return f"accuracy {rows_[-1]['accuracy']:.4f} after 2 rounds"

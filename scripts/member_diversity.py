@@ -10,7 +10,6 @@ disagreement. Checkpoints are not committed (tens of MB a run), so this reads a 
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import hetfl  # noqa: E402,F401  (registers every method's keys)
 from flwr.app import Array, ArrayRecord  # noqa: E402
 from hetfl.common.checkpoint import read_checkpoint  # noqa: E402
+from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.common.models import set_state  # noqa: E402
 from hetfl.common.task import make_model, test_data, unpack_models  # noqa: E402
 from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba  # noqa: E402
@@ -30,7 +30,7 @@ def main(run_dirs: list[str]) -> int:
         if not (d / "checkpoint.json").exists():
             print(f"{d}: no checkpoint.json (the run had checkpoint = false, or is not a run directory)")
             return 1
-        cfg = json.loads((d / "metrics.json").read_text())["config"]
+        cfg = load_metrics(d / "metrics.json")["config"]
         state = read_checkpoint(d / "checkpoint.json")
         odd = next((k for k in state["arrays"] if not re.match(r"m\d+\.", k)), None)
         if odd is not None:

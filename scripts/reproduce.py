@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl import launch  # noqa: E402
+from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.adaptivefl_app.core import TIERS, Capacity, largest_affordable  # noqa: E402
 from hetfl.common.results import convergence_round  # noqa: E402
 from hetfl.fens_app.aggregators import STATIC_LABELS  # noqa: E402
@@ -53,14 +54,14 @@ def partial(metrics: Path, wanted: dict) -> bool:
     """A run interrupted after a checkpoint, with the wanted config: it continues (resume) instead of restarting."""
     if not (metrics.exists() and (metrics.parent / "checkpoint.json").exists()):
         return False
-    return _same(json.loads(metrics.read_text()), wanted)
+    return _same(load_metrics(metrics), wanted)
 
 
 def finished(metrics: Path, wanted: dict | None = None) -> bool:
     """A run whose metrics.json shows all configured rounds (and, if given, the wanted config values)."""
     if not metrics.exists():
         return False
-    m = json.loads(metrics.read_text())
+    m = load_metrics(metrics)
     return _same(m, wanted) and m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
 
 
@@ -99,7 +100,7 @@ def affordable_per_round(run: dict) -> float:
     """Upper bound of `trained_per_round` under uncertain devices: K clients of the run's tier shares, each sent the
     largest pool model its request affords (core.largest_affordable), in units of L1."""
     sizes = [e["params"] for e in run["pool"]]
-    shares = [float(x) for x in run["config"]["device-proportions"].split(":")]
+    shares = [float(x) for x in run["config"]["adaptivefl-tier-proportions"].split(":")]
     per = sum(w * largest_affordable(Capacity(**run["devices"][t]), sizes)
               for w, t in zip(shares, TIERS, strict=True)) / sum(shares)
     k = statistics.median(len(x["clients"]) for x in training_rounds(run))
@@ -208,7 +209,7 @@ def main() -> int:
                 if partial(metrics, wanted):  # a run cut off by the end of a session goes on where it stopped
                     overrides["resume"] = True
                 launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
-            results.setdefault(label(preset, suffix), []).append(json.loads(metrics.read_text()))
+            results.setdefault(label(preset, suffix), []).append(load_metrics(metrics))
     rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round (per seed) | upload MB/round | total client comm. (MB) | s/round | seeds |",
                        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for lab, runs in results.items():
@@ -282,7 +283,7 @@ def main() -> int:
             rows.append({"method": lab, "full": full, "avg": avg, "waste": waste, "trained_l1_per_round": trained,
                          "pick_round": [x["round"] for x in picks], "pick_full": pick_full, "pick_avg": pick_avg})
         bound = next((affordable_per_round(r) for runs in hetero.values() for r in runs
-                      if r["config"].get("device-capacity") == "gaussian" and r.get("devices")), None)
+                      if r["config"].get("adaptivefl-tier-capacity") == "gaussian" and r.get("devices")), None)
         if bound is not None:
             table.append(f"\nTrained per round: parameters returned by the clients per round, in units of the full model (L1). "
                          f"A selector that sent every request the largest pool model it affords would get back {bound:.2f} "
@@ -305,7 +306,7 @@ def main() -> int:
                 rows.append({"method": f"{lab}: members rounds {span}", **{k: [s[k] for s in stats]
                              for k in ("ensemble", "member_mean", "member_best", "gain_over_best", "disagreement")}})
     # straggler study (SHEFL Fig. 7): how much local training each method spends, when some run sets per-role work
-    if any(r["config"].get("hpc-local-epochs") or r["config"].get("lpc-local-epochs") for runs in results.values()
+    if any(r["config"].get("shefl-hpc-local-epochs") or r["config"].get("shefl-lpc-local-epochs") for runs in results.values()
            for r in runs):
         table += ["", "| method | local work per round (model-epochs) | most by one client in a round (model-epochs) | seeds |",
                   "| --- | --- | --- | --- |"]

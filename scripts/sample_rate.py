@@ -12,7 +12,6 @@ Epoch-based runs only (local-steps = 0).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -21,13 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl.common.data import DataSpec, load_partition  # noqa: E402
+from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.shefl_app.core import hpc_partitions  # noqa: E402
 from hetfl.shefl_app.keys import client_work  # noqa: E402
 
 
 def main(paths: list[str]) -> int:
     for f in paths:
-        m = json.loads(Path(f).read_text())
+        m = load_metrics(f)
         cfg = m["config"]
         per_client = {role: client_work(cfg, role) for role in (True, False)}  # HPC / other: (epochs, models)
         if None in per_client.values():
@@ -37,7 +37,7 @@ def main(paths: list[str]) -> int:
         spec = DataSpec.from_config(cfg, n)
         sizes = [len(load_partition(spec, p).y) for p in range(n)]
         shefl = cfg["method"] == "shefl"
-        hpc = hpc_partitions(n, cfg.get("hpc-fraction", 0.0), cfg["seed"]) if shefl else set()
+        hpc = hpc_partitions(n, cfg.get("shefl-hpc-fraction", 0.0), cfg["seed"]) if shefl else set()
         rounds = [r for r in m["rounds"] if r["round"] > 0]  # round 0 trains nothing
         work = [sum(sizes[c] * math.prod(per_client[c in hpc]) for c in r["clients"]) for r in rounds]
         rates = [w / r["round_s"] for w, r in zip(work, rounds, strict=True)]

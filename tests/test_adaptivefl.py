@@ -15,6 +15,8 @@ from hetfl import launch
 from hetfl.adaptivefl_app import core
 from hetfl.adaptivefl_app.core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state
 from hetfl.adaptivefl_app.strategy import LEVELS, AdaptiveFL
+from hetfl.adaptivefl_app.keys import AdaptiveFLParams
+from hetfl.common.params import FederationParams
 from hetfl.adaptivefl_app.simulate import simulate_selection, summarize
 from hetfl.adaptivefl_app.task import pool_of
 from hetfl.common.config import ConfigError, validate
@@ -138,7 +140,7 @@ def test_fit_picks_the_largest_contained_model_that_fits(cnn_pool):
 
 def test_client_prunes_to_its_capacity_and_server_learns_only_from_the_reply(task_identity):
     require_fmnist()
-    run_config = {**ADAPTIVE_FL, "data-source": "local", "local-steps": 2, "batch-size": 8, "device-capacity": "fixed"}
+    run_config = {**ADAPTIVE_FL, "data-source": "local", "local-steps": 2, "batch-size": 8, "adaptivefl-tier-capacity": "fixed"}
     cfg = validate(run_config)
     pool = pool_of(cfg)
     full = get_state(build_model("cnn", 10, (1, 28, 28)))
@@ -246,7 +248,7 @@ def test_plan_round_redraws_a_member_no_client_can_take_and_fills_each_slot_once
 def test_strategy_and_simulator_plan_with_the_same_function(cnn_pool):
     """The simulator's rounds are the strategy's plans: same seed, same RNG streams, same jobs."""
     cfg = validate({**ADAPTIVE_FL, "fraction-train": 0.1, "seed": 3})
-    strat = AdaptiveFL(cfg, pool_of(cfg))
+    strat = AdaptiveFL(AdaptiveFLParams.from_config(cfg), FederationParams.from_config(cfg), pool_of(cfg))
     sel = ClientSelector(pool_of(cfg), "rl", 3)
     rng = core.planning_rng(3)
     for _ in range(5):
@@ -340,8 +342,8 @@ def test_simulator_replays_the_committed_training_runs_selection_exactly(cnn_poo
 # --- sampling plans of the baselines (docs/readings.md#adaptivefl-baselines) ---------------------
 
 def _planner(variant, tiers):
-    cfg = validate({**ADAPTIVE_FL, "adaptivefl-variant": variant, "fraction-train": 0.1})
-    return AdaptiveFL(cfg, pool_of(cfg), tiers=tiers)
+    cfg = validate({**ADAPTIVE_FL, "method": variant, "fraction-train": 0.1})
+    return AdaptiveFL(AdaptiveFLParams.from_config(cfg), FederationParams.from_config(cfg), pool_of(cfg), tiers=tiers)
 
 
 def test_sampling_plans_of_the_baselines():
@@ -376,7 +378,7 @@ def test_sampling_plans_of_the_baselines():
 # --- ScaleFL baseline (docs/readings.md#adaptivefl-scalefl) ---------------------------------------
 
 def test_scalefl_levels_are_width_and_depth_slices_that_fit_the_tiers():
-    cfg = validate({**ADAPTIVE_FL, "adaptivefl-variant": "scalefl"})
+    cfg = validate({**ADAPTIVE_FL, "method": "scalefl"})
     ref, pool = pool_of(validate(ADAPTIVE_FL)), pool_of(cfg)
     assert [(e.name, e.depth) for e in pool.entries] == [("S1", 1), ("M1", 2), ("L1", 3)]
     assert pool[0].size <= ref.tier_capacity("weak") and pool[1].size <= ref.tier_capacity("medium")
@@ -452,7 +454,7 @@ def _content(state, index, n=10):
 
 
 def test_strategy_rejects_malformed_updates(task_identity, cnn_pool):
-    strat = AdaptiveFL(validate(ADAPTIVE_FL), cnn_pool)
+    strat = AdaptiveFL(AdaptiveFLParams(), FederationParams(), cnn_pool)
     full = get_state(build_model(*CNN))
     m1 = cnn_pool.index("M1")
     good = slice_state(full, cnn_pool.shapes(m1))
@@ -478,8 +480,8 @@ def test_strategy_rejects_malformed_updates(task_identity, cnn_pool):
 def test_invalid_adaptivefl_config_names_the_key():
     with pytest.raises(ConfigError, match="adaptivefl-ratios"):
         validate({**ADAPTIVE_FL, "adaptivefl-ratios": "0.4,0.66"})
-    with pytest.raises(ConfigError, match="device-proportions"):
-        validate({**ADAPTIVE_FL, "device-proportions": "4:3"})
+    with pytest.raises(ConfigError, match="adaptivefl-tier-proportions"):
+        validate({**ADAPTIVE_FL, "adaptivefl-tier-proportions": "4:3"})
     with pytest.raises(ConfigError, match="model"):
         validate({**ADAPTIVE_FL, "model": "mobilenetv2", "dataset": "cifar10"})
 
@@ -491,7 +493,7 @@ def test_tiers_follow_proportions():
 
 
 def test_heterofl_levels_fit_the_tiers():
-    cfg = validate({**ADAPTIVE_FL, "adaptivefl-variant": "heterofl"})
+    cfg = validate({**ADAPTIVE_FL, "method": "heterofl"})
     ref, pool = pool_of(validate(ADAPTIVE_FL)), pool_of(cfg)
     assert pool.p == 1 and all(e.start == 0 for e in pool.entries[:-1])
     assert pool[pool.index("S1")].size <= ref.tier_capacity("weak")
@@ -535,7 +537,7 @@ def test_adaptivefl_fmnist_end_to_end(tmp_path):
     over = {
         **ADAPTIVE_FL, "data-source": "local", "dirichlet-alpha": 1.0, "fraction-train": 0.5, "min-available-nodes": 10,
         "local-steps": 20, "batch-size": 32, "lr": 0.05, "momentum": 0.9, "max-test-samples": 2000,
-        "num-server-rounds": 3, "device-proportions": "4:3:3",
+        "num-server-rounds": 3, "adaptivefl-tier-proportions": "4:3:3",
     }
     run_dir = launch.run(None, over, num_supernodes=10, results_dir=tmp_path, timeout=900)
     m = json.loads((run_dir / "metrics.json").read_text())

@@ -14,7 +14,6 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from hetfl.common import checkpoint as ckpt
 from hetfl.common.checkpoint import CheckpointError, join_state, read_checkpoint, split_state, write_checkpoint
-from hetfl.common.config import validate
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import CHECKPOINT, LEGACY_CHECKPOINT, load_checkpoint, run_rounds, save_checkpoint
 
@@ -413,11 +412,12 @@ def disk_round_trip(tmp_path, state):
 
 
 def test_shefl_state_round_trips(tmp_path):
+    from hetfl.common.params import FederationParams
+    from hetfl.shefl_app.keys import SHEFLParams
     from hetfl.shefl_app.strategy import SHEFL
 
-    cfg = validate({"method": "shefl", "dataset": "fashion_mnist", "model": "cnn", "fraction-train": 0.5})
     roles = {n: ("hpc" if n % 4 == 0 else "lpc") for n in range(1, 17)}
-    a, b, fresh = SHEFL(cfg, roles), SHEFL(cfg, roles), SHEFL(cfg, roles)
+    a, b, fresh = (SHEFL(SHEFLParams(), FederationParams(fraction_train=0.5), roles) for _ in range(3))
     for r in range(1, 4):
         a.plan(r)
     b.load_state_dict(disk_round_trip(tmp_path, a.state_dict()))
@@ -433,11 +433,13 @@ def test_shefl_state_round_trips(tmp_path):
 @pytest.mark.parametrize("selection", ["rl", "random"])
 def test_adaptivefl_state_round_trips(tmp_path, selection):
     from hetfl.adaptivefl_app.core import SubmodelPool
+    from hetfl.adaptivefl_app.keys import AdaptiveFLParams
     from hetfl.adaptivefl_app.strategy import AdaptiveFL
+    from hetfl.common.params import FederationParams
 
-    cfg = validate({"method": "adaptivefl", "dataset": "fashion_mnist", "model": "cnn", "adaptivefl-selection": selection})
+    params = AdaptiveFLParams(selection=selection)
     pool = SubmodelPool("cnn", 10, (1, 28, 28))
-    a, b = AdaptiveFL(cfg, pool), AdaptiveFL(cfg, pool)
+    a, b = AdaptiveFL(params, FederationParams(), pool), AdaptiveFL(params, FederationParams(), pool)
     nodes = list(range(10))
     for _ in range(3):  # plan and feed back what "came back": the RL tables and both RNGs move
         for c, _, m in a.plan(nodes):
@@ -447,7 +449,7 @@ def test_adaptivefl_state_round_trips(tmp_path, selection):
     assert st["selector"]["Tc"].any() and len(st["selector"]["nodes"])
     b.load_state_dict(disk_round_trip(tmp_path, st))
     same(a.state_dict(), b.state_dict())
-    fresh = AdaptiveFL(cfg, pool)
+    fresh = AdaptiveFL(params, FederationParams(), pool)
     pa = [a.plan(nodes) for _ in range(4)]
     assert pa == [b.plan(nodes) for _ in range(4)]
     assert pa != [fresh.plan(nodes) for _ in range(4)]
@@ -456,7 +458,7 @@ def test_adaptivefl_state_round_trips(tmp_path, selection):
 
 @pytest.mark.parametrize("which", ["FedAdamF32", "AggregatorFedAdam"])
 def test_fedadam_state_round_trips(tmp_path, task_identity, which):
-    from hetfl.baselines.strategy import FedAdamF32
+    from hetfl.common.fedopt import FedAdamF32
     from hetfl.fens_app.strategy import AggregatorFedAdam
 
     cls = {"FedAdamF32": FedAdamF32, "AggregatorFedAdam": AggregatorFedAdam}[which]
@@ -492,7 +494,7 @@ def test_fedadam_state_round_trips(tmp_path, task_identity, which):
 
 
 def test_fresh_fedadam_state_round_trips(tmp_path):
-    from hetfl.baselines.strategy import FedAdamF32
+    from hetfl.common.fedopt import FedAdamF32
 
     st = FedAdamF32(eta=0.1, eta_l=0.01).state_dict()
     assert st == {"m_t": None, "v_t": None, "current": None}

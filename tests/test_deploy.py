@@ -15,6 +15,8 @@ from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.config import validate
 from hetfl.common.strategy import check_arrays, single_array_record, validate_replies
 from hetfl.shefl_app.strategy import SHEFL
+from hetfl.common.params import FederationParams
+from hetfl.shefl_app.keys import SHEFLParams
 
 from .conftest import LoopbackGrid, identity_map, replies_to, require_fmnist
 
@@ -48,9 +50,9 @@ def test_dense_replies_with_wrong_shapes_or_nan_are_dropped(task_identity):
 
 
 def test_shefl_rejects_malformed_sparse_deltas(task_identity):
-    cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 1, "fraction-train": 1.0})
+    cfg = validate({"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 1, "fraction-train": 1.0})
     roles = {1: "hpc", 2: "lpc", 3: "lpc"}
-    strat = SHEFL(cfg, roles, identity_map(roles))
+    strat = SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), roles, identity_map(roles))
     states = [{"w": np.zeros(10, np.float32)}, {"w": np.zeros(10, np.float32)}]
     from hetfl.common.task import pack_models
 
@@ -111,9 +113,9 @@ def test_secured_deployment_runs_every_method_on_four_supernodes(tmp_path):
     17-36 s a round here)."""
     require_fmnist()
     runs = {
-        "shefl": {"method": "shefl", "fraction-train": 1.0, "local-steps": 30, "shefl-models": 2, "hpc-per-round": 1},
+        "shefl": {"method": "shefl", "fraction-train": 1.0, "local-steps": 30, "shefl-models": 2, "shefl-hpc-per-round": 1},
         "adaptivefl": {"method": "adaptivefl", "fraction-train": 1.0, "local-steps": 30},
-        "fens": {"method": "fens", "local-steps": 30, "agg-local-steps": 2},
+        "fens": {"method": "fens", "local-steps": 30, "fens-agg-local-steps": 2},
     }
     with cluster.local_cluster(4, tmp_path / "flwr", auth=True) as c:
         assert c.tls and (tmp_path / "flwr" / "certs" / "ca.crt").exists()
@@ -189,7 +191,7 @@ def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
     require_fmnist()
     runs = {
         "fedavg": {"method": "fedavg"},
-        "shefl": {"method": "shefl", "shefl-models": 2, "hpc-per-round": 1},
+        "shefl": {"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 1},
         "adaptivefl": {"method": "adaptivefl", "adaptivefl-selection": "random"},  # K = 3 of 3: every client
     }
     with cluster.local_cluster(3, tmp_path / "flwr") as c:

@@ -25,11 +25,11 @@ METHODS = {
     "fedadam": {"method": "fedadam"},
     "fedbe": {"method": "fedbe", "dataset": "digits", "server-holdout": 300, "fedbe-epochs": 2, "fedbe-samples": 2,
               "local-steps": 10, "lr": 0.05, "fedbe-lr": 0.05},
-    "shefl": {"method": "shefl", "shefl-models": 2, "hpc-per-round": 2},
+    "shefl": {"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 2},
     "fens": {"method": "fens", "local-steps": 3, "fraction-train": 1.0, "fens-local-fraction": 0.98},
     "adaptivefl": {"method": "adaptivefl"},
-    "decoupled": {"method": "adaptivefl", "adaptivefl-variant": "decoupled"},
-    "scalefl": {"method": "adaptivefl", "adaptivefl-variant": "scalefl"},
+    "decoupled": {"method": "decoupled"},
+    "scalefl": {"method": "scalefl"},
 }
 COMPARED = ("round", "accuracy", "loss", "bytes_down", "bytes_up", "clients")
 

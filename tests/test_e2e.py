@@ -77,9 +77,11 @@ def test_fedprox_mu_reaches_the_client_and_its_training(task_identity):
     from flwr.app import ConfigRecord, Context, RecordDict
 
     from hetfl.baselines import client_app
+    from hetfl.baselines.params import FedProxParams
     from hetfl.baselines.server_app import make_strategy
+    from hetfl.common.params import FederationParams
 
-    run_config = {**FAST, "method": "fedprox", "proximal-mu": 0.5, "fraction-train": 0.5, "local-steps": 2, "batch-size": 8}
+    run_config = {**FAST, "method": "fedprox", "fedprox-mu": 0.5, "fraction-train": 0.5, "local-steps": 2, "batch-size": 8}
     cfg = validate(run_config)
     arrays = model_to_arrays(make_model(cfg))
 
@@ -90,7 +92,7 @@ def test_fedprox_mu_reaches_the_client_and_its_training(task_identity):
     from hetfl.common.nodes import ClientMap
 
     cmap = ClientMap({n: {"client-ids": [n - 1]} for n in range(1, 11)})
-    msgs = list(make_strategy(cfg, cmap).configure_train(1, arrays, ConfigRecord({}), Grid()))
+    msgs = list(make_strategy(FedProxParams.from_config(cfg), FederationParams.from_config(cfg), cmap).configure_train(1, arrays, ConfigRecord({}), Grid()))
     assert len(msgs) == 5  # fraction-train 0.5 of 10 nodes
     assert all(m.content["config"]["proximal-mu"] == pytest.approx(0.5) for m in msgs)
     pid = int(msgs[0].content["client"]["client-id"])

@@ -56,7 +56,7 @@ def test_aggregator_shapes_and_average_is_mean_logits():
         agg = make_aggregator(name, M, C, hidden=40, label_counts=counts, confusion=confusion)
         assert agg(z).shape == (N, C), name
     assert torch.allclose(make_aggregator("average", M, C)(z), z.mean(dim=1), atol=1e-6)
-    # aggregator-init = average: trainable per-class/linear start as averaging
+    # fens-aggregator-init = average: trainable per-class/linear start as averaging
     assert torch.allclose(make_aggregator("per-class", M, C, init="average")(z), z.mean(dim=1), atol=1e-6)
     assert torch.allclose(make_aggregator("linear", M, C, init="average")(z), z.mean(dim=1), atol=1e-6)
     w = label_count_weights(np.array([[3, 0, 0], [1, 0, 2]]))

@@ -11,7 +11,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.task import state_key
-from hetfl.baselines.strategy import SeededFedAdam, adam_server_step
+from hetfl.common.fedopt import SeededFedAdam, adam_server_step
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.models import build_model, count_parameters
 from hetfl.common.rounds import CHECKPOINT, load_checkpoint
@@ -101,7 +101,7 @@ def test_train_aggregator_weights_by_samples_seen(task_identity):
     from hetfl.fens_app.client_app import CACHE, train_aggregator
 
     for update, expected in (("authors", 32), ("flower", 100)):
-        cfg = validate({"method": "fens", "dataset": "digits", "agg-batch-size": 32, "agg-local-steps": 1, "adam-update": update})
+        cfg = validate({"method": "fens", "dataset": "digits", "fens-agg-batch-size": 32, "fens-agg-local-steps": 1, "fedadam-update": update})
         ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(),
                       run_config=cfg)
         rng = np.random.default_rng(0)
@@ -119,7 +119,7 @@ def test_train_aggregator_weights_by_samples_seen(task_identity):
 FENS = {"method": "fens", "dataset": "digits", "data-source": "local", "partitioner": "dirichlet",
         "dirichlet-alpha": 0.3, "min-available-nodes": 4, "fraction-train": 1.0, "local-steps": 4, "local-epochs": 1,
         "batch-size": 16, "max-test-samples": 400, "eval-split": "test-half", "num-server-rounds": 4,
-        "fens-local-fraction": 0.9, "agg-server-lr": 0.01}
+        "fens-local-fraction": 0.9, "fens-agg-server-lr": 0.01}
 
 
 def test_resume_continues_phase2_on_the_same_ensemble(tmp_path, task_identity):
@@ -147,11 +147,11 @@ def test_resume_continues_phase2_on_the_same_ensemble(tmp_path, task_identity):
 
 def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_identity):
     first = run_in_process({**FENS, "num-server-rounds": 1}, 4, tmp_path, "first")
-    second = run_in_process({**FENS, "aggregator": "per-class", "fens-reuse": str(tmp_path / "first")}, 4, tmp_path, "second")
+    second = run_in_process({**FENS, "fens-aggregator": "per-class", "fens-reuse": str(tmp_path / "first")}, 4, tmp_path, "second")
     assert second["phase1_reused_from"].endswith("ensemble.json")
     assert second["static_aggregators_test_accuracy"] == first["static_aggregators_test_accuracy"]  # same models
     assert second["phases"]["upload_bytes"] == first["phases"]["upload_bytes"]  # the training run's measured bytes
-    assert second["config"]["aggregator"] == "per-class" and len(second["rounds"]) == 5
+    assert second["config"]["fens-aggregator"] == "per-class" and len(second["rounds"]) == 5
     with pytest.raises(ConfigError, match="fens-reuse"):
         validate({"method": "fens", "fens-reuse": str(tmp_path / "nowhere")})
     # the sweep command: other aggregators on the same ensemble, one table
@@ -163,12 +163,12 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
     assert {r["aggregator"] for r in rows[2:]} >= {"FedENS (averaging)", "polychotomous voting"}
     statics = {r["aggregator"]: r["final"] for r in rows[2:]}
     assert statics["FedENS (averaging)"] == first["static_aggregators_test_accuracy"]["average"]
-    assert sweep_main([str(tmp_path / "first"), "--set", "agg-server-lr=-1"]) == 2  # one line, nothing runs
+    assert sweep_main([str(tmp_path / "first"), "--set", "fens-agg-server-lr=-1"]) == 2  # one line, nothing runs
 
 
 def test_phase1_sends_the_initial_model_unless_diff_init(tmp_path, task_identity):
-    common = run_in_process({**FENS, "num-server-rounds": 1, "aggregator": "average"}, 4, tmp_path, "common")
-    diff = run_in_process({**FENS, "num-server-rounds": 1, "aggregator": "average", "fens-diff-init": True}, 4, tmp_path, "diff")
+    common = run_in_process({**FENS, "num-server-rounds": 1, "fens-aggregator": "average"}, 4, tmp_path, "common")
+    diff = run_in_process({**FENS, "num-server-rounds": 1, "fens-aggregator": "average", "fens-diff-init": True}, 4, tmp_path, "diff")
     model_bytes = common["phases"]["upload_bytes"] / 4
     assert common["phases"]["phase1_request_bytes"] > 4 * 0.99 * model_bytes  # counted: 4 initial downloads
     assert diff["phases"]["phase1_request_bytes"] < 0.01 * model_bytes

@@ -44,8 +44,8 @@ HIDDEN = "/usr/share/datasets"
 COMMON = {"num-server-rounds": 2, "min-available-nodes": 3, "max-test-samples": 500}
 RUNS = {  # next to the README's FedAvg run (run-name fedavg-3-devices): preset, overrides
     "shefl": ("configs/quickstart.toml", {"method": "shefl", "fraction-train": 1.0, "local-steps": 5,
-                                          "shefl-models": 2, "hpc-per-round": 1}),
-    "fens": ("configs/quickstart-fens.toml", {"local-epochs": 0, "local-steps": 5, "agg-local-steps": 2}),
+                                          "shefl-models": 2, "shefl-hpc-per-round": 1}),
+    "fens": ("configs/quickstart-fens.toml", {"local-epochs": 0, "local-steps": 5, "fens-agg-local-steps": 2}),
     "adaptivefl": ("configs/quickstart-adaptivefl.toml", {"fraction-train": 1.0, "local-steps": 5}),
 }
 

@@ -77,7 +77,7 @@ def test_shefl_device_class_is_declared_or_simulated():
     cfg = validate({"method": "shefl"})
     assert device_class(_ctx({**GOOD, "device-class": "hpc"}, cfg), cfg, 0) == "hpc"
     assert device_class(_ctx(GOOD, cfg), cfg, 0) == "lpc"
-    drawn = hpc_partitions(10, cfg["hpc-fraction"], cfg["seed"])
+    drawn = hpc_partitions(10, cfg["shefl-hpc-fraction"], cfg["seed"])
     assert [device_class(_ctx({"partition-id": i, "num-partitions": 10}, cfg), cfg, i) for i in range(10)] == \
         ["hpc" if i in drawn else "lpc" for i in range(10)]
     with pytest.raises(NodeConfigError, match="'device-class' = 'HPC'"):
@@ -87,7 +87,7 @@ def test_shefl_device_class_is_declared_or_simulated():
 def test_adaptivefl_capacity_is_declared_or_simulated():
     from hetfl.adaptivefl_app.task import device_capacity, reference_pool
 
-    cfg = validate({"method": "adaptivefl", "device-capacity": "fixed"})
+    cfg = validate({"method": "adaptivefl", "adaptivefl-tier-capacity": "fixed"})
     pool = reference_pool(cfg)
     assert device_capacity(_ctx(GOOD, cfg), cfg, 0)[0] == "medium"
     tier, cap = device_capacity(_ctx({**GOOD, "capacity": float(pool.tier_capacity("medium"))}, cfg), cfg, 0)

@@ -146,8 +146,8 @@ def test_launcher_bad_input_is_one_line_and_exit_2_before_anything_starts(args, 
 def test_cuda_device_on_a_machine_without_one_fails_preflight(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    with pytest.raises(launch.PreflightError, match="'device' = 'cuda:1': this machine has 0 CUDA"):
-        launch.preflight({"device": "cuda:1"})
+    with pytest.raises(launch.PreflightError, match="'torch-device' = 'cuda:1': this machine has 0 CUDA"):
+        launch.preflight({"torch-device": "cuda:1"})
 
 
 def test_debug_shows_the_traceback(monkeypatch):

@@ -95,7 +95,7 @@ def test_every_malformed_reply_is_counted_and_never_applied(name, tmp_path, task
     require_fmnist()
     cfg = {**BASE, **METHODS[name], "fraction-train": 1.0, "min-available-nodes": 10, "seed": 1}
     if name == "shefl":
-        cfg.update({"hpc-per-round": 5, "topk-density": 0.5})
+        cfg.update({"shefl-hpc-per-round": 5, "shefl-topk-density": 0.5})
     monkeypatch.setattr("hetfl.inprocess.InProcessGrid", SpoilingGrid)
     m = run_in_process(cfg, 10, tmp_path, name)
     rows = m["rounds"]

@@ -73,7 +73,7 @@ def test_trained_per_round_and_its_bound_on_a_hand_made_run():
     rep = _reproduce_script()
     fixed = {"loc": 0.0, "scale": 0.0, "low": 0.0, "high": 0.0}
     run = {"pool": [{"params": 50}, {"params": 100}],
-           "config": {"device-proportions": "1:1:2", "device-capacity": "gaussian"},
+           "config": {"adaptivefl-tier-proportions": "1:1:2", "adaptivefl-tier-capacity": "gaussian"},
            "devices": {"weak": {**fixed, "loc": 60.0}, "medium": {**fixed, "loc": 99.0},
                        "strong": {**fixed, "loc": 150.0}},
            "rounds": [{"round": 0, "params_back": 0, "clients": []},  # discovery round: not counted
@@ -118,19 +118,19 @@ def test_ensemble_members_on_a_hand_made_run():
 
 def test_local_work_counts_each_role_at_its_own_epochs():
     rep = _reproduce_script()
-    base = {"local-steps": 0, "local-epochs": 5, "hpc-local-steps": 0, "lpc-local-steps": 0, "hpc-local-epochs": 0,
-            "lpc-local-epochs": 0, "shefl-models": 2, "hpc-models": "all"}  # as metrics.json records every key
-    straggler = {**base, "hpc-local-epochs": 10, "lpc-local-epochs": 1}
+    base = {"local-steps": 0, "local-epochs": 5, "shefl-hpc-local-steps": 0, "shefl-lpc-local-steps": 0, "shefl-hpc-local-epochs": 0,
+            "shefl-lpc-local-epochs": 0, "shefl-models": 2, "shefl-hpc-models": "all"}  # as metrics.json records every key
+    straggler = {**base, "shefl-hpc-local-epochs": 10, "shefl-lpc-local-epochs": 1}
     zero = {"round": 0, "clients": [], "H_m0": 0, "L_m0": 0, "H_m1": 0, "L_m1": 0}  # discovery round: not counted
-    shefl = {"config": {**straggler, "hpc-models": "all"},
+    shefl = {"config": {**straggler, "shefl-hpc-models": "all"},
              "rounds": [zero, {"round": 1, "H_m0": 2, "L_m0": 1, "H_m1": 2, "L_m1": 1}]}
     # HPCs: 2 x 2 models x 10 epochs = 40; LPCs: 2 x 1 epoch = 2; one HPC trains both models: 20 model-epochs
     assert rep.local_work(shefl) == (42, 20)
-    restricted = {"config": {**straggler, "hpc-models": "one"},
+    restricted = {"config": {**straggler, "shefl-hpc-models": "one"},
                   "rounds": [zero, {"round": 1, "H_m0": 1, "L_m0": 0, "H_m1": 0, "L_m1": 1},
                              {"round": 2, "H_m0": 0, "L_m0": 1, "H_m1": 0, "L_m1": 1}]}
     assert rep.local_work(restricted) == (6.5, 10)  # (10 + 1 + 1 + 1) / 2 rounds; one HPC with one model: 10
-    plain = {"config": {**base, "hpc-local-epochs": 0, "lpc-local-epochs": 0, "hpc-models": "all"},
+    plain = {"config": {**base, "shefl-hpc-local-epochs": 0, "shefl-lpc-local-epochs": 0, "shefl-hpc-models": "all"},
              "rounds": [zero, {"round": 1, "H_m0": 0, "L_m0": 2, "H_m1": 0, "L_m1": 2}]}
     assert rep.local_work(plain) == (20, 5)  # no per-role work: every client at the run's 5 local epochs
     fedavg = {"config": base, "rounds": [{"round": 0, "clients": []}, {"round": 1, "clients": [3, 7, 9]}]}

@@ -8,6 +8,8 @@ from hetfl.common.comm import decode_sparse, encode_sparse, put_sparse, record_n
 from hetfl.common.compression import StateLayout, topk_count, topk_sparsify
 from hetfl.common.task import make_model, model_to_arrays
 from hetfl.common.config import validate
+from hetfl.common.params import FederationParams
+from hetfl.shefl_app.keys import SHEFLParams
 from hetfl.shefl_app.core import (
     PermutationSchedule, aggregate_deltas, hpc_partitions, make_clusters, sample_from_clusters,
     topk_densities, workload_weights,
@@ -146,9 +148,9 @@ def test_shefl_fmnist_end_to_end(tmp_path):
     require_fmnist()
     over = {
         "method": "shefl", "dataset": "fashion_mnist", "data-source": "local", "partitioner": "dirichlet",
-        "dirichlet-alpha": 1.0, "fraction-train": 1.0, "min-available-nodes": 8, "hpc-fraction": 0.5,
-        "hpc-per-round": 2, "shefl-models": 3, "local-steps": 20, "batch-size": 32, "lr": 0.05, "momentum": 0.9,
-        "max-test-samples": 2000, "num-server-rounds": 3, "topk-density": 0.1, "resource-ratio": 3.0,
+        "dirichlet-alpha": 1.0, "fraction-train": 1.0, "min-available-nodes": 8, "shefl-hpc-fraction": 0.5,
+        "shefl-hpc-per-round": 2, "shefl-models": 3, "local-steps": 20, "batch-size": 32, "lr": 0.05, "momentum": 0.9,
+        "max-test-samples": 2000, "num-server-rounds": 3, "shefl-topk-density": 0.1, "shefl-resource-ratio": 3.0,
     }
     run_dir = launch.run(None, over, num_supernodes=8, results_dir=tmp_path, timeout=900)
     m = json.loads((run_dir / "metrics.json").read_text())
@@ -175,12 +177,12 @@ def test_role_work_and_its_check():
     from hetfl.common.config import ConfigError
     from hetfl.shefl_app.keys import role_work
 
-    cfg = validate({"method": "shefl", "hpc-local-epochs": 10, "lpc-local-epochs": 1})
+    cfg = validate({"method": "shefl", "shefl-hpc-local-epochs": 10, "shefl-lpc-local-epochs": 1})
     assert role_work(cfg, "hpc") == (0, 10) and role_work(cfg, "lpc") == (0, 1)
-    cfg = validate({"method": "shefl", "lpc-local-steps": 3})
+    cfg = validate({"method": "shefl", "shefl-lpc-local-steps": 3})
     assert role_work(cfg, "lpc") == (3, None) and role_work(cfg, "hpc") == (None, None)
-    with pytest.raises(ConfigError, match="'hpc-local-steps' = 5 and 'hpc-local-epochs' = 2"):
-        validate({"method": "shefl", "hpc-local-steps": 5, "hpc-local-epochs": 2})
+    with pytest.raises(ConfigError, match="'shefl-hpc-local-steps' = 5 and 'shefl-hpc-local-epochs' = 2"):
+        validate({"method": "shefl", "shefl-hpc-local-steps": 5, "shefl-hpc-local-epochs": 2})
 
 
 @pytest.mark.parametrize("role,want", [("hpc", (0, 10)), ("lpc", (0, 1))])
@@ -192,7 +194,7 @@ def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_ide
     from hetfl.common.data import ArrayData
     from hetfl.shefl_app import client_app
 
-    run_config = {"method": "shefl", "dataset": "digits", "shefl-models": 2, "hpc-local-epochs": 10, "lpc-local-epochs": 1}
+    run_config = {"method": "shefl", "dataset": "digits", "shefl-models": 2, "shefl-hpc-local-epochs": 10, "shefl-lpc-local-epochs": 1}
     cfg = validate(run_config)
     seen = []
 
@@ -216,9 +218,9 @@ def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_ide
 def _shefl(**over):
     from hetfl.shefl_app.strategy import SHEFL
 
-    cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 2, "fraction-train": 1.0, **over})
+    cfg = validate({"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 2, "fraction-train": 1.0, **over})
     roles = {1: "hpc", 2: "hpc", 3: "lpc", 4: "lpc", 5: "lpc"}
-    return SHEFL(cfg, roles, identity_map(roles))
+    return SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), roles, identity_map(roles))
 
 
 def _delta_content(deltas):
@@ -253,7 +255,7 @@ def test_aggregation_by_hand_with_unequal_hpc_and_lpc_counts(task_identity):
 def test_hpc_and_lpc_densities_reach_the_clients(task_identity):
     from flwr.app import ConfigRecord
 
-    strat = _shefl(**{"topk-density": 0.1, "resource-ratio": 10.0})  # k_h = min(1, k r / M) = 0.5
+    strat = _shefl(**{"shefl-topk-density": 0.1, "shefl-resource-ratio": 10.0})  # k_h = min(1, k r / M) = 0.5
     states = [{"w": np.full(4, float(m), np.float32)} for m in range(2)]
     messages = strat.configure_train(1, pack_models(states), ConfigRecord(), LoopbackGrid(strat.map.hosted, None))
     got = {str(m.content["config"]["role"]): float(m.content["config"]["density"]) for m in messages}
@@ -324,10 +326,10 @@ def test_restricted_fedensemble_samples_every_device_for_one_model_with_its_own_
     from hetfl.common.config import ConfigError
     from hetfl.shefl_app.strategy import SHEFL
 
-    cfg = validate({"method": "shefl", "shefl-models": 2, "hpc-per-round": 0, "fraction-train": 0.5, "hpc-models": "one",
-                    "topk-density": 1.0, "coefficients": "uniform"})
+    cfg = validate({"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 0, "fraction-train": 0.5, "shefl-hpc-models": "one",
+                    "shefl-topk-density": 1.0, "shefl-coefficients": "uniform"})
     roles = {n: ("hpc" if n < 6 else "lpc") for n in range(12)}
-    strat = SHEFL(cfg, roles, identity_map(roles))
+    strat = SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), roles, identity_map(roles))
     states = [{"w": np.zeros(4, np.float32)} for _ in range(2)]
     seen_hpc = set()
     for rnd in range(1, 9):
@@ -336,6 +338,6 @@ def test_restricted_fedensemble_samples_every_device_for_one_model_with_its_own_
             assert len(conf["models"]) == 1 and float(conf["density"]) == 1.0
             assert str(conf["role"]) == roles[c]  # the device's own work
             seen_hpc |= {c} if roles[c] == "hpc" else set()
-    assert seen_hpc  # HPC devices are sampled too (plain Fed-Ensemble with hpc-per-round = 0 never samples them)
-    with pytest.raises(ConfigError, match="'hpc-per-round' = 5 must be 0"):
-        validate({"method": "shefl", "hpc-models": "one"})
+    assert seen_hpc  # HPC devices are sampled too (plain Fed-Ensemble with shefl-hpc-per-round = 0 never samples them)
+    with pytest.raises(ConfigError, match="'shefl-hpc-per-round' = 5 must be 0"):
+        validate({"method": "shefl", "shefl-hpc-models": "one"})

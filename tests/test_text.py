@@ -61,9 +61,9 @@ def test_shefl_runs_offline_on_text(agnews_dir, tmp_path):
     over = {
         "method": "shefl", "dataset": "ag_news", "model": "text", "text-model": "minilm-local",
         "text-max-length": 16, "data-source": "local", "data-dir": str(agnews_dir), "partitioner": "iid",
-        "fraction-train": 1.0, "min-available-nodes": 4, "shefl-models": 2, "hpc-fraction": 0.5,
-        "hpc-per-round": 1, "local-steps": 3, "batch-size": 16, "optimizer": "adam", "lr": 1e-4,
-        "topk-density": 0.02, "resource-ratio": 2.0, "num-server-rounds": 1,
+        "fraction-train": 1.0, "min-available-nodes": 4, "shefl-models": 2, "shefl-hpc-fraction": 0.5,
+        "shefl-hpc-per-round": 1, "local-steps": 3, "batch-size": 16, "optimizer": "adam", "lr": 1e-4,
+        "shefl-topk-density": 0.02, "shefl-resource-ratio": 2.0, "num-server-rounds": 1,
     }
     run_dir = launch.run(None, over, num_supernodes=4, results_dir=tmp_path, timeout=900)
     rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]

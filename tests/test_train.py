@@ -117,28 +117,28 @@ def test_resolve_device_cpu_and_auto(monkeypatch):
 
 def test_resolve_device_errors_name_the_key(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ConfigError, match="'server-device' = 'cuda'.*not available"):
-        resolve_device("cuda", "server-device")
+    with pytest.raises(ConfigError, match="'server-torch-device' = 'cuda'.*not available"):
+        resolve_device("cuda", "server-torch-device")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(ConfigError, match="'device' = 'cuda:1'.*1 CUDA device"):
+    with pytest.raises(ConfigError, match="'torch-device' = 'cuda:1'.*1 CUDA device"):
         resolve_device("cuda:1")
     assert resolve_device("cuda:0") == torch.device("cuda:0")
-    with pytest.raises(ConfigError, match="'device' = 'gpu'"):
+    with pytest.raises(ConfigError, match="'torch-device' = 'gpu'"):
         resolve_device("gpu")
 
 
 def test_config_devices_reach_training_and_evaluation(monkeypatch):
-    cfg = validate({"device": "cpu"})
+    cfg = validate({"torch-device": "cpu"})
     assert task.compute_options(cfg) == {"device": torch.device("cpu"), "precision": "fp32"}
     assert task.server_device(cfg) == torch.device("cpu")  # '' = device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ConfigError, match="'server-device'"):
-        task.server_device(validate({"device": "cpu", "server-device": "cuda"}))
+    with pytest.raises(ConfigError, match="'server-torch-device'"):
+        task.server_device(validate({"torch-device": "cpu", "server-torch-device": "cuda"}))
     # local_train passes device, precision, augment, drop-last and the lr schedule to the one loop
     seen = {}
     monkeypatch.setattr(task, "train", lambda *a, **kw: seen.update(kw))
-    cfg = validate({"device": "cpu", "precision": "bf16", "augment": "crop", "drop-last": True,
+    cfg = validate({"torch-device": "cpu", "precision": "bf16", "augment": "crop", "drop-last": True,
                     "lr-schedule": "cosine-epoch", "lr-min": 0.001, "lr-decay": 0.998, "lr-decay-every": 1})
     task.local_train(CNN(10, 1, 28), tiny_data(8), cfg, server_round=3)
     assert seen["device"] == torch.device("cpu") and seen["precision"] == "bf16" and seen["augment"] == "crop"
@@ -152,10 +152,10 @@ def test_centralized_evaluator_uses_server_device_and_precision(monkeypatch):
     monkeypatch.setattr(task, "evaluate", lambda *a, **kw: seen.update(kw) or (0.0, 1.0))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    task.centralized_evaluator(validate({"device": "cuda:1", "server-device": "cpu", "precision": "bf16"}))(CNN(10, 1, 28))
+    task.centralized_evaluator(validate({"torch-device": "cuda:1", "server-torch-device": "cpu", "precision": "bf16"}))(CNN(10, 1, 28))
     assert seen == {"device": torch.device("cpu"), "precision": "bf16"}
-    task.centralized_evaluator(validate({"device": "cuda:1"}))(CNN(10, 1, 28))
-    assert seen["device"] == torch.device("cuda:1")  # server-device '' = device
+    task.centralized_evaluator(validate({"torch-device": "cuda:1"}))(CNN(10, 1, 28))
+    assert seen["device"] == torch.device("cuda:1")  # server-torch-device '' = torch-device
 
 
 @CUDA

@@ -11,15 +11,15 @@ from hetfl.common.models import get_state, set_state
 from hetfl.common.task import client_data, config_of, local_train, message_client, pack_models, unpack_models
 
 from .core import request_capacity, slice_state
-from .keys import KNOWN_TIERS
+from .keys import AdaptiveFLParams
 from .scalefl import scalefl_loss
 from .task import device_capacity, pool_of
 
 
 def node_info(context: Context, cfg: dict[str, Any], client: int) -> dict[str, Any]:
-    """What an AdaptiveFL node reports for a client when discovered: its device tier, only to the HeteroFL/Decoupled
-    baselines (AdaptiveFL's server learns capacities only from the models that come back)."""
-    return {"tier": device_capacity(context, cfg, client)[0]} if cfg["adaptivefl-variant"] in KNOWN_TIERS else {}
+    """What an AdaptiveFL node reports for a client when discovered: its device tier, only to the baselines that know
+    tiers (HeteroFL, ScaleFL, Decoupled; AdaptiveFL's server learns capacities only from the models that come back)."""
+    return {"tier": device_capacity(context, cfg, client)[0]} if AdaptiveFLParams.from_config(cfg).variant.knows_tiers else {}
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -27,6 +27,7 @@ def train(msg: Message, context: Context) -> Message:
     (largest contained member that fits; docs/readings.md#adaptivefl-pruning), train, reply with pool index -1
     where nothing fits."""
     cfg = config_of(context)
+    p = AdaptiveFLParams.from_config(cfg)
     conf = msg.content["config"]
     rnd, sent = int(conf["server-round"]), [int(m) for m in conf["pool-index"]]
     pool = pool_of(cfg)
@@ -35,8 +36,8 @@ def train(msg: Message, context: Context) -> Message:
     received = unpack_models(msg.content["arrays"], len(sent))
     capacity = device_capacity(context, cfg, pid)[1] if bool(conf["prune"]) else None
     loss_fn = None
-    if cfg["adaptivefl-variant"] == "scalefl":  # early exits; distillation after the first 25% of the rounds
-        loss_fn = scalefl_loss(cfg["scalefl-kd"] if rnd - 1 > 0.25 * cfg["num-server-rounds"] else 0.0)
+    if p.variant.pool == "scalefl":  # early exits; distillation after the first 25% of the rounds
+        loss_fn = scalefl_loss(p.scalefl_kd if rnd - 1 > 0.25 * cfg["num-server-rounds"] else 0.0)
     backs, states, losses, seconds = [], [], [], 0.0
     for j, m in enumerate(sent):
         back = m if capacity is None else pool.fit(m, request_capacity(capacity, cfg["seed"], rnd, pid, j))

@@ -436,7 +436,7 @@ def tier_capacities(pool: SubmodelPool, mode: str = "gaussian") -> dict[str, Cap
     if mode == "fixed":
         return {t: Capacity(float(pool.tier_capacity(t)), 0.0, 0.0, 0.0) for t in TIERS}
     if mode != "gaussian":
-        raise ValueError(f"device-capacity = {mode!r}; expected 'gaussian' or 'fixed'")
+        raise ValueError(f"adaptivefl-tier-capacity = {mode!r}; expected 'gaussian' or 'fixed'")
     smallest = {ty: min(e.size for e in pool.entries if e.type == ty) for ty in TYPES}
     ceiling = {"weak": smallest["M"] - 1, "medium": smallest["L"] - 1, "strong": math.inf}
     out = {}

@@ -10,12 +10,14 @@ from flwr.app import ArrayRecord, Context
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
+from hetfl.common.params import FederationParams
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import compute_options, dataset_threshold, log, pack_models, test_data, unpack_models
 from hetfl.common.train import Normalizer, evaluate
 
 from .core import slice_state, tier_capacities
+from .keys import AdaptiveFLParams
 from .strategy import LEVELS, AdaptiveFL
 from .task import pool_of, reference_pool
 
@@ -31,34 +33,34 @@ def discover_tiers(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[ClientMap, d
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run the configured variant for num-server-rounds with per-level evaluation after every round."""
+    """Run AdaptiveFL or one of its baselines (the run's ``method``) with per-level evaluation after every round."""
+    params = AdaptiveFLParams.from_config(cfg)
     pool = pool_of(cfg)
     log.info("submodel pool (%s):\n%s", cfg["model"], pool.table())
-    variant = cfg["adaptivefl-variant"]
     cmap, tiers = discover_tiers(grid, cfg)
-    strategy = AdaptiveFL(cfg, pool, cmap, tiers)
+    strategy = AdaptiveFL(params, FederationParams.from_config(cfg), pool, cmap, tiers)
     torch.manual_seed(cfg["seed"])  # the full model L1, as make_model would build it, with the pool's BatchNorm
     full = get_state(pool.build(pool.largest))
-    if variant == "decoupled":  # separate models, each initialised from the same full model's slices
+    if params.variant.models > 1:  # Decoupled: separate models, each initialised from the same full model's slices
         initial = [slice_state(full, pool.shapes(pool.index(level))) for level in LEVELS]
     else:
         initial = [full]
     models = {level: pool.build(pool.index(level)) for level in LEVELS}
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
-    opts = compute_options(cfg, server=True)  # server-device and precision (docs/training.md)
+    opts = compute_options(cfg, server=True)  # server-torch-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size, "exits": e.depth}
                               for e in pool.entries]
-    caps = tier_capacities(reference_pool(cfg), cfg["device-capacity"])
+    caps = tier_capacities(reference_pool(cfg), params.tier_capacity)
     recorder.extra["devices"] = {t: vars(c) for t, c in caps.items()}
-    log.info("device capacities (%s, parameters): %s", cfg["device-capacity"], ", ".join(
+    log.info("device capacities (%s, parameters): %s", params.tier_capacity, ", ".join(
         f"{t} {c.loc:,.0f}" + (f" +- {c.scale:,.0f} in [{c.low:,.0f}, {c.high:,.0f}]" if c.scale else "") for t, c in caps.items()))
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         states = unpack_models(arrays, strategy.num_models)
         accs, losses = {}, {}
         for slot, level in enumerate(LEVELS):
-            src = states[slot] if variant == "decoupled" else states[0]
+            src = states[slot] if params.variant.models > 1 else states[0]
             model = models[level]
             set_state(model, slice_state(src, pool.shapes(pool.index(level))))
             losses[level], accs[level] = evaluate(model, data, norm, cfg["eval-batch-size"], **opts)

@@ -5,7 +5,7 @@ pairs - RandomSel(R) then the RL ClientSel (Sec. 3.3) - send each client its sub
 aggregate the returned (possibly further pruned) submodels with Algorithm 2. The server
 never reads a device's capacity: it learns it from which pool member comes back.
 
-Variants (``adaptivefl-variant``; docs/readings.md#adaptivefl-baselines):
+Methods from this code (``keys.VARIANTS``; docs/readings.md#adaptivefl-baselines):
   * ``adaptivefl`` - the paper; ``adaptivefl-selection`` = random / curiosity / resource gives
     +Random / +C / +S, ``adaptivefl-dispatch = largest`` with random selection gives +Greed.
   * ``all-large`` - FedAvg of the full model on randomly sampled clients, no resource limits.
@@ -30,12 +30,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 
 from hetfl.common.nodes import ClientMap
+from hetfl.common.params import FederationParams
 from hetfl.common.strategy import StrategyBase, check_arrays, check_weight, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
 from .core import ClientSelector, SubmodelPool, aggregate_submodels, plan_round, planning_rng, slice_state, waste_rate
-from .keys import KNOWN_TIERS
+from .keys import AdaptiveFLParams
 
 log = logging.getLogger("hetfl")
 LEVELS = ("S1", "M1", "L1")
@@ -51,18 +52,18 @@ class AdaptiveFL(StrategyBase):
     """
 
 
-    def __init__(self, cfg: dict[str, Any], pool: SubmodelPool, cmap: ClientMap | None = None,
-                 tiers: dict[int, str] | None = None) -> None:
-        self.cfg, self.pool = cfg, pool
-        self.variant = cfg["adaptivefl-variant"]
-        if self.variant in KNOWN_TIERS and not tiers:
-            raise ValueError(f"adaptivefl-variant = {self.variant!r} needs the device tiers of the clients")
+    def __init__(self, params: AdaptiveFLParams, fed: FederationParams, pool: SubmodelPool,
+                 cmap: ClientMap | None = None, tiers: dict[int, str] | None = None) -> None:
+        self.params, self.fed, self.pool = params, fed, pool
+        self.variant = params.variant
+        if self.variant.knows_tiers and not tiers:
+            raise ValueError(f"method {self.variant.name!r} needs the device tiers of the clients")
         self.tiers = tiers or {}
         self.map = cmap if cmap is not None else ClientMap()
-        mode = "random" if self.variant != "adaptivefl" else cfg["adaptivefl-selection"]
-        self.selector = ClientSelector(pool, mode, cfg["seed"])
-        self.rng = planning_rng(cfg["seed"])
-        self.num_models = len(LEVELS) if self.variant == "decoupled" else 1
+        mode = params.selection if self.variant.plan == "adaptivefl" else "random"
+        self.selector = ClientSelector(pool, mode, fed.seed)
+        self.rng = planning_rng(fed.seed)
+        self.num_models = self.variant.models
         self.sent: dict[int, list[tuple[int, int]]] = {}  # client -> [(model slot, pool index)] this round
         self._states: list[dict[str, np.ndarray]] = []
         self.last_round: dict[str, Any] = {}
@@ -75,15 +76,15 @@ class AdaptiveFL(StrategyBase):
 
         docs/readings.md#adaptivefl-baselines
         """
-        K = max(1, int(len(nodes) * self.cfg["fraction-train"]))
-        if self.variant == "adaptivefl":
+        K = max(1, int(len(nodes) * self.fed.fraction_train))
+        if self.variant.plan == "adaptivefl":
             return self._plan_adaptivefl(nodes, K)
-        if self.variant == "all-large":
+        if self.variant.plan == "all-large":
             chosen = self.rng.choice(np.array(nodes, dtype=object), size=min(K, len(nodes)), replace=False)
             return [(int(n), 0, self.pool.largest) for n in chosen]
         rank = {n: LEVELS.index(TIER_LEVEL[self.tiers.get(n, "weak")]) for n in nodes}  # largest affordable level
         out: list[tuple[int, int, int]] = []
-        if self.variant == "decoupled":  # each model its own K affordable clients (Training_Decoupled)
+        if self.variant.plan == "decoupled":  # each model its own K affordable clients (Training_Decoupled)
             for slot, level in enumerate(LEVELS):
                 able = np.array([n for n in nodes if rank[n] >= slot], dtype=object)
                 for n in self.rng.choice(able, size=min(K, len(able)), replace=False):
@@ -101,7 +102,7 @@ class AdaptiveFL(StrategyBase):
 
     def _plan_adaptivefl(self, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
         """Alg. 1 lines 6-8 (`core.plan_round`): RandomSel(R) (or the largest, +Greed), then ClientSel."""
-        jobs = plan_round(self.pool, self.selector, self.rng, nodes, K, self.cfg["adaptivefl-dispatch"])
+        jobs = plan_round(self.pool, self.selector, self.rng, nodes, K, self.params.dispatch)
         if len(jobs) < min(K, len(nodes)):
             log.warning("%d slot(s) left empty: no client with a positive reward for any pool member",
                         min(K, len(nodes)) - len(jobs))
@@ -111,7 +112,7 @@ class AdaptiveFL(StrategyBase):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._states = unpack_models(arrays, self.num_models)
-        self.map.refresh(grid, self.cfg["round-timeout"])
+        self.map.refresh(grid, self.fed.round_timeout)
         if self.tiers:  # the tier baselines: clients found after the start report theirs too
             self.tiers.update({c: str(t) for c, t in self.map.field("tier").items()})
         jobs: dict[int, list[tuple[int, int]]] = {}
@@ -122,7 +123,7 @@ class AdaptiveFL(StrategyBase):
         for client, todo in jobs.items():
             subs = [slice_state(self._states[slot], self.pool.shapes(m)) for slot, m in todo]
             conf = ConfigRecord({"server-round": server_round, "pool-index": [m for _, m in todo],
-                                 "slot": [slot for slot, _ in todo], "prune": self.variant == "adaptivefl"})
+                                 "slot": [slot for slot, _ in todo], "prune": self.variant.prune})
             messages.append(self.map.message(client, RecordDict({"arrays": pack_models(subs), "config": conf}), TRAIN))
         self.sampled = sorted(self.sent)
         log.info("round %d: sent %s", server_round,
@@ -239,4 +240,4 @@ class AdaptiveFL(StrategyBase):
         self.total_sent, self.total_back = st["totals"]
 
     def summary(self) -> None:
-        log.info("AdaptiveFL variant %s, selection %s, pool:\n%s", self.variant, self.selector.mode, self.pool.table())
+        log.info("method %s (AdaptiveFL's code), selection %s, pool:\n%s", self.variant.name, self.selector.mode, self.pool.table())

@@ -11,7 +11,7 @@ from hetfl.common.nodeconfig import declared
 from hetfl.common.task import dataset_info, num_clients
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
-from .keys import parse_floats
+from .keys import AdaptiveFLParams
 from .scalefl import ScaleFLPool
 
 
@@ -29,10 +29,8 @@ def _scalefl_pool(model: str, num_classes: int, shape: tuple[int, int, int], exi
 
 def reference_pool(cfg: dict[str, Any]) -> SubmodelPool:
     """AdaptiveFL's pool for the run config; it also defines the devices' tier capacities for every variant."""
-    info = dataset_info(cfg)
-    starts = tuple(int(s) for s in parse_floats(cfg, "adaptivefl-starts"))
-    return _pool(cfg["model"], info.num_classes, tuple(info.shape), parse_floats(cfg, "adaptivefl-ratios"),
-                 starts, cfg["adaptivefl-tau"], cfg["adaptivefl-bn"] == "batch")
+    info, p = dataset_info(cfg), AdaptiveFLParams.from_config(cfg)
+    return _pool(cfg["model"], info.num_classes, tuple(info.shape), p.ratios, p.starts, p.tau, p.bn == "batch")
 
 
 def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
@@ -46,12 +44,11 @@ def pool_of(cfg: dict[str, Any]) -> SubmodelPool:
     capacities, so that all variants run on the same devices.
     """
     ref = reference_pool(cfg)
-    info = dataset_info(cfg)
-    if cfg["adaptivefl-variant"] == "scalefl":
-        exits = tuple(int(e) for e in parse_floats(cfg, "scalefl-exits"))
-        return _scalefl_pool(cfg["model"], info.num_classes, tuple(info.shape), exits, ref.batch_stats,
+    info, p = dataset_info(cfg), AdaptiveFLParams.from_config(cfg)
+    if p.variant.pool == "scalefl":
+        return _scalefl_pool(cfg["model"], info.num_classes, tuple(info.shape), p.scalefl_exits, ref.batch_stats,
                              ref.tier_capacity("weak"), ref.tier_capacity("medium"))
-    if cfg["adaptivefl-variant"] != "heterofl":
+    if p.variant.pool != "heterofl":
         return ref
     ratios = tuple(uniform_ratio(ref.size_of, ref.full, ref.tier_capacity(t)) for t in ("medium", "weak"))
     return _pool(cfg["model"], info.num_classes, tuple(info.shape), ratios, (0,), 0, ref.batch_stats)
@@ -65,13 +62,13 @@ def _tiers(n: int, proportions: tuple[float, ...], seed: int) -> tuple[str, ...]
 
 def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple[str, Capacity]:
     """(tier, capacity) of client `client`: node config 'capacity' (weak | medium | strong | #params) in deployment,
-    else the simulated tier of client `client` (device-proportions; a node with data of its own must declare it). A tier's capacity follows `device-capacity`
+    else the simulated tier of client `client` (adaptivefl-tier-proportions; a node with data of its own must declare it). A tier's capacity follows `adaptivefl-tier-capacity`
     (the authors' clipped Gaussian or fixed S1/M1/L1 sizes of the reference pool); a declared number is fixed.
 
     docs/readings.md#adaptivefl-devices, docs/deployment.md#device-profile
     """
-    pool = reference_pool(cfg)
-    tiers = tier_capacities(pool, cfg["device-capacity"])
+    pool, p = reference_pool(cfg), AdaptiveFLParams.from_config(cfg)
+    tiers = tier_capacities(pool, p.tier_capacity)
     value = declared(context.node_config, "capacity")
     if value is not None:
         if value in TIERS:
@@ -82,5 +79,5 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
     if "data-path" in context.node_config:
         raise ValueError("node config lacks 'capacity': a SuperNode with data of its own declares its device, "
                          "capacity=\"weak\" | \"medium\" | \"strong\" or a number of parameters (docs/deployment.md)")
-    tier = _tiers(num_clients(context, cfg), tuple(parse_floats(cfg, "device-proportions", ":")), cfg["seed"])[client]
+    tier = _tiers(num_clients(context, cfg), p.tier_proportions, cfg["seed"])[client]
     return tier, tiers[tier]

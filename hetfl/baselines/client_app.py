@@ -15,7 +15,7 @@ from hetfl.common.task import (
 
 
 def train(msg: Message, context: Context) -> Message:
-    """Train the global model locally; FedProx's `proximal-mu` arrives in the message config."""
+    """Train the global model locally; FedProx's mu arrives in the message config as Flower's `proximal-mu`."""
     cfg = config_of(context)
     conf = msg.content["config"]
     model = received_model(cfg, msg.content["arrays"])

@@ -11,7 +11,10 @@ from typing import Any
 from flwr.app import ArrayRecord, Context
 
 from hetfl.baselines.fedbe import DistillOptions
-from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedBE, SeededFedProx, adam_options
+from hetfl.baselines.params import FedAdamParams, FedBEParams, FedProxParams
+from hetfl.baselines.strategy import SeededFedAvg, SeededFedBE, SeededFedProx
+from hetfl.common.fedopt import SeededFedAdam
+from hetfl.common.params import FederationParams, MethodParams
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
@@ -26,42 +29,42 @@ from hetfl.common.task import (
     model_to_arrays,
 )
 from hetfl.common.train import Normalizer
+from hetfl.methods import params_for
 
 
-def make_strategy(cfg: dict[str, Any], cmap: ClientMap) -> SeededFedAvg:
-    """The Flower strategy for `method` (fedavg | fedprox | fedadam | fedbe), sampling from the clients of `cmap`
-    with the run's seed, with centralized evaluation only."""
+def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap) -> SeededFedAvg:
+    """The Flower strategy of the method whose parameters are `params` (FedAvg: NoParams, FedProx, FedAdam; FedBE's
+    strategy needs its server set too: :func:`_fedbe`), sampling from the clients of `cmap` with `fed.seed`, with
+    centralized evaluation only."""
     kwargs = dict(
-        fraction_train=cfg["fraction-train"],
+        fraction_train=fed.fraction_train,
         fraction_evaluate=0.0,
         min_train_nodes=1,
         # the ServerApp waits for min-available-nodes once before round 1; afterwards a round goes on
         # with whoever is connected (Flower would otherwise block forever when a node dies)
         min_available_nodes=1,
     )
-    if cfg["method"] == "fedbe":
-        return _fedbe(cfg, SeededFedBE(**kwargs).bind(cmap, cfg["seed"], cfg["round-timeout"]))
-    if cfg["method"] == "fedprox":
-        strategy = SeededFedProx(proximal_mu=cfg["proximal-mu"], **kwargs)
-    elif cfg["method"] == "fedadam":
-        strategy = SeededFedAdam(eta=cfg["server-lr"], eta_l=cfg["lr"], **adam_options(cfg), **kwargs)
+    if isinstance(params, FedBEParams):
+        strategy: SeededFedAvg = SeededFedBE(**kwargs)
+    elif isinstance(params, FedProxParams):
+        strategy = SeededFedProx(proximal_mu=params.mu, **kwargs)
+    elif isinstance(params, FedAdamParams):
+        strategy = SeededFedAdam(eta=params.server_lr, eta_l=params.local_lr, **params.adam.options(), **kwargs)
     else:
         strategy = SeededFedAvg(**kwargs)
-    return strategy.bind(cmap, cfg["seed"], cfg["round-timeout"])
+    return strategy.bind(cmap, fed.seed, fed.round_timeout)
 
 
-def fedbe_inputs(cfg: dict[str, Any]) -> tuple[ArrayData, DistillOptions]:
+def fedbe_inputs(cfg: dict[str, Any], p: FedBEParams) -> tuple[ArrayData, DistillOptions]:
     """FedBE's server set (the held-out train images; the strategy gets only their `x`) and distillation settings."""
     held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])
-    opts = DistillOptions(cfg["fedbe-epochs"], cfg["fedbe-batch-size"], cfg["fedbe-lr"], cfg["fedbe-momentum"],
-                          cfg["fedbe-weight-decay"], cfg["fedbe-swa-start"])
-    return held, opts
+    return held, DistillOptions(p.epochs, p.batch_size, p.lr, p.momentum, p.weight_decay, p.swa_start)
 
 
-def _fedbe(cfg: dict[str, Any], strategy: SeededFedBE) -> SeededFedBE:
+def _fedbe(cfg: dict[str, Any], p: FedBEParams, strategy: SeededFedBE) -> SeededFedBE:
     """FedBE's server side: the held-out unlabeled images (never their labels) and the distillation settings."""
-    held, opts = fedbe_inputs(cfg)
-    return strategy.setup(lambda: make_model(cfg), held.x, Normalizer(cfg["dataset"]), cfg["fedbe-samples"], opts,
+    held, opts = fedbe_inputs(cfg, p)
+    return strategy.setup(lambda: make_model(cfg), held.x, Normalizer(cfg["dataset"]), p.samples, opts,
                           compute_options(cfg, server=True))
 
 
@@ -70,7 +73,10 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     model = make_model(cfg)
     evaluate = centralized_evaluator(cfg)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    strategy = make_strategy(cfg, discover_clients(grid, cfg))
+    params = params_for(cfg)
+    strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg))
+    if isinstance(params, FedBEParams):
+        strategy = _fedbe(cfg, params, strategy)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         loss, acc = evaluate(arrays_to_model(model, arrays))

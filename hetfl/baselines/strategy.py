@@ -1,4 +1,4 @@
-"""Strategy fixes shared by the baselines and FENS."""
+"""The baselines' strategies: Flower's FedAvg/FedProx with seeded sampling, and FedBE (FedAdam: hetfl.common.fedopt)."""
 
 from __future__ import annotations
 
@@ -6,81 +6,12 @@ from collections.abc import Iterable
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
-from flwr.serverapp.strategy import FedAdam, FedProx, FedYogi
+from flwr.serverapp.strategy import FedProx
 
 from hetfl.common.models import get_state
 from hetfl.common.strategy import SeededSampling, single_array_record
 
 from .fedbe import fedbe_round
-
-
-def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, tau: float,
-                     beta_1: float, beta_2: float, server_round: int | None = None) -> np.ndarray:
-    """FedAdam's server step (Reddi et al. 2021, Alg. 2): x + eta_t * m / (sqrt(v) + tau).
-
-    ``server_round = None``: no bias correction, eta_t = eta (the FENS authors' update);
-    otherwise Flower's eta_t = eta * sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1)).
-    docs/readings.md#fens-phase2
-    """
-    eta_t = eta if server_round is None else eta * np.sqrt(1 - beta_2 ** (server_round + 1.0)) / (1 - beta_1 ** (server_round + 1.0))
-    return x + eta_t * m / (np.sqrt(v) + tau)
-
-
-def adam_options(cfg: dict) -> dict:
-    """FedAdam's run-config keys as strategy arguments (``adam-*``; FedYogi takes all but ``bias_correction``)."""
-    return {"beta_1": cfg["adam-beta1"], "beta_2": cfg["adam-beta2"], "tau": cfg["adam-tau"],
-            "bias_correction": cfg["adam-update"] == "flower"}
-
-
-class FedOptState:
-    """Checkpoint state of Flower's FedOpt family (FedAdam, FedYogi): the moments and the current model."""
-
-    def state_dict(self) -> dict:
-        """Moments m_t, v_t and the current model (for checkpoints)."""
-        return {"m_t": self.m_t, "v_t": self.v_t, "current": self.current_arrays}
-
-    def load_state_dict(self, st: dict) -> None:
-        self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]
-
-
-class FedAdamF32(FedOptState, FedAdam):
-    """Flower's FedAdam (Reddi et al. 2021) that keeps the parameters' dtype, with or without bias correction.
-
-    Flower 1.41's FedAdam multiplies float32 arrays by a NumPy float64 scalar, which NumPy 2
-    promotes to float64, silently doubling every later download; the result is cast back to
-    each array's dtype.
-
-    Parameters
-    ----------
-    bias_correction : bool
-        True: Flower's update (Adam's bias-corrected step size). False: the FENS authors'
-        update, ``x + eta * m / (sqrt(v) + tau)`` with zero-initialised moments
-        (run-config ``adam-update = "authors"``, docs/readings.md#fens-phase2).
-    **kwargs
-        Flower's :class:`FedAdam` arguments (``eta``, ``eta_l``, ``beta_1``, ``beta_2``, ``tau``, ...).
-    """
-
-    def __init__(self, *args, bias_correction: bool = True, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.bias_correction = bias_correction
-
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        dtypes = {k: np.asarray(v).dtype for k, v in self.current_arrays.items()} if self.current_arrays else {}
-        if self.bias_correction:
-            arrays, metrics = super().aggregate_train(server_round, replies)
-        else:  # the weighted mean from the FedAvg family (validated replies), then the authors' step
-            arrays, metrics = super(FedAdam, self).aggregate_train(server_round, replies)
-            if arrays is not None:
-                delta, m, _ = self._compute_deltat_and_mt(arrays)
-                if not self.v_t:
-                    self.v_t = {k: np.zeros_like(d) for k, d in delta.items()}
-                self.v_t = {k: self.beta_2 * v + (1 - self.beta_2) * delta[k] ** 2 for k, v in self.v_t.items()}
-                arrays = ArrayRecord({k: Array(np.asarray(adam_server_step(x, m[k], self.v_t[k], self.eta, self.tau,
-                                                                           self.beta_1, self.beta_2)))
-                                      for k, x in self.current_arrays.items()})
-        if arrays is not None and dtypes:
-            arrays = ArrayRecord({k: Array(np.asarray(v.numpy(), dtype=dtypes.get(k))) for k, v in arrays.items()})
-        return arrays, metrics
 
 
 class SeededFedAvg(SeededSampling):
@@ -89,14 +20,6 @@ class SeededFedAvg(SeededSampling):
 
 class SeededFedProx(FedProx, SeededSampling):
     """Flower's FedProx (Li et al. 2020; mu travels in the train config) with seeded sampling by client id."""
-
-
-class SeededFedAdam(FedAdamF32, SeededSampling):
-    """Flower's FedAdam (Reddi et al. 2021), dtype-preserving, with seeded sampling by client id."""
-
-
-class SeededFedYogi(FedOptState, FedYogi, SeededSampling):
-    """Flower's FedYogi (Reddi et al. 2021) with seeded sampling by client id (a FENS phase-2 option)."""
 
 
 class SeededFedBE(SeededSampling):

@@ -13,9 +13,10 @@ so the schema is complete wherever a config is validated. This module imports no
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ class Key:
     max_inclusive: bool = True
     pattern: str | None = None  # a str key: values matching this regex are allowed besides `choices`
     pattern_doc: str = ""  # how `allowed()` describes `pattern`
+    methods: tuple[str, ...] = ()  # the `method`s that read this key (empty = every method); others reject a set value
 
     def allowed(self) -> str:
         """Human-readable allowed range."""
@@ -99,6 +101,8 @@ DATASET_REFERENCE = r"hub:[^:\s]+(:[^:\s]+)?|dir:.+"  # run-config `dataset` val
 
 SCHEMA: dict[str, Key] = {}
 _CROSS_CHECKS: list[Callable[[dict[str, Any]], None]] = []
+RENAMED: dict[str, str] = {}
+"""Old run-config key -> its new name (or, for a key that is gone, what replaces it: text starting with a space)."""
 
 
 def register_keys(*keys: Key, cross_check: Callable[[dict[str, Any]], None] | None = None) -> None:
@@ -109,6 +113,34 @@ def register_keys(*keys: Key, cross_check: Callable[[dict[str, Any]], None] | No
         SCHEMA[k.name] = k
     if cross_check is not None:
         _CROSS_CHECKS.append(cross_check)
+
+
+def register_renames(renames: Mapping[str, str]) -> None:
+    """Declare old key names (old -> new name, or ' <what replaces it>' for a removed key): docs/architecture.md#keys."""
+    for old, new in renames.items():
+        if old in RENAMED and RENAMED[old] != new:
+            raise RuntimeError(f"run-config key '{old}' renamed twice differently")
+        RENAMED[old] = new
+
+
+def renamed_message(old: str) -> str:
+    """One line telling what became of the old key `old`."""
+    new = RENAMED[old]
+    if new.startswith(" "):
+        return f"run-config key '{old}' was removed;{new}"
+    return f"run-config key '{old}' was renamed to '{new}'"
+
+
+def upgrade_config(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A config stored by an older version (a committed metrics.json) under today's key names.
+
+    Renamed keys take their new names; AdaptiveFL's old ``adaptivefl-variant`` becomes the ``method``.
+    """
+    out = {k if RENAMED.get(k, " ").startswith(" ") else RENAMED[k]: v for k, v in stored.items()}
+    variant = out.pop("adaptivefl-variant", None)
+    if variant is not None and out.get("method") == "adaptivefl":
+        out["method"] = variant
+    return out
 
 
 def extend_choices(name: str, *values: Any) -> None:
@@ -172,8 +204,8 @@ register_keys(
     Key("augment", str, "none", "random crop (zero pad 4) and/or horizontal flip of local image batches", choices=("none", "crop", "flip", "crop-flip")),
     Key("client-threads", int, 1, "torch threads per ClientApp process", min=1),
     # devices and precision (docs/training.md)
-    Key("device", str, "auto", "torch device of local training and client logits: auto (CUDA if available), cpu, cuda, cuda:N"),
-    Key("server-device", str, "", "torch device of server-side evaluation ('' = device)"),
+    Key("torch-device", str, "auto", "torch device of local training and client logits: auto (CUDA if available), cpu, cuda, cuda:N"),
+    Key("server-torch-device", str, "", "torch device of server-side evaluation ('' = torch-device)"),
     Key("precision", str, "fp32", "fp32, or bf16 autocast for local training, logits and evaluation", choices=("fp32", "bf16")),
     # evaluation and results
     Key("eval-batch-size", int, 256, "batch size of centralized evaluation", min=1),
@@ -187,7 +219,7 @@ register_keys(
 )
 
 
-DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]+)?"  # values of `device` / `server-device` (docs/training.md)
+DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]+)?"  # values of `torch-device` / `server-torch-device` (docs/training.md)
 
 
 def _cross_check_common(cfg: dict[str, Any]) -> None:
@@ -196,9 +228,9 @@ def _cross_check_common(cfg: dict[str, Any]) -> None:
             "run-config keys 'local-steps' and 'local-epochs' are both 0; "
             "set local-steps >= 1 or local-epochs >= 1"
         )
-    for key in ("device", "server-device"):
-        if not (re.fullmatch(DEVICE_PATTERN, cfg[key]) or (key == "server-device" and cfg[key] == "")):
-            extra = "'' (= device), " if key == "server-device" else ""
+    for key in ("torch-device", "server-torch-device"):
+        if not (re.fullmatch(DEVICE_PATTERN, cfg[key]) or (key == "server-torch-device" and cfg[key] == "")):
+            extra = "'' (= torch-device), " if key == "server-torch-device" else ""
             raise ConfigError(f"run-config key '{key}' = {cfg[key]!r} is not allowed; "
                               f"expected {extra}'auto', 'cpu', 'cuda' or 'cuda:N' (N = GPU index)")
     if cfg["lr-schedule"] in ("cosine", "cosine-epoch") and cfg["lr-min"] > cfg["lr"]:
@@ -234,16 +266,43 @@ def check_dataset_fits(cfg: dict[str, Any], info: DatasetInfo) -> None:
 
 
 register_keys(cross_check=_cross_check_common)
+register_renames({"device": "torch-device", "server-device": "server-torch-device"})  # 'device' also meant a device tier
 
 
-def validate(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Check every known key, fill defaults, reject unknown keys; return the clean dict."""
+def unknown_key_message(name: str) -> str:
+    """One line for a key the schema does not know: what it was renamed to, or the closest known keys."""
+    if name in RENAMED:
+        return renamed_message(name)
+    close = difflib.get_close_matches(name, list(SCHEMA), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "; `python -m hetfl.launch --keys` lists them"
+    return f"unknown run-config key '{name}'{hint}"
+
+
+def validate(run_config: Mapping[str, Any], given: Iterable[str] | None = None) -> dict[str, Any]:
+    """Check every known key, fill defaults, reject unknown keys and keys the method does not read.
+
+    Parameters
+    ----------
+    run_config : mapping
+        The run config (Flower's ``context.run_config``: pyproject defaults merged with the run's overrides).
+    given : iterable of str, optional
+        The keys the user set (a preset and its overrides). A method-specific key in `given` that the run's
+        ``method`` does not read is an error; without `given` (the ServerApp, which sees every default), such a
+        key is an error only when its value differs from its default.
+    """
     unknown = sorted(set(run_config) - set(SCHEMA))
     if unknown:
-        raise ConfigError(
-            f"unknown run-config key(s) {unknown}; known keys: {sorted(SCHEMA)}"
-        )
+        more = f" (and {len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
+        raise ConfigError(unknown_key_message(unknown[0]) + more)
     cfg = {name: key.check(run_config.get(name, key.default)) for name, key in SCHEMA.items()}
+    explicit = None if given is None else set(given)
+    for name, key in SCHEMA.items():
+        if not key.methods or cfg["method"] in key.methods or name not in run_config:
+            continue
+        if name not in explicit if explicit is not None else cfg[name] == key.check(key.default):
+            continue
+        raise ConfigError(f"run-config key '{name}' = {cfg[name]!r} is not read by method '{cfg['method']}'; "
+                          f"it applies to method {' / '.join(repr(m) for m in key.methods)} (remove it, or change 'method')")
     for check in _CROSS_CHECKS:
         check(cfg)
     return cfg

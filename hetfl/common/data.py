@@ -39,6 +39,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -968,19 +969,13 @@ def load_server_set(spec: DataSpec, cache_dir: str = "") -> ArrayData:
     extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + repr(spec.info)
     tag = hashlib.sha1(f"{spec.seed}-{spec.server_holdout}-{spec.data_dir}{extra}".encode()).hexdigest()[:12]
     path = _cache_root(cache_dir) / _cache_name(spec.dataset) / f"server-{tag}.npz"  # the same for any partitioning
-    if str(path) in _MEM:
-        return _MEM[str(path)]
-    if path.exists():
-        data = _load_npz(path)
-    else:
+
+    def build() -> ArrayData:
         if _resolve_source(spec) == "hub":
-            ds = _partitioner_for(spec).load_split("server")
-        else:
-            ds = _local_train_splits(spec)[1]
-        data = _to_arrays(spec, ds)
-        _atomic_save(path, data)
-    _MEM[str(path)] = data
-    return data
+            return _to_arrays(spec, _partitioner_for(spec).load_split("server"))
+        return _to_arrays(spec, _local_train_splits(spec)[1])
+
+    return cached(path, build)
 
 
 def _cache_root(cache_dir: str) -> Path:
@@ -1005,30 +1000,39 @@ def _load_npz(path: Path) -> ArrayData:
 _MEM: dict[str, ArrayData] = {}
 
 
+def cached(path: Path, build: Callable[[], ArrayData]) -> ArrayData:
+    """The arrays cached at `path`: from this process's memory, else from the .npz file, else ``build()`` saved there
+    (atomically, so concurrent ClientApps never read a half-written file). The one cache of partitions, test and
+    server sets and node-local directories; `path` names everything the arrays depend on."""
+    key = str(path)
+    if key not in _MEM:
+        if path.exists():
+            _MEM[key] = _load_npz(path)
+        else:
+            data = build()
+            _atomic_save(path, data)
+            _MEM[key] = data
+    return _MEM[key]
+
+
 def load_partition(spec: DataSpec, partition_id: int, cache_dir: str = "") -> ArrayData:
     """Partition `partition_id` of the train split as arrays (deterministic given the spec)."""
     if not 0 <= partition_id < spec.num_partitions:
         raise ValueError(f"partition-id {partition_id} out of range [0, {spec.num_partitions})")
     path = _cache_root(cache_dir) / _cache_name(spec.dataset) / spec.key() / f"part-{partition_id:05d}.npz"
-    mem_key = str(path)
-    if mem_key in _MEM:
-        return _MEM[mem_key]
-    if path.exists():
-        data = _load_npz(path)
-    else:
-        part = _partitioner_for(spec)
+
+    def build() -> ArrayData:
         try:
-            data = _to_arrays(spec, part.load_partition(partition_id))
+            return _to_arrays(spec, _partitioner_for(spec).load_partition(partition_id))
         except IndexError:
             if spec.partitioner != "iid" or partition_id == 0:
                 raise
             # more clients than rows: IidPartitioner's contiguous shard of this id is empty, and `datasets` refuses
             # to select an empty range at the end; the client holds no data (it trains nothing and weighs 0)
             first = load_partition(spec, 0, cache_dir)
-            data = ArrayData(first.x[:0], first.y[:0])
-        _atomic_save(path, data)
-    _MEM[mem_key] = data
-    return data
+            return ArrayData(first.x[:0], first.y[:0])
+
+    return cached(path, build)
 
 
 def load_local_data(path: str | Path, info: DatasetInfo, where: str, split: str = "train", cache_dir: str = "",
@@ -1055,19 +1059,14 @@ def load_local_data(path: str | Path, info: DatasetInfo, where: str, split: str 
         raise LocalDataError(f"{where}: no such directory; expected a directory written by Dataset.save_to_disk "
                              "or an image folder (one subfolder of images per class)")
     tag = hashlib.sha1(json.dumps([str(p.resolve()), _stat_signature(p), split, repr(info)]).encode()).hexdigest()[:16]
-    cache = _cache_root(cache_dir) / "local" / f"{tag}.npz"
-    if str(cache) in _MEM:
-        return _MEM[str(cache)]
-    if cache.exists():
-        data = _load_npz(cache)
-    else:
+
+    def build() -> ArrayData:
         dd = read_directory(p, where)
         if strict_split and split not in dd:
             raise LocalDataError(f"{where}: holds the splits {sorted(dd)}; expected a split named {split!r}")
-        data = to_arrays(choose_split(dd, split, where), info, where, allow_empty=False)
-        _atomic_save(cache, data)
-    _MEM[str(cache)] = data
-    return data
+        return to_arrays(choose_split(dd, split, where), info, where, allow_empty=False)
+
+    return cached(_cache_root(cache_dir) / "local" / f"{tag}.npz", build)
 
 
 def load_eval(spec: DataSpec, cache_dir: str = "") -> ArrayData:
@@ -1080,22 +1079,17 @@ def load_eval(spec: DataSpec, cache_dir: str = "") -> ArrayData:
     extra = "" if not is_byo(spec.dataset) else _reference_token(spec.dataset) + repr(info)  # labels checked per info
     tag = hashlib.sha1((spec.data_dir + extra).encode()).hexdigest()[:8]
     path = _cache_root(cache_dir) / _cache_name(spec.dataset) / f"test-{spec.seed}-{tag}.npz"
-    if str(path) in _MEM:
-        return _MEM[str(path)]
-    if path.exists():
-        data = _load_npz(path)
-    else:
+
+    def build() -> ArrayData:
         if _resolve_source(spec) == "hub":
-            data = _from_hf(spec.dataset, _partitioner_for(spec).load_split("test"))
-        else:
-            test = source_arrays(spec)[1]
-            if test is None:
-                raise LocalDataError(f"run-config key 'dataset' = {spec.dataset!r}: has no split named 'test' for the "
-                                     "server's evaluation; add one, or set run-config key 'server-data-path'")
-            data = _take(test, _row_index(info, test).shuffle(seed=spec.seed))
-        _atomic_save(path, data)
-    _MEM[str(path)] = data
-    return data
+            return _from_hf(spec.dataset, _partitioner_for(spec).load_split("test"))
+        test = source_arrays(spec)[1]
+        if test is None:
+            raise LocalDataError(f"run-config key 'dataset' = {spec.dataset!r}: has no split named 'test' for the "
+                                 "server's evaluation; add one, or set run-config key 'server-data-path'")
+        return _take(test, _row_index(info, test).shuffle(seed=spec.seed))
+
+    return cached(path, build)
 
 
 def load_test(name: str, source: str = "auto", data_dir: str = "", cache_dir: str = "", seed: int = 42) -> ArrayData:

@@ -55,6 +55,12 @@ class MethodSpec:
     node_keys : tuple of NodeKey
         The node-config keys of the package's device profile (SHEFL's ``device-class``, AdaptiveFL's ``capacity``);
         common node keys live in :mod:`hetfl.common.nodeconfig` (docs/deployment.md).
+    params : mapping of str to str
+        Method name -> ``"module:Class"`` of its frozen parameter object (a :class:`~hetfl.common.params.MethodParams`),
+        built once from the config by ``Class.from_config(cfg)``; strategies and handlers take it.
+    renamed : mapping of str to str
+        Old names of the package's keys -> new names (or ``" <what replaces it>"`` for a removed key): an old name in a
+        run config fails with one line saying so (docs/architecture.md#keys).
     """
 
     names: tuple[str, ...]
@@ -64,3 +70,5 @@ class MethodSpec:
     check: Callable[[dict[str, Any]], None] | None = None
     node_info: str | None = None
     node_keys: tuple[NodeKey, ...] = ()
+    params: Mapping[str, str] = field(default_factory=dict)
+    renamed: Mapping[str, str] = field(default_factory=dict)

@@ -198,6 +198,16 @@ class RunRecorder:
         return s
 
 
+def load_metrics(path: Path | str) -> dict[str, Any]:
+    """A run's metrics.json, its config under today's key names (runs made before a rename still read)."""
+    from .config import upgrade_config
+
+    data = json.loads(Path(path).read_text())
+    if isinstance(data.get("config"), dict):
+        data["config"] = upgrade_config(data["config"])
+    return data
+
+
 def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
@@ -214,7 +224,7 @@ def plot_run(metrics_path: Path | str, out: Path | str | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     metrics_path = Path(metrics_path)
-    data = json.loads(metrics_path.read_text())
+    data = load_metrics(metrics_path)
     rows = data["rounds"]
     rounds = [r["round"] for r in rows]
     acc = [100 * r["accuracy"] for r in rows]

@@ -339,13 +339,13 @@ def round_lr(cfg: dict[str, Any], server_round: int) -> float:
 
 
 def client_device(cfg: dict[str, Any]) -> torch.device:
-    """The device of local training and of client-side logits (run-config `device`; docs/training.md)."""
-    return resolve_device(cfg["device"], "device")
+    """The device of local training and of client-side logits (run-config `torch-device`; docs/training.md)."""
+    return resolve_device(cfg["torch-device"], "torch-device")
 
 
 def server_device(cfg: dict[str, Any]) -> torch.device:
-    """The device of server-side evaluation (run-config `server-device`, '' = `device`)."""
-    return resolve_device(cfg["server-device"], "server-device") if cfg["server-device"] else client_device(cfg)
+    """The device of server-side evaluation (run-config `server-torch-device`, '' = `torch-device`)."""
+    return resolve_device(cfg["server-torch-device"], "server-torch-device") if cfg["server-torch-device"] else client_device(cfg)
 
 
 def compute_options(cfg: dict[str, Any], server: bool = False) -> dict[str, Any]:
@@ -356,7 +356,7 @@ def compute_options(cfg: dict[str, Any], server: bool = False) -> dict[str, Any]
 def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_round: int, *,
                 steps: int | None = None, epochs: int | None = None, proximal_mu: float = 0.0,
                 seed_offset: int = 0, loss_fn: Callable[..., torch.Tensor] | None = None) -> TrainResult:
-    """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `device`."""
+    """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `torch-device`."""
     torch.set_num_threads(cfg["client-threads"])
     return train(
         model, data, Normalizer(dataset_info(cfg)),
@@ -370,7 +370,7 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
 
 
 def centralized_evaluator(cfg: dict[str, Any]) -> Callable[[nn.Module], tuple[float, float]]:
-    """A function model -> (loss, accuracy) on the centralized test split, on `server-device`."""
+    """A function model -> (loss, accuracy) on the centralized test split, on `server-torch-device`."""
     data = test_data(cfg)
     norm = Normalizer(dataset_info(cfg))
     opts = compute_options(cfg, server=True)

@@ -26,7 +26,7 @@ from .data import ArrayData, DatasetInfo, info_by_name
 AUGMENT_PAD = 4  # random crop: zero padding on each side, then a crop back to the input size (docs/training.md)
 
 
-def resolve_device(name: str, key: str = "device") -> torch.device:
+def resolve_device(name: str, key: str = "torch-device") -> torch.device:
     """Run-config device name -> torch.device: 'auto' = CUDA when available else CPU; 'cpu', 'cuda', 'cuda:N'.
 
     Asking for CUDA where it is not available fails with a one-line error naming `key` (docs/training.md).

@@ -2,7 +2,7 @@
 
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS, check
+from .keys import KEYS, RENAMED, check
 
 LOCAL = "train.fens_local"  # phase 1: one-shot local training and upload
 LOGITS = "train.fens_logits"  # the (INT8) ensemble download; clients cache its logits
@@ -18,4 +18,6 @@ METHOD = MethodSpec(
     },
     keys=KEYS,
     check=check,
+    params={"fens": "hetfl.fens_app.keys:FENSParams"},
+    renamed=RENAMED,
 )

@@ -173,7 +173,7 @@ def make_aggregator(name: str, num_models: int, num_classes: int, hidden: int = 
     label_counts : (M, C) array
         Per-class training counts of each member (``weighted-average``).
     init : str
-        ``xavier`` or ``average`` start of ``per-class`` / ``linear`` (run-config ``aggregator-init``).
+        ``xavier`` or ``average`` start of ``per-class`` / ``linear`` (run-config ``fens-aggregator-init``).
     seed : int, optional
         Seeds the initialisation of trainable aggregators (None: torch's global generator).
     confusion : (M, C, C) array

@@ -13,13 +13,14 @@ from hetfl.common.train import Normalizer, train
 
 from .aggregators import confusion_counts, make_aggregator
 from .core import build_members, ensemble_logits, split_indices, subset
+from .keys import FENSParams
 
 OWN, CACHE = "fens-own-model", "fens-logits"
 
 
 def _splits(context: Context, cfg: dict, pid: int) -> tuple[ArrayData, ArrayData]:
     data = client_data(context, cfg, pid)
-    local_idx, agg_idx = split_indices(len(data), cfg["fens-local-fraction"], cfg["seed"] * 100_003 + pid)
+    local_idx, agg_idx = split_indices(len(data), FENSParams.from_config(cfg).local_fraction, cfg["seed"] * 100_003 + pid)
     return subset(data, local_idx), subset(data, agg_idx)
 
 
@@ -68,16 +69,17 @@ def logits(msg: Message, context: Context) -> Message:
 def train_aggregator(msg: Message, context: Context) -> Message:
     """Phase 2 (one FedAdam round): a few SGD steps of the aggregator on the cached logits."""
     cfg = config_of(context)
+    p = FENSParams.from_config(cfg)
     pid = message_client(msg, context, cfg)
     cache = context.state[state_key(pid, CACHE)]
     data = ArrayData(cache["z"].numpy(), cache["y"].numpy())
     _, M, C = data.x.shape
-    agg = arrays_to_model(make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"]), msg.content["arrays"])
+    agg = arrays_to_model(make_aggregator(p.aggregator, M, C, p.aggregator_hidden), msg.content["arrays"])
     rnd = int(msg.content["config"]["server-round"])
-    res = train(agg, data, torch.as_tensor, steps=cfg["agg-local-steps"], batch_size=cfg["agg-batch-size"],
-                lr=cfg["agg-client-lr"], seed=cfg["seed"] * 7919 + rnd * 31 + pid,
+    res = train(agg, data, torch.as_tensor, steps=p.agg_local_steps, batch_size=p.agg_batch_size,
+                lr=p.agg_client_lr, seed=cfg["seed"] * 7919 + rnd * 31 + pid,
                 device=client_device(cfg))  # the aggregator stays fp32 (docs/training.md)
     # the authors weight a client by the samples it saw this round: min(n_i, batch x steps) (docs/readings.md#fens-phase2)
-    seen = len(data) if cfg["adam-update"] == "flower" else min(len(data), cfg["agg-batch-size"] * cfg["agg-local-steps"])
+    seen = len(data) if p.adam.update == "flower" else min(len(data), p.agg_batch_size * p.agg_local_steps)
     metrics = MetricRecord({"num-examples": seen, "train_loss": res.loss})
     return Message(RecordDict({"arrays": model_to_arrays(agg), "metrics": metrics}), reply_to=msg)

@@ -1,27 +1,79 @@
-"""Run-config keys of FENS and its baselines (FedENS, weighted averaging, voting are aggregator choices)."""
+"""Run-config keys and parameters of FENS (its baselines FedENS, weighted averaging and voting are aggregator choices)."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from hetfl.common.config import ConfigError, Key
+from hetfl.common.fedopt import ADAM_KEYS, AdamParams
+from hetfl.common.params import MethodParams, key
 
 from .aggregators import AGGREGATORS, INITS
 
+ONLY = ("fens",)
 KEYS = (
-    Key("aggregator", str, "nn", "FENS: aggregator over the ensemble's logits", choices=AGGREGATORS),
-    Key("aggregator-hidden", int, 0, "FENS: hidden width k of the NN aggregator (0 = 2 x number of models, the authors')", min=0),
-    Key("aggregator-init", str, "xavier", "FENS: start of the per-class and linear aggregators (authors: xavier)", choices=INITS),
-    Key("fens-local-fraction", float, 0.9, "FENS: share of a client's data for local training (rest: aggregator)", min=0.0, max=1.0, min_inclusive=False, max_inclusive=False),
-    Key("fens-quantize", bool, True, "FENS: send the ensemble as INT8 (per-channel symmetric weights)"),
-    Key("fens-exclude-own", bool, False, "FENS: do not send a client its own model (it uses its local copy)"),
-    Key("fens-diff-init", bool, False, "FENS: every client starts from its own random model (authors' diff_init; no initial download)"),
-    Key("fens-reuse", str, "", "FENS: reuse the phase-1 ensemble saved by an earlier run (its run directory or ensemble.json): no local training"),
-    Key("agg-server-opt", str, "adam", "FENS phase 2: server optimizer over the aggregator (adam: adam-update/adam-tau; yogi: Flower's FedYogi)",
-        choices=("adam", "yogi")),
-    Key("agg-client-lr", float, 1.0, "FENS phase 2: client SGD lr of the aggregator", min=0.0, min_inclusive=False),
-    Key("agg-server-lr", float, 0.001, "FENS phase 2: server lr (eta) of FedAdam/FedYogi", min=0.0, min_inclusive=False),
-    Key("agg-batch-size", int, 128, "FENS phase 2: batch size on cached logits", min=1),
-    Key("agg-local-steps", int, 1, "FENS phase 2: local steps per round", min=1),
+    Key("fens-aggregator", str, "nn", "FENS: aggregator over the ensemble's logits", choices=AGGREGATORS, methods=ONLY),
+    Key("fens-aggregator-hidden", int, 0, "FENS: hidden width k of the NN aggregator (0 = 2 x number of models, the authors')", min=0, methods=ONLY),
+    Key("fens-aggregator-init", str, "xavier", "FENS: start of the per-class and linear aggregators (authors: xavier)", choices=INITS, methods=ONLY),
+    Key("fens-local-fraction", float, 0.9, "FENS: share of a client's data for local training (rest: aggregator)", min=0.0, max=1.0, min_inclusive=False, max_inclusive=False, methods=ONLY),
+    Key("fens-quantize", bool, True, "FENS: send the ensemble as INT8 (per-channel symmetric weights)", methods=ONLY),
+    Key("fens-exclude-own", bool, False, "FENS: do not send a client its own model (it uses its local copy)", methods=ONLY),
+    Key("fens-diff-init", bool, False, "FENS: every client starts from its own random model (authors' diff_init; no initial download)", methods=ONLY),
+    Key("fens-reuse", str, "", "FENS: reuse the phase-1 ensemble saved by an earlier run (its run directory or ensemble.json): no local training", methods=ONLY),
+    Key("fens-agg-server-opt", str, "adam", "FENS phase 2: server optimizer over the aggregator (adam: fedadam-update/fedadam-tau; yogi: Flower's FedYogi)",
+        choices=("adam", "yogi"), methods=ONLY),
+    Key("fens-agg-client-lr", float, 1.0, "FENS phase 2: client SGD lr of the aggregator", min=0.0, min_inclusive=False, methods=ONLY),
+    Key("fens-agg-server-lr", float, 0.001, "FENS phase 2: server lr (eta) of FedAdam/FedYogi", min=0.0, min_inclusive=False, methods=ONLY),
+    Key("fens-agg-batch-size", int, 128, "FENS phase 2: batch size on cached logits", min=1, methods=ONLY),
+    Key("fens-agg-local-steps", int, 1, "FENS phase 2: local steps per round", min=1, methods=ONLY),
+    *ADAM_KEYS,
 )
+RENAMED = {"aggregator": "fens-aggregator", "aggregator-hidden": "fens-aggregator-hidden",
+           "aggregator-init": "fens-aggregator-init", **{f"agg-{k}": f"fens-agg-{k}" for k in (
+               "server-opt", "client-lr", "server-lr", "batch-size", "local-steps")}}
+
+
+@dataclass(frozen=True)
+class FENSParams(MethodParams):
+    """FENS's parameters (Sec. 3; docs/readings.md#fens).
+
+    Parameters
+    ----------
+    aggregator : str
+        The model over the ensemble's logits (``aggregators.AGGREGATORS``; "nn" = the paper's).
+    aggregator_hidden : int
+        Hidden width k of the NN aggregator (0 = 2 x number of models, the authors').
+    aggregator_init : str
+        Start of the per-class and linear aggregators.
+    local_fraction : float
+        Share of a client's data for its one-shot local model; the rest trains the aggregator.
+    quantize : bool
+        Download the ensemble as INT8 (per-channel symmetric).
+    exclude_own, diff_init : bool
+        Do not send a client its own model; start every client from its own random model.
+    reuse : str
+        A saved phase-1 ensemble to load instead of training one.
+    agg_server_opt : {"adam", "yogi"}
+        Phase 2's server optimizer; `adam` holds its constants.
+    agg_client_lr, agg_server_lr : float
+        Phase 2's client SGD and server (eta) learning rates.
+    agg_batch_size, agg_local_steps : int
+        Phase 2's batch size on cached logits and local steps per round.
+    """
+
+    aggregator: str = key("fens-aggregator", "nn")
+    aggregator_hidden: int = key("fens-aggregator-hidden", 0)
+    aggregator_init: str = key("fens-aggregator-init", "xavier")
+    local_fraction: float = key("fens-local-fraction", 0.9)
+    quantize: bool = key("fens-quantize", True)
+    exclude_own: bool = key("fens-exclude-own", False)
+    diff_init: bool = key("fens-diff-init", False)
+    reuse: str = key("fens-reuse", "")
+    agg_server_opt: str = key("fens-agg-server-opt", "adam")
+    agg_client_lr: float = key("fens-agg-client-lr", 1.0)
+    agg_server_lr: float = key("fens-agg-server-lr", 0.001)
+    agg_batch_size: int = key("fens-agg-batch-size", 128)
+    agg_local_steps: int = key("fens-agg-local-steps", 1)
+    adam: AdamParams = key("", AdamParams(), nested=AdamParams)
 
 
 def check(cfg: dict) -> None:

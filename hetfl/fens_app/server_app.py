@@ -30,6 +30,7 @@ from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
+from hetfl.common.params import FederationParams
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round, run_rounds
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
@@ -40,6 +41,7 @@ from hetfl.common.train import Normalizer, evaluate
 from . import LOCAL, LOGITS
 from .aggregators import STATIC, make_aggregator
 from .core import Ensemble, build_members, ensemble_logits
+from .keys import FENSParams
 from .strategy import make_strategy
 
 ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
@@ -95,6 +97,7 @@ def _ensemble_source(cfg: dict[str, Any], run_dir: Path) -> Path | None:
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FENS end to end and return the summary."""
+    p = FENSParams.from_config(cfg)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
@@ -116,14 +119,14 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     M, C = len(ens.states), num_classes(cfg)
     member_of = {c: j for j, c in enumerate(ens.client_ids)}  # client id -> its model's index in the ensemble
     # ---- ensemble download (INT8), logit caching and confusion matrices -----------------------
-    sent = [quantize_state(s) for s in ens.states] if cfg["fens-quantize"] else ens.states
-    ens_models = build_members(cfg, sent, cfg["fens-quantize"])
+    sent = [quantize_state(s) for s in ens.states] if p.quantize else ens.states
+    ens_models = build_members(cfg, sent, p.quantize)
     msgs = []
     shared = pack_models(sent)  # one record for every client that receives all M models
     for c in clients:
         own = member_of.get(c, -1)
-        rec = pack_models(sent, skip=own) if cfg["fens-exclude-own"] and own >= 0 else shared
-        conf = ConfigRecord({"num-models": M, "own-index": own, "quantized": cfg["fens-quantize"]})
+        rec = pack_models(sent, skip=own) if p.exclude_own and own >= 0 else shared
+        conf = ConfigRecord({"num-models": M, "own-index": own, "quantized": p.quantize})
         msgs.append(cmap.message(c, RecordDict({"ensemble": rec, "config": conf}), LOGITS))
     ready = [r for r in cmap.send_and_receive(grid, msgs, cfg["round-timeout"]) if not r.has_error()]
     download = grid.take()
@@ -134,7 +137,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
             confusion[own] = r.content["confusion"]["counts"].numpy().reshape(C, C)
     # ---- server-side evaluation data: logits of the ensemble on validation / test ----------------
     val, test = eval_splits(cfg)
-    opts = compute_options(cfg, server=True)  # models: server-device + precision; the aggregator: server-device, fp32
+    opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
     agg_dev = opts["device"]
     norm = Normalizer(cfg["dataset"])
     test_z = ArrayData(ensemble_logits(ens_models, test, norm, cfg["eval-batch-size"], **opts), test.y)
@@ -162,8 +165,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
              member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"], baselines["voting"],
              baselines["oneshot-fedavg"])
     # ---- phase 2: FedAdam on the aggregator --------------------------------------------------
-    agg = make_aggregator(cfg["aggregator"], M, C, cfg["aggregator-hidden"], label_counts=ens.label_counts,
-                          init=cfg["aggregator-init"], seed=cfg["seed"], confusion=confusion)
+    agg = make_aggregator(p.aggregator, M, C, p.aggregator_hidden, label_counts=ens.label_counts,
+                          init=p.aggregator_init, seed=cfg["seed"], confusion=confusion)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, Any]:
         arrays_to_model(agg, arrays)
@@ -173,9 +176,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
 
     arrays = model_to_arrays(agg)
     round0 = Traffic().add(phase1).add(download)  # the round-0 row carries phases 1-2
-    if cfg["aggregator"] in STATIC or not agg.trainable:
+    if p.aggregator in STATIC or not agg.trainable:
         record_round(grid, None, recorder, 0, arrays, evaluate_fn, round0)
     else:
-        run_rounds(grid, make_strategy(cfg, cmap), arrays, cfg, recorder, evaluate_fn, round0=round0,
+        run_rounds(grid, make_strategy(p, FederationParams.from_config(cfg), cmap), arrays, cfg, recorder, evaluate_fn, round0=round0,
                    taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
     return recorder.finish()

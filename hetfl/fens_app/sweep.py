@@ -1,6 +1,6 @@
 """Sweep FENS aggregators on one saved ensemble without training phase 1 again.
 
-    python -m hetfl.fens_app.sweep results/<fens-run> [--aggregators nn per-class linear] [--set agg-server-lr=0.01]
+    python -m hetfl.fens_app.sweep results/<fens-run> [--aggregators nn per-class linear] [--set fens-agg-server-lr=0.01]
 
 Every trainable aggregator is trained by a whole FENS run with ``fens-reuse`` pointing at the
 ensemble that ``<fens-run>`` saved (its ``ensemble.json``): the same ServerApp and ClientApp code,
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from hetfl.common.config import ConfigError, validate
+from hetfl.common.results import load_metrics
 from hetfl.fens_app.aggregators import AGGREGATORS, STATIC, STATIC_LABELS
 
 TRAINABLE = tuple(a for a in AGGREGATORS if a not in STATIC)
@@ -27,13 +28,13 @@ def sweep(run_dir: Path, aggregators: list[str], overrides: dict, nodes: int | N
     """Run each aggregator on the ensemble saved in `run_dir`; return one row per aggregator (and static ones)."""
     from hetfl.inprocess import run_in_process
 
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = load_metrics(run_dir / "metrics.json")
     base = {k: v for k, v in metrics["config"].items() if k not in ("run-name", "results-dir", "resume", "stop-after-round")}
     nodes = nodes or int(metrics["phases"]["clients_ready"])
     rows, static = [], None
     out = run_dir / "sweep"
     for agg in aggregators:
-        cfg = {**base, **overrides, "aggregator": agg, "fens-reuse": str(run_dir.resolve()), "resume": False}
+        cfg = {**base, **overrides, "fens-aggregator": agg, "fens-reuse": str(run_dir.resolve()), "resume": False}
         validate(cfg)  # one clear line for a bad override, before anything runs
         name = "-".join([agg] + [f"{k}{v}" for k, v in overrides.items()])
         m = run_in_process(cfg, nodes, out, name)
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", type=Path, help="a finished FENS run directory (holds metrics.json and ensemble.json)")
     p.add_argument("--aggregators", nargs="+", default=list(TRAINABLE), choices=TRAINABLE)
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="phase-2 overrides, e.g. agg-server-lr=0.01")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="phase-2 overrides, e.g. fens-agg-server-lr=0.01")
     p.add_argument("--nodes", type=int, default=None, help="number of clients (default: as in the run)")
     a = p.parse_args(argv)
     if not (a.run_dir / "ensemble.json").is_file() or not (a.run_dir / "metrics.json").is_file():

@@ -2,7 +2,7 @@
 
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS, NODE_KEYS, check
+from .keys import KEYS, NODE_KEYS, RENAMED, check
 
 TRAIN = "train.shefl"  # the server sends each sampled node the ensemble members it trains
 
@@ -14,4 +14,6 @@ METHOD = MethodSpec(
     check=check,
     node_info="hetfl.shefl_app.client_app:node_info",  # the node's device class (hpc | lpc)
     node_keys=NODE_KEYS,  # node config device-class (docs/deployment.md)
+    params={"shefl": "hetfl.shefl_app.keys:SHEFLParams"},
+    renamed=RENAMED,
 )

@@ -14,19 +14,19 @@ from hetfl.common.nodeconfig import declared
 from hetfl.common.task import client_data, config_of, local_train, message_client, num_clients, received_model, state_key
 
 from .core import hpc_partitions
-from .keys import role_work
+from .keys import SHEFLParams
 
 
 def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
     """'hpc' | 'lpc': the node config's device-class (a real device declares it), else drawn from the client id
-    and hpc-fraction (simulation). docs/deployment.md#device-profile"""
+    and shefl-hpc-fraction (simulation). docs/deployment.md#device-profile"""
     value = declared(context.node_config, "device-class")
     if value is not None:
         return str(value)
     if "data-path" in context.node_config:
         raise ValueError("node config lacks 'device-class': a SuperNode with data of its own declares its device, "
                          "device-class=\"hpc\" or \"lpc\" (docs/deployment.md)")
-    return "hpc" if client in hpc_partitions(num_clients(context, cfg), cfg["hpc-fraction"], cfg["seed"]) else "lpc"
+    return "hpc" if client in hpc_partitions(num_clients(context, cfg), cfg["shefl-hpc-fraction"], cfg["seed"]) else "lpc"
 
 
 def node_info(context: Context, cfg: dict[str, Any], client: int) -> dict[str, Any]:
@@ -45,9 +45,10 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     rnd, role, density = int(conf["server-round"]), str(conf["role"]), float(conf["density"])
     models = [int(m) for m in conf["models"]]
+    params = SHEFLParams.from_config(cfg)
     pid = message_client(msg, context, cfg)
     data = client_data(context, cfg, pid)
-    steps, epochs = role_work(cfg, "hpc" if role == "hpc" else "lpc")
+    steps, epochs = params.role_work("hpc" if role == "hpc" else "lpc")
     out, losses, secs = ArrayRecord(), [], 0.0
     for m in models:
         arrays = msg.content[f"model.{m}"]
@@ -56,11 +57,11 @@ def train(msg: Message, context: Context) -> Message:
         layout = StateLayout.of(start)
         res = local_train(model, data, cfg, rnd, steps=steps, epochs=epochs, seed_offset=pid * 64 + m)
         delta = layout.flatten(get_state(model)) - layout.flatten(start)
-        segments = layout.segments if cfg["topk-scope"] == "tensor" else None
-        if cfg["error-feedback"] and density < 1.0:
+        segments = layout.segments if params.topk_scope == "tensor" else None
+        if params.error_feedback and density < 1.0:
             delta = delta + _residual(context, pid, m, layout.size)
         idx, val = topk_sparsify(delta, density, segments)
-        if cfg["error-feedback"] and density < 1.0:
+        if params.error_feedback and density < 1.0:
             rest = delta.copy()
             rest[idx] = 0.0
             context.state[state_key(pid, f"shefl-residual-{m}")] = ArrayRecord({"r": Array(rest)})

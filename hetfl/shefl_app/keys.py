@@ -1,67 +1,125 @@
-"""Run-config keys of SHEFL (and Fed-Ensemble, a SHEFL preset)."""
+"""Run-config keys and parameters of SHEFL (and Fed-Ensemble, a SHEFL preset)."""
+
+from dataclasses import dataclass
 
 from hetfl.common.config import ConfigError, Key
 from hetfl.common.nodeconfig import NodeKey, choice, quoted
+from hetfl.common.params import MethodParams, key
 
 from .core import COEFFICIENTS
 
 DEVICE_CLASSES = ("hpc", "lpc")  # high- and low-performance clients
 NODE_KEYS = (
     NodeKey("device-class", "SHEFL: this device's class (a real device declares it; simulation draws it from "
-            "hpc-fraction)", f"one of {quoted(DEVICE_CLASSES)}", choice(*DEVICE_CLASSES)),
+            "shefl-hpc-fraction)", f"one of {quoted(DEVICE_CLASSES)}", choice(*DEVICE_CLASSES)),
 )
 
 
 def check(cfg: dict) -> None:
     """SHEFL needs HPCs when it samples HPC clusters; a role's local work is given in steps or in epochs, not both."""
-    if cfg["method"] == "shefl" and cfg["hpc-per-round"] > 0 and cfg["hpc-fraction"] == 0.0:
+    if cfg["method"] == "shefl" and cfg["shefl-hpc-per-round"] > 0 and cfg["shefl-hpc-fraction"] == 0.0:
         raise ConfigError(
-            "run-config key 'hpc-per-round' = %d needs HPCs, but 'hpc-fraction' = 0.0; "
-            "set hpc-fraction in (0, 1] or hpc-per-round = 0" % cfg["hpc-per-round"]
+            "run-config key 'shefl-hpc-per-round' = %d needs HPCs, but 'shefl-hpc-fraction' = 0.0; "
+            "set shefl-hpc-fraction in (0, 1] or shefl-hpc-per-round = 0" % cfg["shefl-hpc-per-round"]
         )
-    if cfg["method"] == "shefl" and cfg["hpc-models"] == "one" and cfg["hpc-per-round"] > 0:
-        raise ConfigError(f"run-config key 'hpc-models' = 'one' samples every device as a one-model client; "
-                          f"'hpc-per-round' = {cfg['hpc-per-round']} must be 0")
+    if cfg["method"] == "shefl" and cfg["shefl-hpc-models"] == "one" and cfg["shefl-hpc-per-round"] > 0:
+        raise ConfigError(f"run-config key 'shefl-hpc-models' = 'one' samples every device as a one-model client; "
+                          f"'shefl-hpc-per-round' = {cfg['shefl-hpc-per-round']} must be 0")
     for role in ("hpc", "lpc"):
-        if cfg[f"{role}-local-steps"] and cfg[f"{role}-local-epochs"]:
-            raise ConfigError(f"run-config keys '{role}-local-steps' = {cfg[f'{role}-local-steps']} and "
-                              f"'{role}-local-epochs' = {cfg[f'{role}-local-epochs']}: set one of them (the other 0)")
+        steps, epochs = f"shefl-{role}-local-steps", f"shefl-{role}-local-epochs"
+        if cfg[steps] and cfg[epochs]:
+            raise ConfigError(f"run-config keys '{steps}' = {cfg[steps]} and '{epochs}' = {cfg[epochs]}: set one of them "
+                              "(the other 0)")
 
 
 def role_work(cfg: dict, role: str) -> tuple[int | None, int | None]:
-    """(steps, epochs) for local_train of a client in `role` (straggler study, Fig. 7): the role's own local
-    epochs or steps when set, else the run's local-steps / local-epochs (None, None)."""
-    if cfg[f"{role}-local-epochs"]:
-        return 0, cfg[f"{role}-local-epochs"]
-    if cfg[f"{role}-local-steps"]:
-        return cfg[f"{role}-local-steps"], None
-    return None, None
+    """(steps, epochs) for local_train of a client in `role` (:meth:`SHEFLParams.role_work`)."""
+    return SHEFLParams.from_config(cfg).role_work(role)
 
 
 def client_work(cfg: dict, hpc: bool) -> tuple[int, int] | None:
     """(local epochs, models trained) of one client in a round: its role's epochs (`role_work`) or the run's
-    local-epochs; SHEFL HPCs train all M models, a restricted Fed-Ensemble HPC (hpc-models = "one") and every other
-    client one (straggler study, Fig. 7). None for step-based local work."""
-    steps, epochs = role_work(cfg, "hpc" if hpc else "lpc")
+    local-epochs; SHEFL HPCs train all M models, a restricted Fed-Ensemble HPC (shefl-hpc-models = "one") and every
+    other client one (straggler study, Fig. 7). None for step-based local work."""
+    p = SHEFLParams.from_config(cfg)
+    steps, epochs = p.role_work("hpc" if hpc else "lpc")
     if not epochs:
         if steps or cfg["local-steps"]:
             return None
         epochs = cfg["local-epochs"]
-    return epochs, (cfg["shefl-models"] if hpc and cfg["hpc-models"] == "all" else 1)
+    return epochs, (p.models if hpc and p.hpc_models == "all" else 1)
 
 
+@dataclass(frozen=True)
+class SHEFLParams(MethodParams):
+    """SHEFL's parameters (Algorithm 1; docs/readings.md#shefl).
+
+    Parameters
+    ----------
+    models : int
+        Ensemble size M.
+    hpc_fraction : float
+        Share of simulated clients that are high-power (a real device declares its class instead).
+    hpc_per_round : int
+        HPC clusters C_h: HPCs sampled per round; the other sampled clients are LPCs.
+    topk_density : float
+        LPC top-k density k (fraction of the model's d entries); 1.0 = dense.
+    resource_ratio : float
+        HPC:LPC budget r; the HPC density per model is min(1, k r / M).
+    topk_scope : {"global", "tensor"}
+        Top-k over the whole flattened model or per tensor.
+    error_feedback : bool
+        Keep the top-k residual on the client and add it to the next delta (Stich et al. 2018).
+    coefficients : str
+        Aggregation weights of Eq. 2 (``core.COEFFICIENTS``).
+    hpc_models : {"all", "one"}
+        HPCs train all M models (SHEFL) or one like every device (restricted Fed-Ensemble, Fig. 7).
+    hpc_local_steps, lpc_local_steps, hpc_local_epochs, lpc_local_epochs : int
+        A role's own local work (0 = the run's local-steps / local-epochs; straggler study).
+    """
+
+    models: int = key("shefl-models", 5)
+    hpc_fraction: float = key("shefl-hpc-fraction", 0.5)
+    hpc_per_round: int = key("shefl-hpc-per-round", 5)
+    topk_density: float = key("shefl-topk-density", 0.1)
+    resource_ratio: float = key("shefl-resource-ratio", 5.0)
+    topk_scope: str = key("shefl-topk-scope", "global")
+    error_feedback: bool = key("shefl-error-feedback", False)
+    coefficients: str = key("shefl-coefficients", "balanced")
+    hpc_models: str = key("shefl-hpc-models", "all")
+    hpc_local_steps: int = key("shefl-hpc-local-steps", 0)
+    lpc_local_steps: int = key("shefl-lpc-local-steps", 0)
+    hpc_local_epochs: int = key("shefl-hpc-local-epochs", 0)
+    lpc_local_epochs: int = key("shefl-lpc-local-epochs", 0)
+
+    def role_work(self, role: str) -> tuple[int | None, int | None]:
+        """(steps, epochs) for local_train of a client in `role` ("hpc" | "lpc"): the role's own local epochs or
+        steps when set, else (None, None) = the run's local-steps / local-epochs (straggler study, Fig. 7)."""
+        epochs, steps = getattr(self, f"{role}_local_epochs"), getattr(self, f"{role}_local_steps")
+        if epochs:
+            return 0, epochs
+        if steps:
+            return steps, None
+        return None, None
+
+
+ONLY = ("shefl",)
 KEYS = (
-    Key("shefl-models", int, 5, "SHEFL: ensemble size M", min=1, max=64),
-    Key("hpc-fraction", float, 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0),
-    Key("hpc-per-round", int, 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0),
-    Key("topk-density", float, 0.1, "SHEFL: LPC top-k density k (fraction of d); 1.0 = dense", min=0.0, max=1.0, min_inclusive=False),
-    Key("resource-ratio", float, 5.0, "SHEFL: HPC:LPC budget r; HPC density per model = min(1, k r / M)", min=0.0, min_inclusive=False),
-    Key("topk-scope", str, "global", "SHEFL: top-k over the whole model or per tensor", choices=("global", "tensor")),
-    Key("error-feedback", bool, False, "SHEFL: keep the top-k residual on the client (Stich et al.)"),
-    Key("coefficients", str, "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS),
-    Key("lpc-local-steps", int, 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0),
-    Key("hpc-local-steps", int, 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0),
-    Key("hpc-models", str, "all", "SHEFL: HPCs train all M models (SHEFL), or every device one model with its device's work (restricted Fed-Ensemble, Fig. 7)", choices=("all", "one")),
-    Key("lpc-local-epochs", int, 0, "SHEFL: local epochs of LPCs (0 = the run's local work; straggler study: 1)", min=0),
-    Key("hpc-local-epochs", int, 0, "SHEFL: local epochs of HPCs (0 = the run's local work; straggler study: 10)", min=0),
+    Key("shefl-models", int, 5, "SHEFL: ensemble size M", min=1, max=64, methods=ONLY),
+    Key("shefl-hpc-fraction", float, 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0, methods=ONLY),
+    Key("shefl-hpc-per-round", int, 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0, methods=ONLY),
+    Key("shefl-topk-density", float, 0.1, "SHEFL: LPC top-k density k (fraction of d); 1.0 = dense", min=0.0, max=1.0, min_inclusive=False, methods=ONLY),
+    Key("shefl-resource-ratio", float, 5.0, "SHEFL: HPC:LPC budget r; HPC density per model = min(1, k r / M)", min=0.0, min_inclusive=False, methods=ONLY),
+    Key("shefl-topk-scope", str, "global", "SHEFL: top-k over the whole model or per tensor", choices=("global", "tensor"), methods=ONLY),
+    Key("shefl-error-feedback", bool, False, "SHEFL: keep the top-k residual on the client (Stich et al.)", methods=ONLY),
+    Key("shefl-coefficients", str, "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS, methods=ONLY),
+    Key("shefl-lpc-local-steps", int, 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0, methods=ONLY),
+    Key("shefl-hpc-local-steps", int, 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0, methods=ONLY),
+    Key("shefl-hpc-models", str, "all", "SHEFL: HPCs train all M models (SHEFL), or every device one model with its device's work (restricted Fed-Ensemble, Fig. 7)", choices=("all", "one"), methods=ONLY),
+    Key("shefl-lpc-local-epochs", int, 0, "SHEFL: local epochs of LPCs (0 = the run's local work; straggler study: 1)", min=0, methods=ONLY),
+    Key("shefl-hpc-local-epochs", int, 0, "SHEFL: local epochs of HPCs (0 = the run's local work; straggler study: 10)", min=0, methods=ONLY),
 )
+
+RENAMED = {old: f"shefl-{old}" for old in (
+    "hpc-fraction", "hpc-per-round", "topk-density", "resource-ratio", "topk-scope", "error-feedback", "coefficients",
+    "lpc-local-steps", "hpc-local-steps", "hpc-models", "lpc-local-epochs", "hpc-local-epochs")}

@@ -9,11 +9,13 @@ from flwr.app import ArrayRecord, Context
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
+from hetfl.common.params import FederationParams
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
 from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba
 
+from .keys import SHEFLParams
 from .strategy import SHEFL
 
 
@@ -31,12 +33,13 @@ def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run SHEFL for num-server-rounds with ensemble evaluation after every round."""
-    M = cfg["shefl-models"]
+    params = SHEFLParams.from_config(cfg)
+    M = params.models
     members = [make_model(cfg, seed=cfg["seed"] * 1000 + m) for m in range(M)]  # distinct inits
     roles, cmap = discover_roles(grid, cfg)
-    strategy = SHEFL(cfg, roles, cmap)
+    strategy = SHEFL(params, FederationParams.from_config(cfg), roles, cmap)
     data, norm = test_data(cfg), Normalizer(cfg["dataset"])
-    opts = compute_options(cfg, server=True)  # server-device and precision (docs/training.md)
+    opts = compute_options(cfg, server=True)  # server-torch-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),
                                "C_h": strategy.C_h, "C_l": strategy.C_l, "k_h": strategy.k_h, "k_l": strategy.k_l}

@@ -21,10 +21,12 @@ from flwr.serverapp import Grid
 
 from hetfl.common.compression import StateLayout
 from hetfl.common.nodes import ClientMap
+from hetfl.common.params import FederationParams
 from hetfl.common.strategy import StrategyBase, check_sparse, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
+from .keys import SHEFLParams
 from .core import (
     PermutationSchedule,
     RoundPlan,
@@ -42,29 +44,30 @@ class SHEFL(StrategyBase):
     """SHEFL (Algorithm 1) over clients whose device class the server learned by query."""
 
 
-    def __init__(self, cfg: dict[str, Any], roles: dict[int, str], cmap: ClientMap | None = None) -> None:
+    def __init__(self, params: SHEFLParams, fed: FederationParams, roles: dict[int, str],
+                 cmap: ClientMap | None = None) -> None:
         """`roles`: client id -> 'hpc' | 'lpc'; `cmap`: where each client is served (an empty map plans only)."""
-        self.cfg = cfg
-        self.M = cfg["shefl-models"]
+        self.params, self.fed = params, fed
+        self.M = params.models
         self.map = cmap if cmap is not None else ClientMap()
         hpc = sorted(c for c, r in roles.items() if r == "hpc")
         lpc = sorted(c for c, r in roles.items() if r != "hpc")
-        # hpc-models = "one" (restricted Fed-Ensemble, Fig. 7): every device is scheduled as a one-model client;
+        # shefl-hpc-models = "one" (restricted Fed-Ensemble, Fig. 7): every device is scheduled as a one-model client;
         # an HPC device keeps its HPC local work (its role in the message) but trains one model at the LPC density
-        self.one_model_hpcs = set(hpc) if cfg["hpc-models"] == "one" else set()
+        self.one_model_hpcs = set(hpc) if params.hpc_models == "one" else set()
         if self.one_model_hpcs:
             hpc, lpc = [], sorted(roles)
-        C = max(1, int(len(roles) * cfg["fraction-train"]))
-        self.C_h = min(cfg["hpc-per-round"], len(hpc), C)
+        C = max(1, int(len(roles) * fed.fraction_train))
+        self.C_h = min(params.hpc_per_round, len(hpc), C)
         self.C_l = min(C - self.C_h, len(lpc))
         if self.C_h + self.C_l == 0:
-            raise ValueError("SHEFL: no client can be sampled (check hpc-per-round, fraction-train)")
-        seed = cfg["seed"]
+            raise ValueError("SHEFL: no client can be sampled (check shefl-hpc-per-round, fraction-train)")
+        seed = fed.seed
         self.hpc_clusters = make_clusters(hpc, self.C_h, seed)
         self.lpc_clusters = make_clusters(lpc, self.C_l, seed + 1)
         self.schedule = PermutationSchedule(self.M, self.C_l, seed)
         self.rng = np.random.default_rng([seed, 0x5A])
-        self.k_l, self.k_h = topk_densities(cfg["topk-density"], cfg["resource-ratio"], self.M)
+        self.k_l, self.k_h = topk_densities(params.topk_density, params.resource_ratio, self.M)
         self.sent: dict[int, tuple[str, list[int]]] = {}  # client -> (role, models) of the current round
         self._states: list[dict[str, np.ndarray]] | None = None
         self.layout: StateLayout | None = None
@@ -80,7 +83,7 @@ class SHEFL(StrategyBase):
     def summary(self) -> None:
         log.info(
             "SHEFL: M=%d, C_h=%d HPC clusters, C_l=%d LPC clusters, k_l=%.4f, k_h=%.4f, coefficients=%s",
-            self.M, self.C_h, self.C_l, self.k_l, self.k_h, self.cfg["coefficients"],
+            self.M, self.C_h, self.C_l, self.k_l, self.k_h, self.params.coefficients,
         )
 
     def plan(self, server_round: int) -> RoundPlan:
@@ -97,7 +100,7 @@ class SHEFL(StrategyBase):
         per_model = [ArrayRecord({k: Array(v) for k, v in st.items()}) for st in states]
         plan = self.plan(server_round)
         hpc_set = set(plan.hpc_nodes)
-        self.map.refresh(grid, self.cfg["round-timeout"])
+        self.map.refresh(grid, self.fed.round_timeout)
         online = set(self.map.online(grid))
         self.sent = {}
         messages = []
@@ -161,7 +164,7 @@ class SHEFL(StrategyBase):
         new_states, stats = [], {}
         for m in range(self.M):
             H, L = len(hpc[m]), len(lpc[m])
-            a_h, a_l = workload_weights(H, L, self.cfg["coefficients"], self.M, self.C_h, self.C_l)
+            a_h, a_l = workload_weights(H, L, self.params.coefficients, self.M, self.C_h, self.C_l)
             step = aggregate_deltas(hpc[m], lpc[m], a_h, a_l)
             st = self._states[m]
             if step is not None:

@@ -1,0 +1,48 @@
+"""The baselines' parameter objects (docs/architecture.md#params)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetfl.common.fedopt import AdamParams
+from hetfl.common.params import MethodParams, key
+
+
+@dataclass(frozen=True)
+class FedProxParams(MethodParams):
+    """FedProx (Li et al. 2020): the proximal term mu/2 ||w - w_t||^2 added to the local loss."""
+
+    mu: float = key("fedprox-mu", 0.01)
+
+
+@dataclass(frozen=True)
+class FedAdamParams(MethodParams):
+    """FedAdam (Reddi et al. 2021, Alg. 2): server learning rate eta and the moment constants.
+
+    Parameters
+    ----------
+    server_lr : float
+        eta of the server step.
+    local_lr : float
+        The clients' learning rate (Flower's ``eta_l``; the local optimizer reads run-config ``lr`` itself).
+    adam : AdamParams
+        update rule, tau, beta_1, beta_2.
+    """
+
+    server_lr: float = key("fedadam-server-lr", 0.01)
+    local_lr: float = key("lr", 0.01)
+    adam: AdamParams = key("", AdamParams(), nested=AdamParams)
+
+
+@dataclass(frozen=True)
+class FedBEParams(MethodParams):
+    """FedBE (Chen and Chao 2021): Bayesian ensemble of S sampled models, distilled with SWA on the server's unlabeled
+    set (docs/readings.md#fedbe)."""
+
+    samples: int = key("fedbe-samples", 5)
+    epochs: int = key("fedbe-epochs", 20)
+    batch_size: int = key("fedbe-batch-size", 128)
+    lr: float = key("fedbe-lr", 1e-3)
+    momentum: float = key("fedbe-momentum", 0.9)
+    weight_decay: float = key("fedbe-weight-decay", 1e-5)
+    swa_start: int = key("fedbe-swa-start", 500)

@@ -1,0 +1,122 @@
+"""Flower's FedOpt strategies (FedAdam, FedYogi; Reddi et al. 2021) fixed for this project: used by the FedAdam
+baseline and by FENS's phase 2 (docs/readings.md#fens-phase2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, MetricRecord
+from flwr.serverapp.strategy import FedAdam, FedYogi
+
+from .config import Key
+from .params import MethodParams, key
+from .strategy import SeededSampling
+
+ADAM_METHODS = ("fedadam", "fens")  # the methods whose server runs FedAdam / FedYogi
+ADAM_KEYS = (
+    Key("fedadam-update", str, "authors", "FedAdam server step (fedadam, FENS phase 2): 'authors' = no bias correction (FENS code), 'flower' = Flower's bias-corrected step",
+        choices=("authors", "flower"), methods=ADAM_METHODS),
+    Key("fedadam-tau", float, 1e-3, "FedAdam/FedYogi adaptivity tau (fedadam, FENS phase 2)", min=0.0, min_inclusive=False, methods=ADAM_METHODS),
+    Key("fedadam-beta1", float, 0.9, "FedAdam/FedYogi first-moment decay beta_1", min=0.0, max=1.0, max_inclusive=False, methods=ADAM_METHODS),
+    Key("fedadam-beta2", float, 0.99, "FedAdam/FedYogi second-moment decay beta_2", min=0.0, max=1.0, max_inclusive=False, methods=ADAM_METHODS),
+)
+ADAM_RENAMED = {"adam-update": "fedadam-update", "adam-tau": "fedadam-tau", "adam-beta1": "fedadam-beta1",
+                "adam-beta2": "fedadam-beta2"}
+
+
+@dataclass(frozen=True)
+class AdamParams(MethodParams):
+    """FedAdam/FedYogi's server-side constants (Reddi et al. 2021, Alg. 2).
+
+    Parameters
+    ----------
+    update : {"authors", "flower"}
+        "authors": no bias correction, eta_t = eta (the FENS authors' step); "flower": Flower's bias-corrected step.
+    tau : float
+        Adaptivity (added to sqrt(v)).
+    beta1, beta2 : float
+        First- and second-moment decays.
+    """
+
+    update: str = key("fedadam-update", "authors")
+    tau: float = key("fedadam-tau", 1e-3)
+    beta1: float = key("fedadam-beta1", 0.9)
+    beta2: float = key("fedadam-beta2", 0.99)
+
+    def options(self, yogi: bool = False) -> dict:
+        """Keyword arguments of :class:`SeededFedAdam` (FedYogi: all but ``bias_correction``)."""
+        opts = {"beta_1": self.beta1, "beta_2": self.beta2, "tau": self.tau}
+        return opts if yogi else {**opts, "bias_correction": self.update == "flower"}
+
+
+def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, tau: float,
+                     beta_1: float, beta_2: float, server_round: int | None = None) -> np.ndarray:
+    """FedAdam's server step (Reddi et al. 2021, Alg. 2): x + eta_t * m / (sqrt(v) + tau).
+
+    ``server_round = None``: no bias correction, eta_t = eta (the FENS authors' update);
+    otherwise Flower's eta_t = eta * sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1)).
+    docs/readings.md#fens-phase2
+    """
+    eta_t = eta if server_round is None else eta * np.sqrt(1 - beta_2 ** (server_round + 1.0)) / (1 - beta_1 ** (server_round + 1.0))
+    return x + eta_t * m / (np.sqrt(v) + tau)
+
+
+class FedOptState:
+    """Checkpoint state of Flower's FedOpt family (FedAdam, FedYogi): the moments and the current model."""
+
+    def state_dict(self) -> dict:
+        """Moments m_t, v_t and the current model (for checkpoints)."""
+        return {"m_t": self.m_t, "v_t": self.v_t, "current": self.current_arrays}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]
+
+
+class FedAdamF32(FedOptState, FedAdam):
+    """Flower's FedAdam (Reddi et al. 2021) that keeps the parameters' dtype, with or without bias correction.
+
+    Flower 1.41's FedAdam multiplies float32 arrays by a NumPy float64 scalar, which NumPy 2
+    promotes to float64, silently doubling every later download; the result is cast back to
+    each array's dtype.
+
+    Parameters
+    ----------
+    bias_correction : bool
+        True: Flower's update (Adam's bias-corrected step size). False: the FENS authors'
+        update, ``x + eta * m / (sqrt(v) + tau)`` with zero-initialised moments
+        (run-config ``fedadam-update = "authors"``, docs/readings.md#fens-phase2).
+    **kwargs
+        Flower's :class:`FedAdam` arguments (``eta``, ``eta_l``, ``beta_1``, ``beta_2``, ``tau``, ...).
+    """
+
+    def __init__(self, *args, bias_correction: bool = True, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.bias_correction = bias_correction
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        dtypes = {k: np.asarray(v).dtype for k, v in self.current_arrays.items()} if self.current_arrays else {}
+        if self.bias_correction:
+            arrays, metrics = super().aggregate_train(server_round, replies)
+        else:  # the weighted mean from the FedAvg family (validated replies), then the authors' step
+            arrays, metrics = super(FedAdam, self).aggregate_train(server_round, replies)
+            if arrays is not None:
+                delta, m, _ = self._compute_deltat_and_mt(arrays)
+                if not self.v_t:
+                    self.v_t = {k: np.zeros_like(d) for k, d in delta.items()}
+                self.v_t = {k: self.beta_2 * v + (1 - self.beta_2) * delta[k] ** 2 for k, v in self.v_t.items()}
+                arrays = ArrayRecord({k: Array(np.asarray(adam_server_step(x, m[k], self.v_t[k], self.eta, self.tau,
+                                                                           self.beta_1, self.beta_2)))
+                                      for k, x in self.current_arrays.items()})
+        if arrays is not None and dtypes:
+            arrays = ArrayRecord({k: Array(np.asarray(v.numpy(), dtype=dtypes.get(k))) for k, v in arrays.items()})
+        return arrays, metrics
+
+
+class SeededFedAdam(FedAdamF32, SeededSampling):
+    """Flower's FedAdam (Reddi et al. 2021), dtype-preserving, with seeded sampling by client id."""
+
+
+class SeededFedYogi(FedOptState, FedYogi, SeededSampling):
+    """Flower's FedYogi (Reddi et al. 2021) with seeded sampling by client id (a FENS phase-2 option)."""

@@ -1,0 +1,100 @@
+"""Frozen parameter objects: what a component reads from the run config, read once (docs/architecture.md#params).
+
+A method's strategy and ClientApp handlers take its parameter object, not the flat run config, so a test or a
+notebook builds one from a few values (``SHEFLParams(models=3)``) and a reader sees in one class which keys a
+method reads. Each field names its run-config key with :func:`key`; ``from_config`` reads and converts them::
+
+    @dataclass(frozen=True)
+    class FedProxParams(MethodParams):
+        mu: float = key("fedprox-mu", default=0.01)
+
+:class:`FederationParams` holds the keys every strategy reads (seed, sampling fraction, round timeout).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+P = TypeVar("P", bound="MethodParams")
+
+
+def key(name: str, default: Any = dataclasses.MISSING, parse: Callable[[Any], Any] | None = None,
+        nested: type[MethodParams] | None = None) -> Any:
+    """A field read from run-config key `name` (converted by ``parse(value)`` if given; `nested`: a parameter
+    object of its own, built from the same config)."""
+    meta = {"key": name, "parse": parse, "nested": nested}
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata=meta)
+    if isinstance(default, (list, dict, set)):
+        return dataclasses.field(default_factory=lambda: default, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class MethodParams:
+    """Base of a frozen parameter object; subclasses declare fields with :func:`key`."""
+
+
+    @classmethod
+    def from_config(cls: type[P], cfg: Mapping[str, Any]) -> P:
+        """Read every field's key from a validated run config."""
+        kw = {}
+        for f in fields(cls):
+            meta = f.metadata
+            if meta.get("nested") is not None:
+                kw[f.name] = meta["nested"].from_config(cfg)
+            elif meta.get("key"):
+                value = cfg[meta["key"]]
+                kw[f.name] = meta["parse"](value) if meta.get("parse") else value
+        return cls(**kw)
+
+    @classmethod
+    def config_keys(cls) -> tuple[str, ...]:
+        """The run-config keys this object reads (nested objects' included)."""
+        out: list[str] = []
+        for f in fields(cls):
+            if f.metadata.get("nested") is not None:
+                out += f.metadata["nested"].config_keys()
+            elif f.metadata.get("key"):
+                out.append(f.metadata["key"])
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class NoParams(MethodParams):
+    """A method that reads no keys of its own (FedAvg)."""
+
+
+@dataclass(frozen=True)
+class FederationParams(MethodParams):
+    """What every strategy reads besides its method's parameters.
+
+    Parameters
+    ----------
+    seed : int
+        Seeds client sampling (with the client id) and the strategy's random draws.
+    fraction_train : float
+        Fraction of the known clients sampled per round.
+    round_timeout : float
+        Seconds to wait for a round's replies (also bounds node discovery).
+    num_rounds : int
+        Rounds of the run (some schedules depend on it).
+    """
+
+    seed: int = key("seed", 0)
+    fraction_train: float = key("fraction-train", 0.1)
+    round_timeout: float = key("round-timeout", 3600.0)
+    num_rounds: int = key("num-server-rounds", 3)
+
+
+def floats(sep: str = ",") -> Callable[[str], tuple[float, ...]]:
+    """Parse a run-config list such as '0.66,0.40' (already checked by the method's config check)."""
+    return lambda text: tuple(float(v) for v in str(text).split(sep)) if str(text).strip() else ()
+
+
+def ints(sep: str = ",") -> Callable[[str], tuple[int, ...]]:
+    """Parse a run-config list of integers such as '8,6,4'."""
+    return lambda text: tuple(int(float(v)) for v in str(text).split(sep)) if str(text).strip() else ()
