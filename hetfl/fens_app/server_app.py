@@ -58,28 +58,36 @@ def _phase1(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[st
         content["arrays"] = model_to_arrays(init)
     raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
 
-    def check(r: Message) -> tuple[dict[str, np.ndarray], float]:  # a diverged model would make every prediction NaN
-        return check_arrays(r.content["arrays"], expected, dtypes), check_weight(r.content["metrics"]["num-examples"])
+    C = num_classes(cfg)
+
+    def check(r: Message) -> tuple[dict[str, np.ndarray], float, list[int], float]:
+        metrics = r.content["metrics"]
+        counts = [int(c) for c in metrics["label_counts"]]
+        if len(counts) != C or min(counts) < 0:
+            raise ValueError(f"label_counts: expected {C} non-negative counts, got {len(counts)}")
+        # check_arrays: keys, shapes, dtypes, finite values (a diverged model would make every prediction NaN)
+        return (check_arrays(r.content["arrays"], expected, dtypes), check_weight(metrics["num-examples"]), counts,
+                float(metrics["train_s"]))
 
     valid, _, rejected = validate_replies(raw, check, 0, cmap, set(clients))
     valid.sort(key=lambda pair: cmap.client_of(pair[0]))
-    for r, (_, n) in valid:
+    for r, (_, n, _, _) in valid:
         if n == 0:  # only with dirichlet-min-size = 0: a client without data
             log.warning("FENS: client %d has no local training data; its (untrained) model is left out", cmap.client_of(r))
-    rejected += sum(n == 0 for _, (_, n) in valid)
-    kept = [(r, st, n) for r, (st, n) in valid if n > 0]
+    rejected += sum(n == 0 for _, (_, n, _, _) in valid)
+    kept = [(r, st, n, counts, secs) for r, (st, n, counts, secs) in valid if n > 0]
     if not kept:
         raise RuntimeError("FENS: no client returned a usable local model")
     traffic = grid.take()
     wall = time.perf_counter() - t0
     log.info("FENS phase 1: %d local models in %.1fs (%.1f MB up)", len(kept), wall, traffic.bytes_up / 1e6)
     return Ensemble(
-        states=[st for _, st, _ in kept],
-        client_ids=[cmap.client_of(r) for r, _, _ in kept],
-        label_counts=np.array([r.content["metrics"]["label_counts"] for r, _, _ in kept], dtype=np.int64),
-        num_examples=[int(n) for _, _, n in kept],
+        states=[st for _, st, _, _, _ in kept],
+        client_ids=[cmap.client_of(r) for r, *_ in kept],
+        label_counts=np.array([counts for *_, counts, _ in kept], dtype=np.int64),
+        num_examples=[int(n) for _, _, n, _, _ in kept],
         phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
-                "phase1_client_train_s": [float(r.content["metrics"]["train_s"]) for r, _, _ in kept],
+                "phase1_client_train_s": [secs for *_, secs in kept],
                 "rejected_models": rejected, "phase1_comm_s": traffic.comm_s},
     )
 
@@ -128,13 +136,25 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         rec = pack_models(sent, skip=own) if p.exclude_own and own >= 0 else shared
         conf = ConfigRecord({"num-models": M, "own-index": own, "quantized": p.quantize})
         msgs.append(cmap.message(c, RecordDict({"ensemble": rec, "config": conf}), LOGITS))
-    ready = [r for r in cmap.send_and_receive(grid, msgs, cfg["round-timeout"]) if not r.has_error()]
+
+    def check_logits(r: Message) -> tuple[int, np.ndarray]:
+        """The client's own member index (as sent) and its confusion counts on the aggregator split (C x C, >= 0)."""
+        own = int(r.content["metrics"]["own-index"])
+        if own != member_of.get(cmap.client_of(r), -1):
+            raise ValueError(f"own-index {own}: this client's member is {member_of.get(cmap.client_of(r), -1)}")
+        counts = r.content["confusion"]["counts"].numpy()
+        if counts.shape != (C, C) or not np.issubdtype(counts.dtype, np.integer) or (counts < 0).any():
+            raise ValueError(f"confusion counts of shape {counts.shape} / dtype {counts.dtype}; expected ({C}, {C}) "
+                             "non-negative integers")
+        return own, counts
+
+    ready, _, _ = validate_replies(cmap.send_and_receive(grid, msgs, cfg["round-timeout"]), check_logits, 0, cmap,
+                                   set(clients))
     download = grid.take()
     confusion = np.zeros((M, C, C), np.int64)
-    for r in ready:
-        own = int(r.content["metrics"]["own-index"])
+    for _, (own, counts) in ready:
         if own >= 0:
-            confusion[own] = r.content["confusion"]["counts"].numpy().reshape(C, C)
+            confusion[own] = counts
     # ---- server-side evaluation data: logits of the ensemble on validation / test ----------------
     val, test = eval_splits(cfg)
     opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
