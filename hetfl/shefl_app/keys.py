@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from hetfl.common.config import ConfigError, Key
+from hetfl.common.config import SCHEMA, ConfigError, Key
 from hetfl.common.nodeconfig import NodeKey, choice, quoted
 from hetfl.common.params import MethodParams, key
 
@@ -41,7 +41,7 @@ def client_work(cfg: dict, hpc: bool) -> tuple[int, int] | None:
     """(local epochs, models trained) of one client in a round: its role's epochs (`role_work`) or the run's
     local-epochs; SHEFL HPCs train all M models, a restricted Fed-Ensemble HPC (shefl-hpc-models = "one") and every
     other client one (straggler study, Fig. 7). None for step-based local work."""
-    p = SHEFLParams.from_config(cfg)
+    p = SHEFLParams.from_config({**{k: SCHEMA[k].default for k in SHEFLParams.config_keys()}, **cfg})  # stored configs
     steps, epochs = p.role_work("hpc" if hpc else "lpc")
     if not epochs:
         if steps or cfg["local-steps"]:
