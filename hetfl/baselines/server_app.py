@@ -1,4 +1,5 @@
-"""Server side of the FedAvg / FedProx / FedAdam baselines (McMahan et al. 2017; Li et al. 2020; Reddi et al. 2021).
+"""Server side of the FedAvg / FedProx / FedAdam baselines (McMahan et al. 2017; Li et al. 2020; Reddi et al. 2021),
+and of FENS's iterative baselines FedNova, Scaffold and FedAvg-STC (docs/readings.md#fens-iterative).
 
 Flower's own `FedAvg` / `FedProx` / `FedAdam` strategies do sampling and aggregation; this
 module only adds centralized evaluation, byte accounting and the results writer.
@@ -9,9 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from flwr.app import ArrayRecord, Context
+from torch import nn
 
 from hetfl.baselines.fedbe import DistillOptions
-from hetfl.baselines.strategy import SeededFedAdam, SeededFedAvg, SeededFedBE, SeededFedProx, adam_options
+from hetfl.baselines.strategy import (
+    SeededFedAdam,
+    SeededFedAvg,
+    SeededFedAvgSTC,
+    SeededFedBE,
+    SeededFedNova,
+    SeededFedProx,
+    SeededScaffold,
+    adam_options,
+)
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
@@ -28,9 +39,13 @@ from hetfl.common.task import (
 from hetfl.common.train import Normalizer
 
 
-def make_strategy(cfg: dict[str, Any], cmap: ClientMap) -> SeededFedAvg:
-    """The Flower strategy for `method` (fedavg | fedprox | fedadam | fedbe), sampling from the clients of `cmap`
-    with the run's seed, with centralized evaluation only."""
+ITERATIVE = {"fednova": SeededFedNova, "scaffold": SeededScaffold, "fedavg-stc": SeededFedAvgSTC}
+
+
+def make_strategy(cfg: dict[str, Any], cmap: ClientMap, model: nn.Module | None = None) -> SeededFedAvg:
+    """The Flower strategy for `method` (fedavg | fedprox | fedadam | fedbe | fednova | scaffold | fedavg-stc),
+    sampling from the clients of `cmap` with the run's seed, with centralized evaluation only (`model`: the
+    global model, whose trainable parameters FedNova and Scaffold update; built from `cfg` if not given)."""
     kwargs = dict(
         fraction_train=cfg["fraction-train"],
         fraction_evaluate=0.0,
@@ -39,6 +54,10 @@ def make_strategy(cfg: dict[str, Any], cmap: ClientMap) -> SeededFedAvg:
         # with whoever is connected (Flower would otherwise block forever when a node dies)
         min_available_nodes=1,
     )
+    if cfg["method"] in ITERATIVE:
+        model = make_model(cfg) if model is None else model
+        params = {k: p.detach().cpu().numpy() for k, p in model.named_parameters() if p.requires_grad}
+        return ITERATIVE[cfg["method"]](**kwargs).bind(cmap, cfg["seed"], cfg["round-timeout"]).setup(params, cfg)
     if cfg["method"] == "fedbe":
         return _fedbe(cfg, SeededFedBE(**kwargs).bind(cmap, cfg["seed"], cfg["round-timeout"]))
     if cfg["method"] == "fedprox":
@@ -66,11 +85,11 @@ def _fedbe(cfg: dict[str, Any], strategy: SeededFedBE) -> SeededFedBE:
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run FedAvg/FedProx/FedAdam/FedBE for num-server-rounds; returns the run summary."""
+    """Run FedAvg/FedProx/FedAdam/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
     evaluate = centralized_evaluator(cfg)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    strategy = make_strategy(cfg, discover_clients(grid, cfg))
+    strategy = make_strategy(cfg, discover_clients(grid, cfg), model)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         loss, acc = evaluate(arrays_to_model(model, arrays))
