@@ -67,7 +67,15 @@ def gradient_correction(model: torch.nn.Module, correction: dict[str, np.ndarray
     handles = []
     for name, value in correction.items():
         t = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
-        handles.append(params[name].register_hook(lambda g, t=t: g + t.to(g.device, g.dtype)))
+        on: dict = {}  # the correction on the gradient's device, copied there once (training moves the model)
+
+        def hook(g: torch.Tensor, t: torch.Tensor = t, on: dict = on) -> torch.Tensor:
+            key = (g.device, g.dtype)
+            if key not in on:
+                on[key] = t.to(g.device, g.dtype)
+            return g + on[key]
+
+        handles.append(params[name].register_hook(hook))
     try:
         yield
     finally:
