@@ -90,7 +90,8 @@ def _ask(reply: Message) -> Message:
     return ask
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedadam", "shefl", "adaptivefl", "fens"])
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedadam", "fednova", "scaffold", "fedavg-stc", "shefl",
+                                  "adaptivefl", "fens"])
 def test_every_malformed_reply_is_counted_and_never_applied(name, tmp_path, task_identity, monkeypatch):
     require_fmnist()
     cfg = {**BASE, **METHODS[name], "fraction-train": 1.0, "min-available-nodes": 10, "seed": 1}
@@ -107,6 +108,8 @@ def test_every_malformed_reply_is_counted_and_never_applied(name, tmp_path, task
         assert rows[1]["rejected"] == len(MALFORMED) + len(EXTRA), rows[1]
         assert rows[1].get("failures", 0) + rows[1].get("failed", 0) >= 1, rows[1]
     assert np.isfinite(rows[2]["accuracy"]) and np.isfinite(rows[2]["loss"])
+    if name == "scaffold":  # the nodes whose replies were dropped had changed their c_i: round 2 resends it
+        assert rows[2]["failures"] == 0 and rows[2]["rejected"] == 0, rows[2]
 
 
 def test_a_run_where_no_client_succeeds_stops_with_a_clear_error(tmp_path, task_identity, monkeypatch):

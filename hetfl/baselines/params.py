@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetfl.common.fedopt import AdamParams
-from hetfl.common.params import MethodParams, key
+from hetfl.common.params import LocalSGDParams, MethodParams, key
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,31 @@ class FedBEParams(MethodParams):
     momentum: float = key("fedbe-momentum", 0.9)
     weight_decay: float = key("fedbe-weight-decay", 1e-5)
     swa_start: int = key("fedbe-swa-start", 500)
+
+
+@dataclass(frozen=True)
+class FedNovaParams(MethodParams):
+    """FedNova (Wang et al. 2020) as the FENS authors run it: normalised averaging with server momentum `gmf`; the
+    normaliser of a client depends on its steps and the local momentum in `sgd` (docs/readings.md#fens-iterative)."""
+
+    gmf: float = key("fednova-gmf", 0.9)
+    sgd: LocalSGDParams = key("", LocalSGDParams(), nested=LocalSGDParams)
+
+
+@dataclass(frozen=True)
+class ScaffoldParams(MethodParams):
+    """Scaffold (Karimireddy et al. 2020, option II): server learning rate eta_g; the control variates use the local
+    lr in `sgd` (docs/readings.md#fens-scaffold)."""
+
+    server_lr: float = key("scaffold-server-lr", 1.0)
+    sgd: LocalSGDParams = key("", LocalSGDParams(), nested=LocalSGDParams)
+
+
+@dataclass(frozen=True)
+class STCParams(MethodParams):
+    """FedAvg-STC (FENS Sec. 4: 50% sparse, 16-bit uploads): the share of entries uploaded, the top-k scope and
+    whether the client keeps what it did not upload."""
+
+    density: float = key("stc-density", 0.5)
+    topk_scope: str = key("stc-topk-scope", "global")
+    error_feedback: bool = key("stc-error-feedback", False)

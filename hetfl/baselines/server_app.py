@@ -1,4 +1,5 @@
-"""Server side of the FedAvg / FedProx / FedAdam baselines (McMahan et al. 2017; Li et al. 2020; Reddi et al. 2021).
+"""Server side of the FedAvg / FedProx / FedAdam baselines (McMahan et al. 2017; Li et al. 2020; Reddi et al. 2021),
+and of FENS's iterative baselines FedNova, Scaffold and FedAvg-STC (docs/readings.md#fens-iterative).
 
 Flower's own `FedAvg` / `FedProx` / `FedAdam` strategies do sampling and aggregation; this
 module only adds centralized evaluation, byte accounting and the results writer.
@@ -9,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from flwr.app import ArrayRecord, Context
+from torch import nn
 
 from hetfl.baselines.fedbe import DistillOptions
-from hetfl.baselines.params import FedAdamParams, FedBEParams, FedProxParams
-from hetfl.baselines.strategy import SeededFedAvg, SeededFedBE, SeededFedProx
+from hetfl.baselines.params import FedAdamParams, FedBEParams, FedNovaParams, FedProxParams, ScaffoldParams, STCParams
+from hetfl.baselines.strategy import SeededFedAvg, SeededFedAvgSTC, SeededFedBE, SeededFedNova, SeededFedProx, SeededScaffold
 from hetfl.common.fedopt import SeededFedAdam
 from hetfl.common.params import FederationParams, MethodParams
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
@@ -32,10 +34,14 @@ from hetfl.common.train import Normalizer
 from hetfl.methods import params_for
 
 
-def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap) -> SeededFedAvg:
-    """The Flower strategy of the method whose parameters are `params` (FedAvg: NoParams, FedProx, FedAdam; FedBE's
-    strategy needs its server set too: :func:`_fedbe`), sampling from the clients of `cmap` with `fed.seed`, with
-    centralized evaluation only."""
+ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCParams: SeededFedAvgSTC}
+
+
+def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, model: nn.Module | None = None) -> SeededFedAvg:
+    """The Flower strategy of the method whose parameters are `params` (FedAvg: NoParams, FedProx, FedAdam, FedNova,
+    Scaffold, FedAvg-STC; FedBE's strategy needs its server set too: :func:`_fedbe`), sampling from the clients of
+    `cmap` with `fed.seed`, with centralized evaluation only. `model`: the global model, whose trainable parameters
+    FedNova and Scaffold update (required for them)."""
     kwargs = dict(
         fraction_train=fed.fraction_train,
         fraction_evaluate=0.0,
@@ -44,6 +50,11 @@ def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap) 
         # with whoever is connected (Flower would otherwise block forever when a node dies)
         min_available_nodes=1,
     )
+    if type(params) in ITERATIVE:
+        if model is None:
+            raise ValueError(f"{type(params).__name__}: make_strategy needs the global model")
+        trainable = {k: p.detach().cpu().numpy() for k, p in model.named_parameters() if p.requires_grad}
+        return ITERATIVE[type(params)](**kwargs).bind(cmap, fed.seed, fed.round_timeout).setup(trainable, params)
     if isinstance(params, FedBEParams):
         strategy: SeededFedAvg = SeededFedBE(**kwargs)
     elif isinstance(params, FedProxParams):
@@ -69,12 +80,12 @@ def _fedbe(cfg: dict[str, Any], p: FedBEParams, strategy: SeededFedBE) -> Seeded
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run FedAvg/FedProx/FedAdam/FedBE for num-server-rounds; returns the run summary."""
+    """Run FedAvg/FedProx/FedAdam/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
     evaluate = centralized_evaluator(cfg)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     params = params_for(cfg)
-    strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg))
+    strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg), model)
     if isinstance(params, FedBEParams):
         strategy = _fedbe(cfg, params, strategy)
 

@@ -5,12 +5,41 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedProx
 
+from hetfl.common.comm import get_sparse
+from hetfl.common.compression import StateLayout, topk_count
 from hetfl.common.models import get_state
-from hetfl.common.strategy import SeededSampling, single_array_record
+from hetfl.common.params import MethodParams, NoParams
+from hetfl.common.strategy import (
+    SeededSampling,
+    as_dtype,
+    check_arrays,
+    check_sparse,
+    check_weight,
+    single_array_record,
+    validate_replies,
+)
 
+from . import TRAIN_SCAFFOLD, TRAIN_STC
+from .core import (
+    CONTROL,
+    CONTROL_OWN,
+    SCAFFOLD,
+    STC_PREFIX,
+    STC_UPDATE,
+    apply_delta,
+    data_weights,
+    fednova_direction,
+    fednova_normalizer,
+    fednova_step,
+    scaffold_model,
+    scaffold_server_control,
+    stc_decode,
+    weighted_mean,
+)
 from .fedbe import fedbe_round
 
 
@@ -46,3 +75,192 @@ class SeededFedBE(SeededSampling):
         student = fedbe_round(self.make_model, mean, clients, weights, self.unlabeled_x, self.normalize, self.samples,
                               self.opts, self.seed, server_round, **self.compute).student
         return ArrayRecord({k: Array(v) for k, v in get_state(student).items()}), metrics
+
+
+# --- FENS's iterative baselines: FedNova, Scaffold, FedAvg-STC (docs/readings.md#fens-iterative) ----------------
+
+
+class SeededIterative(SeededSampling):
+    """Seeded sampling (:class:`SeededSampling`) plus what the iterative baselines' own updates need: the round's
+    global arrays and the names of the model's trainable parameters. Call :meth:`setup` after :meth:`bind`."""
+
+    params: dict[str, np.ndarray] = {}  # name -> initial value of every trainable parameter (keys and shapes)
+    p: MethodParams = NoParams()  # the method's parameters (FedNovaParams, ScaffoldParams, STCParams)
+    _x: dict[str, np.ndarray] = {}  # the global arrays sent this round
+
+    def setup(self, params: dict[str, np.ndarray], p: MethodParams) -> SeededIterative:
+        """`params`: the trainable parameters (name -> array) of the model; `p`: the method's parameters."""
+        self.params, self.p = dict(params), p
+        return self
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        self._x = {k: v.numpy() for k, v in arrays.items()}
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def _result(self, accepted: list[Message], new: dict[str, np.ndarray]) -> tuple[ArrayRecord, MetricRecord | None]:
+        """The new global arrays in the global model's dtypes, and the clients' weighted train metrics."""
+        self.accepted = accepted
+        metrics = self.train_metrics_aggr_fn([r.content for r in accepted], self.weighted_by_key) if accepted else None
+        self.train_metrics = {f"client_{k}": float(v) for k, v in (metrics or {}).items() if k != self.weighted_by_key}
+        dtypes = self._dtypes or {}
+        return ArrayRecord({k: Array(as_dtype(np.asarray(v), dtypes.get(k, np.asarray(v).dtype))) for k, v in new.items()}), metrics
+
+    def _weighted(self, ys: list[dict[str, np.ndarray]], p: np.ndarray, skip: Iterable[str] = ()) -> dict[str, np.ndarray]:
+        """The global arrays with every key but `skip` replaced by the clients' weighted mean (FedAvg)."""
+        skip = set(skip)
+        return {k: (v if k in skip else weighted_mean(ys, p, k)) for k, v in self._x.items()}
+
+
+class SeededFedNova(SeededIterative):
+    """FedNova (Wang et al. 2020) as the FENS authors run it (``distoptim/FedNova.py``): clients train plain local
+    SGD (with momentum rho) and report their steps tau_i; the server moves the parameters along
+    sum_i p_i (tau_eff / a_i) (x - y_i) with global momentum ``fednova-gmf``; buffers get the weighted mean.
+    docs/readings.md#fens-fednova"""
+
+    buf: dict[str, np.ndarray] | None = None  # the global momentum buffer (None before the first update)
+    tau_eff: float | None = None
+
+    def check_reply(self, reply: Message) -> None:
+        """A client with data reports its local steps, a positive integer."""
+        metrics = reply.content["metrics"]
+        if float(metrics["num-examples"]) > 0:
+            steps = float(metrics["steps"])
+            if not (np.isfinite(steps) and steps >= 1 and steps == int(steps)):
+                raise ValueError(f"steps = {metrics['steps']!r}; expected a whole number >= 1")
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        new, metrics = super().aggregate_train(server_round, replies)  # checked replies, weighted mean of every array
+        if new is None:
+            return new, metrics
+        accepted = self.accepted
+        ys = [{k: v.numpy() for k, v in single_array_record(r).items()} for r in accepted]
+        p = data_weights([float(r.content["metrics"][self.weighted_by_key]) for r in accepted])
+        a = [fednova_normalizer(int(r.content["metrics"]["steps"]), self.p.sgd.momentum) for r in accepted]
+        d, self.tau_eff = fednova_direction(self._x, ys, p, a, list(self.params))
+        step, self.buf = fednova_step(self._x, d, self.p.sgd.lr_at(server_round), self.p.gmf, self.buf)
+        train_metrics = self.train_metrics
+        arrays, _ = self._result(accepted, {**{k: v.numpy() for k, v in new.items()}, **step})
+        self.train_metrics = {**train_metrics, "fednova_tau_eff": self.tau_eff}
+        return arrays, metrics
+
+    def state_dict(self) -> dict:
+        """The global momentum buffer."""
+        return {"buf": self.buf}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.buf = st["buf"]
+
+
+class SeededScaffold(SeededIterative):
+    """Scaffold (Karimireddy et al. 2020, option II) as the FENS authors run it (``distoptim/Scaffold.py``).
+
+    A train message carries the global model x and the server control variate c (twice the model down); the
+    reply the local model y_i and Delta c_i (twice the model up). Each client's c_i lives in its node's state
+    (:func:`hetfl.baselines.client_app.train_scaffold`). The server keeps a copy of every c_i (the sum of the
+    Delta c_i it accepted) and the round it last changed, so that a node that lost its state (a resumed run, a
+    restarted SuperNode) or whose reply was not accepted gets its c_i once more in its next message.
+    docs/readings.md#fens-scaffold
+    """
+
+    train_type = TRAIN_SCAFFOLD
+
+    def setup(self, params: dict[str, np.ndarray], p: MethodParams) -> SeededScaffold:
+        super().setup(params, p)
+        self.c = {k: np.zeros(np.shape(v), np.float32) for k, v in self.params.items()}
+        self.c_i: dict[int, dict[str, np.ndarray]] = {}  # client -> its control variate (the server's copy)
+        self.ci_round: dict[int, int] = {}  # client -> round its c_i last changed (0 = never: c_i = 0)
+        self.synced: dict[int, int] = {}  # client -> node known to hold its current c_i (this process only)
+        self._c_record: ArrayRecord | None = None
+        return self
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        self._c_record = ArrayRecord({k: Array(v) for k, v in self.c.items()})  # one record, shared by the messages
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def client_records(self, client: int) -> dict:
+        """c, the round of the client's c_i, and its c_i itself when its node may not hold it."""
+        out = {CONTROL: self._c_record, SCAFFOLD: ConfigRecord({"ci-round": self.ci_round.get(client, 0)})}
+        if client in self.c_i and self.synced.get(client) != self.map.node.get(client):
+            out[CONTROL_OWN] = ArrayRecord({k: Array(v) for k, v in self.c_i[client].items()})
+        return out
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        reference, shapes = self._reference or {}, {k: np.shape(v) for k, v in self.c.items()}
+        cdtypes = dict.fromkeys(self.c, np.float32)
+
+        def check(r: Message) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
+            y = check_arrays(r.content[self.arrayrecord_key], reference, self._dtypes)
+            dc = check_arrays(r.content[CONTROL], shapes, cdtypes)
+            return y, dc, check_weight(r.content["metrics"][self.weighted_by_key])
+
+        ok, _, self.rejected = validate_replies(replies, check, server_round, self.map, set(self.sampled))
+        done = set()
+        for r, (_, dc, _) in ok:  # client-id order (run_rounds orders the replies)
+            client = self.map.client_of(r)
+            before = self.c_i[client] if client in self.c_i else {k: np.zeros_like(v) for k, v in self.c.items()}
+            self.c_i[client] = apply_delta(before, dc)
+            self.ci_round[client], self.synced[client] = server_round, self.map.node[client]
+            done.add(client)
+        for client in set(self.sampled) - done:  # its node may or may not have changed c_i: send it next time
+            self.synced.pop(client, None)
+        if ok:
+            self.c = scaffold_server_control(self.c, [dc for _, (_, dc, _) in ok], len(self.map.clients()))
+        trained = [(r, y, n) for r, (y, _, n) in ok if n > 0]
+        if not trained:
+            self.accepted, self.train_metrics = [], {}
+            return None, None
+        ys = [y for _, y, _ in trained]
+        p = data_weights([n for _, _, n in trained])
+        new = {**self._weighted(ys, p, self.params),
+               **scaffold_model(self._x, ys, p, list(self.params), self.p.server_lr)}
+        return self._result([r for r, _, _ in trained], new)
+
+    def state_dict(self) -> dict:
+        """c, the server's copy of every client's c_i and the round each last changed."""
+        return {"c": self.c, "c_i": self.c_i, "ci_round": self.ci_round}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.c, self.c_i, self.ci_round = st["c"], st["c_i"], st["ci_round"]
+        self.synced = {}  # a new process: no node is known to hold its client's c_i
+
+
+class SeededFedAvgSTC(SeededIterative):
+    """FedAvg whose uploads are STC-style compressed (FENS Sec. B.2): the top ``stc-density`` of the update's
+    entries by magnitude, values in 16 bits; the server decodes each update and adds the clients' weighted mean
+    to the float entries of the global model (integer buffers stay). docs/readings.md#fens-stc"""
+
+    train_type = TRAIN_STC
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        self.layout = StateLayout.of({k: v.numpy() for k, v in arrays.items()})
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def expected_values(self) -> int:
+        """How many values an update holds (top-k over the whole vector, or per tensor)."""
+        density = self.p.density
+        if self.p.topk_scope == "tensor":
+            return sum(topk_count(n, density) for n in self.layout.segments)
+        return topk_count(self.layout.size, density)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        size, k = self.layout.size, self.expected_values()
+
+        def check(r: Message) -> tuple[np.ndarray, float]:
+            rec = r.content[STC_UPDATE]
+            stc_decode(get_sparse(rec, STC_PREFIX))  # 16-bit values
+            idx, val = check_sparse(rec, STC_PREFIX, size)
+            if len(idx) != k:
+                raise ValueError(f"update with {len(idx)} values, expected {k} (stc-density {self.p.density})")
+            dense = np.zeros(size, np.float32)
+            dense[idx] = val
+            return dense, check_weight(r.content["metrics"][self.weighted_by_key])
+
+        ok, _, self.rejected = validate_replies(replies, check, server_round, self.map, set(self.sampled))
+        trained = [(r, d, n) for r, (d, n) in ok if n > 0]
+        if not trained:
+            self.accepted, self.train_metrics = [], {}
+            return None, None
+        p = data_weights([n for _, _, n in trained])
+        step = sum(float(w) * d.astype(np.float64) for w, (_, d, _) in zip(p, trained, strict=True))
+        flat = (self.layout.flatten(self._x).astype(np.float64) + step).astype(np.float32)
+        return self._result([r for r, _, _ in trained], self.layout.unflatten(flat, self._x))

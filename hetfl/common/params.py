@@ -98,3 +98,25 @@ def floats(sep: str = ",") -> Callable[[str], tuple[float, ...]]:
 def ints(sep: str = ",") -> Callable[[str], tuple[int, ...]]:
     """Parse a run-config list of integers such as '8,6,4'."""
     return lambda text: tuple(int(float(v)) for v in str(text).split(sep)) if str(text).strip() else ()
+
+
+@dataclass(frozen=True)
+class LocalSGDParams(MethodParams):
+    """What a server must know of its clients' local SGD (FedNova's normaliser, Scaffold's control variates).
+
+    Parameters
+    ----------
+    lr, lr_decay, lr_decay_every : float, float, int
+        The local learning rate of round r is ``lr * lr_decay ** ((r - 1) // lr_decay_every)`` (docs/training.md).
+    momentum : float
+        Local SGD momentum rho.
+    """
+
+    lr: float = key("lr", 0.01)
+    lr_decay: float = key("lr-decay", 1.0)
+    lr_decay_every: int = key("lr-decay-every", 10)
+    momentum: float = key("momentum", 0.0)
+
+    def lr_at(self, server_round: int) -> float:
+        """The local learning rate in round `server_round` (1-based)."""
+        return self.lr * self.lr_decay ** ((max(server_round, 1) - 1) // self.lr_decay_every)

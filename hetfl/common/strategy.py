@@ -211,6 +211,14 @@ class SeededSampling(FedAvg, StrategyBase):
     _reference: dict[str, tuple[int, ...]] | None = None
     _dtypes: dict[str, np.dtype] | None = None
     train_metrics: dict[str, float] = {}  # of the latest aggregate_train (reassigned, never mutated)
+    train_type: str = MessageType.TRAIN  # message type of the train messages (a method with its own handler: its own)
+
+    def client_records(self, client: int) -> dict[str, Any]:
+        """Records a client's train message carries besides the global arrays and config (default: none)."""
+        return {}
+
+    def check_reply(self, reply: Message) -> None:
+        """A method's own checks of one reply, after the common ones (raise ValueError to reject it)."""
 
     def bind(self, cmap: ClientMap, seed: int, timeout: float = 600.0) -> SeededSampling:
         """Sample from the clients of `cmap` with the run's `seed`; returns self.
@@ -233,9 +241,10 @@ class SeededSampling(FedAvg, StrategyBase):
         self._reference = {k: tuple(v.shape) for k, v in arrays.items()}
         self._dtypes = {k: np.dtype(v.dtype) for k, v in arrays.items()}
         config["server-round"] = server_round
-        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        shared = {self.arrayrecord_key: arrays, self.configrecord_key: config}
         log.info("round %d: sampled clients %s", server_round, self.sampled)
-        return [self.map.message(c, record, MessageType.TRAIN) for c in self.sampled]
+        return [self.map.message(c, RecordDict({**shared, **self.client_records(c)}), self.train_type)
+                for c in self.sampled]
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop malformed replies (keys/shapes of the global model, finite values), then Flower's aggregation."""
@@ -251,6 +260,7 @@ class SeededSampling(FedAvg, StrategyBase):
                 raise ValueError(f"expected one ArrayRecord and one MetricRecord, got {arrays} and {metrics}")
             check_arrays(r.content[arrays[0]], reference, self._dtypes)
             check_weight(r.content[metrics[0]][self.weighted_by_key])
+            self.check_reply(r)
             shape = (arrays[0], metrics[0], sorted(r.content[metrics[0]].keys()))
             if layout and shape != layout[0]:  # Flower's aggregation needs the same records and metric keys in all
                 raise ValueError(f"records/metric keys {shape} differ from the other replies' {layout[0]}")

@@ -23,6 +23,7 @@ from .config import validate
 from .data import ArrayData, DatasetInfo, DataSpec, LocalDataError, load_eval, load_local_data, load_partition
 from .models import build_model, get_state, set_state
 from .train import Normalizer, TrainResult, evaluate, resolve_device, train
+from .params import LocalSGDParams
 
 log = logging.getLogger("hetfl")
 
@@ -335,7 +336,7 @@ def round_lr(cfg: dict[str, Any], server_round: int) -> float:
     SHEFL: x0.99 every 10 rounds; AdaptiveFL authors: lr x 0.998^r with r counted from 0, i.e.
     lr-decay = 0.998, lr-decay-every = 1 (round 1 trains at lr). docs/training.md
     """
-    return cfg["lr"] * cfg["lr-decay"] ** ((max(server_round, 1) - 1) // cfg["lr-decay-every"])
+    return LocalSGDParams.from_config(cfg).lr_at(server_round)
 
 
 def client_device(cfg: dict[str, Any]) -> torch.device:

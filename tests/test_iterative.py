@@ -1,0 +1,334 @@
+"""FENS's iterative baselines FedNova, Scaffold and FedAvg-STC (docs/readings.md#fens-iterative).
+
+The math on small examples worked out by hand (FedNova), on a two-client quadratic where FedAvg drifts (Scaffold),
+and against an independent top-k (STC); then the strategies on fake replies, and the real ServerApp/ClientApp code
+in-process: Scaffold's control variates in the node state, across rounds and after a resume, and the bytes each
+method moves.
+"""
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from hetfl.baselines.client_app import gradient_correction
+from hetfl.baselines.core import (
+    CI_ROUND_STATE,
+    CI_STATE,
+    apply_delta,
+    data_weights,
+    fednova_direction,
+    fednova_normalizer,
+    fednova_step,
+    scaffold_control_delta,
+    scaffold_correction,
+    scaffold_model,
+    scaffold_server_control,
+    stc_decode,
+    stc_encode,
+)
+from hetfl.baselines.params import FedNovaParams, ScaffoldParams
+from hetfl.baselines.strategy import SeededFedNova, SeededScaffold
+from hetfl.common.params import LocalSGDParams
+from hetfl.common.checkpoint import read_checkpoint
+from hetfl.common.config import ConfigError, validate
+from hetfl.common.nodes import ClientMap
+from hetfl.common.task import state_key
+from hetfl.inprocess import InProcessGrid, run_in_process
+
+from .conftest import require_fmnist
+from .test_determinism import BASE
+from .test_nodes import Grid, one
+
+# --- FedNova ----------------------------------------------------------------------------------------------------
+
+
+def test_fednova_normalizer_is_steps_for_sgd_and_the_papers_sum_with_momentum():
+    assert fednova_normalizer(7, 0.0) == 7.0
+    assert fednova_normalizer(3, 0.5) == pytest.approx(1 + 1.5 + 1.75)  # counter 1, 1.5, 1.75
+    rho, tau = 0.9, 40  # Wang et al. 2020: ||a||_1 = [tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho)
+    assert fednova_normalizer(tau, rho) == pytest.approx((tau - rho * (1 - rho**tau) / (1 - rho)) / (1 - rho))
+
+
+def test_fednova_update_equals_the_normalized_average_by_hand():
+    """Two clients: n = 10 and 30 (p = 1/4, 3/4), 4 and 6 local steps. tau_eff = 1/4 * 4 + 3/4 * 6 = 5.5;
+    scales p_i tau_eff / a_i = 0.34375 and 0.6875; x - y_1 = (1, 1), x - y_2 = (-1, -2):
+    d = (0.34375 - 0.6875, 0.34375 - 1.375) = (-0.34375, -1.03125) and x - d = (1.34375, 3.03125)
+    (FedAvg would give (1.5, 3.25))."""
+    x = {"w": np.array([1.0, 2.0], np.float32)}
+    ys = [{"w": np.array([0.0, 1.0], np.float32)}, {"w": np.array([2.0, 4.0], np.float32)}]
+    p = data_weights([10, 30])
+    d, tau_eff = fednova_direction(x, ys, p, [4.0, 6.0], ["w"])
+    assert tau_eff == 5.5
+    np.testing.assert_allclose(d["w"], [-0.34375, -1.03125])
+    new, buf = fednova_step(x, d, lr=0.1, gmf=0.0, buf=None)
+    np.testing.assert_allclose(new["w"], [1.34375, 3.03125])
+    assert buf is None
+    new, buf = fednova_step(x, d, lr=0.1, gmf=0.9, buf=None)  # the first round with global momentum: buf = d / lr
+    np.testing.assert_allclose(new["w"], [1.34375, 3.03125])
+    new2, _ = fednova_step(new, d, lr=0.1, gmf=0.9, buf=buf)  # then x - lr (0.9 buf + d / lr) = x - 1.9 d
+    np.testing.assert_allclose(new2["w"], np.array([1.34375, 3.03125]) + 1.9 * np.array([0.34375, 1.03125]))
+
+
+def _fednova_round(s, cmap, nodes, rnd, x, updates):
+    """One FedNova round on fake replies: client c answers y = updates[c][0] with its steps and example count."""
+    msgs = list(s.configure_train(rnd, ArrayRecord({k: Array(v) for k, v in x.items()}), ConfigRecord(), Grid(nodes)))
+
+    def train(m):
+        y, steps, n = updates[int(m.content["client"]["client-id"])]
+        return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in y.items()}),
+                                   "metrics": MetricRecord({"num-examples": n, "steps": steps, "train_loss": 1.0})}),
+                       reply_to=m)
+
+    arrays, _ = s.aggregate_train(rnd, s.order_replies(cmap.send_and_receive(Grid(nodes, train), msgs, timeout=5)))
+    return {k: v.numpy() for k, v in arrays.items()}
+
+
+def test_fednova_strategy_normalizes_by_each_clients_steps_with_momentum(task_identity):
+    """Three clients with different data sizes and steps (the steps a fixed number of epochs gives), local momentum
+    0.5 and global momentum 0.9: the strategy's two rounds equal the formula applied by hand; a bias (a buffer, not
+    a trainable parameter) gets the weighted mean; a reply without a valid step count is rejected."""
+    nodes = {40 + c: one(c) for c in range(4)}
+    cmap = ClientMap(nodes)
+    s = SeededFedNova(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=1).bind(cmap, 0)
+    s.setup({"w": np.zeros(3, np.float32)}, FedNovaParams(gmf=0.9, sgd=LocalSGDParams(lr=0.1, momentum=0.5)))
+    x = {"w": np.array([1.0, -1.0, 0.5], np.float32), "b": np.array([2.0], np.float32)}
+    rng = np.random.default_rng(0)
+    work = {0: (3, 48), 1: (10, 160), 2: (1, 16), 3: (0, 64)}  # (steps, examples); client 3: malformed (0 steps)
+    buf = None
+    for rnd in (1, 2):
+        updates = {c: ({"w": (x["w"] - rng.normal(size=3)).astype(np.float32), "b": np.array([float(c)], np.float32)},
+                       steps, n) for c, (steps, n) in work.items()}
+        got = _fednova_round(s, cmap, nodes, rnd, x, updates)
+        assert s.rejected == 1
+        good = [updates[c] for c in (0, 1, 2)]
+        p = np.array([48, 160, 16]) / 224
+        a = np.array([fednova_normalizer(st, 0.5) for _, st, _ in good])
+        tau_eff = float(p @ a)
+        d = sum(pi * tau_eff / ai * (x["w"].astype(np.float64) - y["w"]) for pi, ai, (y, _, _) in zip(p, a, good))
+        buf = d / 0.1 if buf is None else 0.9 * buf + d / 0.1
+        np.testing.assert_allclose(got["w"], x["w"] - 0.1 * buf, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got["b"], p @ np.array([0.0, 1.0, 2.0]), rtol=1e-6)
+        assert s.train_metrics["fednova_tau_eff"] == pytest.approx(tau_eff)
+        x = got
+    assert {k: np.asarray(v) for k, v in s.state_dict()["buf"].items()}.keys() == {"w"}
+
+
+# --- Scaffold -----------------------------------------------------------------------------------------------------
+
+
+def _quadratic_run(scaffold: bool, rounds=30, steps=10, lr=0.05):
+    """Two clients, f_i(w) = h_i / 2 ||w - a_i||^2 with different curvatures: the joint optimum of f_1 + f_2 is
+    (h_1 a_1 + h_2 a_2) / (h_1 + h_2); FedAvg's fixed point with several local steps is not."""
+    h, a = [1.0, 10.0], [np.array([0.0, 0.0]), np.array([1.0, -2.0])]
+    x = {"w": np.array([3.0, 3.0], np.float32)}
+    c = {"w": np.zeros(2, np.float32)}
+    cs = [{"w": np.zeros(2, np.float32)} for _ in h]
+    for _ in range(rounds):
+        ys, deltas = [], []
+        for i in range(2):
+            corr = scaffold_correction(c, cs[i]) if scaffold else {"w": np.zeros(2, np.float32)}
+            y = x["w"].astype(np.float64)
+            for _ in range(steps):
+                y = y - lr * (h[i] * (y - a[i]) + corr["w"])
+            ys.append({"w": y.astype(np.float32)})
+            deltas.append(scaffold_control_delta(x, ys[-1], c, steps, lr))
+            cs[i] = apply_delta(cs[i], deltas[-1])
+        if scaffold:
+            c = scaffold_server_control(c, deltas, 2)
+        x = {k: v.astype(np.float32) for k, v in scaffold_model(x, ys, data_weights([1, 1]), ["w"], 1.0).items()}
+    optimum = (h[0] * a[0] + h[1] * a[1]) / (h[0] + h[1])
+    return float(np.linalg.norm(x["w"] - optimum))
+
+
+def test_scaffold_corrects_the_drift_that_keeps_fedavg_from_the_joint_optimum():
+    fedavg, scaffold = _quadratic_run(False), _quadratic_run(True)
+    assert fedavg > 0.1  # FedAvg settles away from the optimum
+    assert scaffold < 1e-3 < fedavg / 100, (scaffold, fedavg)
+
+
+def test_scaffold_control_variate_is_option_ii_and_the_server_control_is_the_sum_over_n():
+    x, y = {"w": np.array([1.0, 1.0], np.float32)}, {"w": np.array([0.5, 2.0], np.float32)}
+    c = {"w": np.array([0.1, -0.1], np.float32)}
+    d = scaffold_control_delta(x, y, c, steps=5, lr=0.1)  # (x - y) / (K lr) - c
+    np.testing.assert_allclose(d["w"], [0.5 / 0.5 - 0.1, -1.0 / 0.5 + 0.1], rtol=1e-6)
+    assert not scaffold_control_delta(x, y, c, steps=0, lr=0.1)["w"].any()  # no step, no change
+    new_c = scaffold_server_control(c, [d, d], num_clients=4)  # c + (1/N) sum_{i in S} Delta c_i
+    np.testing.assert_allclose(new_c["w"], c["w"] + 2 * d["w"] / 4, rtol=1e-6)
+
+
+def test_scaffold_resends_c_i_to_a_client_whose_reply_was_dropped(task_identity):
+    """A node updates its c_i before replying; when the server drops that reply, its copy is of an older round, so
+    the client's next message carries that copy (and its round); a client in sync gets only c."""
+    nodes = {70 + c: one(c) for c in range(2)}
+    cmap = ClientMap(nodes)
+    s = SeededScaffold(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=1).bind(cmap, 0)
+    s.setup({"w": np.zeros(2, np.float32)}, ScaffoldParams.from_config(validate({"method": "scaffold"})))
+    x = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
+
+    def play(rnd, bad):
+        msgs = list(s.configure_train(rnd, x, ConfigRecord(), Grid(nodes)))
+        sent = {int(m.content["client"]["client-id"]): m for m in msgs}
+
+        def train(m):
+            c = int(m.content["client"]["client-id"])
+            dc = np.full(2, np.nan if c in bad else c + 1.0, np.float32)
+            return Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.ones(2, np.float32))}),
+                                       "control": ArrayRecord({"w": Array(dc)}),
+                                       "metrics": MetricRecord({"num-examples": 5})}), reply_to=m)
+
+        s.aggregate_train(rnd, s.order_replies(cmap.send_and_receive(Grid(nodes, train), msgs, timeout=5)))
+        return sent
+
+    sent = play(1, set())
+    assert all("control-own" not in m.content for m in sent.values()) and s.rejected == 0
+    sent = play(2, {1})  # client 1's Delta c_i holds a NaN: dropped
+    assert all("control-own" not in m.content for m in sent.values()) and s.rejected == 1
+    sent = play(3, set())
+    assert "control-own" not in sent[0].content and sent[0].content["scaffold"]["ci-round"] == 2
+    assert sent[1].content["scaffold"]["ci-round"] == 1
+    np.testing.assert_array_equal(sent[1].content["control-own"]["w"].numpy(), [2.0, 2.0])  # its c_i of round 1
+    np.testing.assert_array_equal(sent[1].content["control"]["w"].numpy(), [2.0, 2.0])  # c: (1 + 2) / 2, then + 1 / 2
+
+
+def test_gradient_correction_adds_to_each_gradient_and_is_removed_after():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+
+    def grads():
+        model.zero_grad()
+        model(x).pow(2).sum().backward()
+        return {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    plain = grads()
+    corr = {"weight": np.full((2, 3), 0.25, np.float32), "bias": np.array([1.0, -1.0], np.float32)}
+    with gradient_correction(model, corr):
+        corrected = grads()
+    for k in plain:
+        torch.testing.assert_close(corrected[k], plain[k] + torch.from_numpy(corr[k]))
+    for k, g in grads().items():
+        torch.testing.assert_close(g, plain[k])
+
+
+class _KeptGrid(InProcessGrid):
+    """The in-process grid, remembered so that a test can read its nodes' states afterwards."""
+
+    made: list = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _KeptGrid.made.append(self)
+
+
+SCAFFOLD = {**BASE, "method": "scaffold", "min-available-nodes": 4, "fraction-train": 1.0, "local-steps": 3,
+            "num-server-rounds": 3, "checkpoint": True, "seed": 2, "lr": 0.05}
+
+
+def test_scaffold_control_variates_live_in_the_node_state_and_come_back_after_a_resume(tmp_path, task_identity,
+                                                                                       monkeypatch):
+    """An uninterrupted 3-round run, and one stopped after round 2 and resumed in fresh nodes (new node state, as a
+    new Flower run has): each node's c_i is the server's copy, round 3 is the same in both, and the resumed run
+    sent every client its c_i once (more bytes down in round 3)."""
+    require_fmnist()
+    monkeypatch.setattr("hetfl.inprocess.InProcessGrid", _KeptGrid)
+    _KeptGrid.made = []
+    full = run_in_process(SCAFFOLD, 4, tmp_path, "full")
+    state = read_checkpoint(tmp_path / "full" / "checkpoint.json")["strategy"]
+    nodes = _KeptGrid.made[-1].contexts.values()
+    assert sorted(state["c_i"]) == [0, 1, 2, 3] and all(v == 3 for v in state["ci_round"].values())
+    assert any(np.abs(v).max() > 0 for v in state["c"].values())
+    for ctx in nodes:
+        client = int(ctx.node_config["partition-id"])
+        kept = ctx.state[state_key(client, CI_STATE)]
+        assert int(ctx.state[state_key(client, CI_ROUND_STATE)]["round"]) == 3
+        for k, v in state["c_i"][client].items():
+            np.testing.assert_array_equal(kept[k].numpy(), v)  # node and server agree bit for bit
+        assert any(np.abs(kept[k].numpy()).max() > 0 for k in kept.keys())
+
+    run_in_process({**SCAFFOLD, "stop-after-round": 2}, 4, tmp_path, "part")
+    part = run_in_process({**SCAFFOLD, "resume": True}, 4, tmp_path, "part")
+    a, b = full["rounds"], part["rounds"]
+    assert [r["round"] for r in b] == [0, 1, 2, 3]
+    assert (a[3]["accuracy"], a[3]["loss"], a[3]["bytes_up"]) == (b[3]["accuracy"], b[3]["loss"], b[3]["bytes_up"])
+    assert b[3]["bytes_down"] > a[3]["bytes_down"] * 1.4  # c_i resent: 3x the parameters instead of 2x
+    assert b[3]["failures"] == 0 and b[3]["rejected"] == 0
+
+
+def test_scaffold_sends_twice_the_model_each_way_and_stc_uploads_a_quarter(tmp_path, task_identity):
+    """Bytes as the MeteredGrid counts them from the serialised messages, one round, 4 clients."""
+    require_fmnist()
+    cfg = {**BASE, "min-available-nodes": 4, "fraction-train": 1.0, "num-server-rounds": 1, "seed": 1}
+    rows = {m: run_in_process({**cfg, "method": m}, 4, tmp_path, m)["rounds"][1] for m in ("fedavg", "scaffold",
+                                                                                           "fedavg-stc")}
+    fedavg = rows["fedavg"]
+    assert 1.95 < rows["scaffold"]["bytes_down"] / fedavg["bytes_down"] < 2.05
+    assert 1.95 < rows["scaffold"]["bytes_up"] / fedavg["bytes_up"] < 2.05
+    ratio = rows["fedavg-stc"]["bytes_up"] / fedavg["bytes_up"]
+    assert 0.25 < ratio < 0.29, ratio  # 16-bit values of half the entries (1/4) + a bitmap of positions (1/32)
+    assert rows["fedavg-stc"]["bytes_down"] == pytest.approx(fedavg["bytes_down"], rel=0.01)  # downloads stay dense
+
+
+# --- FedAvg-STC ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("segments", [None, [300, 500, 200]])
+def test_stc_update_is_the_top_half_by_magnitude_in_16_bits(segments):
+    rng = np.random.default_rng(3)
+    delta = (rng.normal(size=1000) * np.exp(rng.normal(size=1000))).astype(np.float32)
+    enc = stc_encode(delta, 0.5, segments)
+    assert enc["val"].dtype == np.float16 and len(enc["val"]) == 500
+    expected = np.zeros_like(delta)
+    start = 0
+    for n in segments or [1000]:  # an independent top-k: sort each segment by |value|
+        seg = delta[start:start + n]
+        top = np.argsort(-np.abs(seg), kind="stable")[: n // 2] + start
+        expected[top] = delta[top].astype(np.float16).astype(np.float32)
+        start += n
+    np.testing.assert_array_equal(stc_decode(enc), expected)
+    with pytest.raises(ValueError, match="float16"):
+        stc_decode({**enc, "val": enc["val"].astype(np.float32)})
+
+
+def test_stc_error_feedback_keeps_what_was_not_sent_on_the_client(tmp_path, task_identity, monkeypatch):
+    """With stc-error-feedback the node keeps delta - decoded(upload); without it nothing."""
+    require_fmnist()
+    monkeypatch.setattr("hetfl.inprocess.InProcessGrid", _KeptGrid)
+    cfg = {**BASE, "method": "fedavg-stc", "min-available-nodes": 2, "fraction-train": 1.0, "num-server-rounds": 1}
+    for feedback in (False, True):
+        _KeptGrid.made = []
+        run_in_process({**cfg, "stc-error-feedback": feedback}, 2, tmp_path, f"ef{feedback}")
+        for ctx in _KeptGrid.made[-1].contexts.values():
+            rest = ctx.state.get(state_key(int(ctx.node_config["partition-id"]), "stc-residual"))
+            assert (rest is not None) == feedback
+            if feedback:
+                r = rest["r"].numpy()
+                assert np.count_nonzero(r) >= r.size // 2 - 1  # the half not sent (+ the 16-bit rounding of the rest)
+
+
+# --- configuration ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg, fragment", [
+    ({"method": "scaffold", "momentum": 0.9}, "'momentum' = 0.9"),
+    ({"method": "fednova", "optimizer": "adam"}, "'optimizer' = 'adam'"),
+    ({"method": "scaffold", "lr-schedule": "cosine"}, "'lr-schedule' = 'cosine'"),
+    ({"method": "fedavg-stc", "stc-density": 0.0}, "stc-density"),
+])
+def test_bad_settings_name_the_key(cfg, fragment):
+    with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
+        validate(cfg)
+
+
+def test_presets_are_the_fens_iterative_setting():
+    from pathlib import Path
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for method in ("fednova", "scaffold", "fedavg-stc"):
+        presets = sorted((root / method).glob("fmnist-dir*.toml"))
+        assert [p.stem for p in presets] == ["fmnist-dir0.01", "fmnist-dir0.05", "fmnist-dir0.1"]
+        for p in presets:
+            cfg = validate(tomllib.loads(p.read_text()))
+            assert (cfg["method"], cfg["min-available-nodes"], cfg["fraction-train"], cfg["local-epochs"],
+                    cfg["local-steps"], cfg["batch-size"], cfg["eval-split"]) == (method, 20, 1.0, 2, 0, 16, "test-half")
