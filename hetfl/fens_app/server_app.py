@@ -30,6 +30,7 @@ from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
+from hetfl.common.progress import heartbeat
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round, run_rounds
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
@@ -54,7 +55,9 @@ def _phase1(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[st
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
     if not cfg["fens-diff-init"]:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = model_to_arrays(init)
-    raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
+    log.info("FENS phase 1: %d clients train the model once on their data (one-shot)", len(clients))
+    with heartbeat(f"FENS phase 1: {len(clients)} clients training locally", cfg["progress-interval"]):
+        raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
 
     def check(r: Message) -> tuple[dict[str, np.ndarray], float]:  # a diverged model would make every prediction NaN
         return check_arrays(r.content["arrays"], expected, dtypes), check_weight(r.content["metrics"]["num-examples"])
@@ -125,7 +128,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         rec = pack_models(sent, skip=own) if cfg["fens-exclude-own"] and own >= 0 else shared
         conf = ConfigRecord({"num-models": M, "own-index": own, "quantized": cfg["fens-quantize"]})
         msgs.append(cmap.message(c, RecordDict({"ensemble": rec, "config": conf}), LOGITS))
-    ready = [r for r in cmap.send_and_receive(grid, msgs, cfg["round-timeout"]) if not r.has_error()]
+    log.info("FENS: sending the %d-model ensemble to %d clients (they cache its logits for the aggregator)", M, len(clients))
+    with heartbeat(f"FENS: ensemble download and logits on {len(clients)} clients", cfg["progress-interval"]):
+        ready = [r for r in cmap.send_and_receive(grid, msgs, cfg["round-timeout"]) if not r.has_error()]
     download = grid.take()
     confusion = np.zeros((M, C, C), np.int64)
     for r in ready:
@@ -137,8 +142,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     opts = compute_options(cfg, server=True)  # models: server-device + precision; the aggregator: server-device, fp32
     agg_dev = opts["device"]
     norm = Normalizer(cfg["dataset"])
-    test_z = ArrayData(ensemble_logits(ens_models, test, norm, cfg["eval-batch-size"], **opts), test.y)
-    val_z = ArrayData(ensemble_logits(ens_models, val, norm, cfg["eval-batch-size"], **opts), val.y) if val is not None else None
+    with heartbeat(f"FENS: the {M} models' logits on the server's evaluation data", cfg["progress-interval"]):
+        test_z = ArrayData(ensemble_logits(ens_models, test, norm, cfg["eval-batch-size"], **opts), test.y)
+        val_z = ArrayData(ensemble_logits(ens_models, val, norm, cfg["eval-batch-size"], **opts), val.y) if val is not None else None
     member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
         **ens.phase1, "ensemble_download_bytes": download.bytes_down, "confusion_upload_bytes": download.bytes_up,
@@ -173,9 +179,17 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
 
     arrays = model_to_arrays(agg)
     round0 = Traffic().add(phase1).add(download)  # the round-0 row carries phases 1-2
+    # as the paper compares them: the aggregator beside FedENS, voting and one-shot FedAvg on the same local models
+    names = {"average": "FedENS (average)", "weighted-average": "weighted average", "voting": "voting",
+             "oneshot-fedavg": "one-shot FedAvg"}
+    recorder.describe(f"ensemble + {cfg['aggregator']} aggregator",
+                      references={names.get(k, k): v for k, v in baselines.items() if k != cfg["aggregator"]},
+                      before="phase 1 + ensemble download")
+    recorder.federation(len(clients), len(cmap.hosted))
     if cfg["aggregator"] in STATIC or not agg.trainable:
         record_round(grid, None, recorder, 0, arrays, evaluate_fn, round0)
     else:
-        run_rounds(grid, make_strategy(cfg, cmap), arrays, cfg, recorder, evaluate_fn, round0=round0,
-                   taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
-    return recorder.finish()
+        arrays = run_rounds(grid, make_strategy(cfg, cmap), arrays, cfg, recorder, evaluate_fn, round0=round0,
+                            taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
+    final = {**pack_models([get_state(m) for m in ens_models]), **{f"agg.{k}": v for k, v in arrays.items()}}
+    return recorder.finish(final, builder="hetfl.fens_app.core:inference_model", members=M)
