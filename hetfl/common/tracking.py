@@ -281,7 +281,10 @@ class WandbTracker(Tracker):
             self.run.summary[k] = v
 
     def close(self) -> None:
+        import wandb
+
         self.run.finish()
+        wandb.teardown()  # waits until W&B's service has written everything: the ServerApp process may end right after
 
 
 class MlflowTracker(Tracker):
