@@ -59,7 +59,20 @@ def flwr_env(flwr_home: Path) -> dict[str, str]:
     env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     env["FLWR_DISABLE_UPDATE_CHECK"] = "1"
     env.setdefault("RAY_DEDUP_LOGS", "0")
+    # Ray's FutureWarning about CUDA_VISIBLE_DEVICES for num_gpus=0 actors: a note on a future default, not on this run
+    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore::FutureWarning:ray._private.worker"]))
     return env
+
+
+# Flower's simulation prints these for every run: a note on its default federation size (the launcher always sets
+# num-supernodes) and how to change it (--supernodes does). The launcher leaves them out of what it relays.
+FLOWER_NOISE = (b"default simulated SuperNodes changed from 10 to 2", b"To change federation size, use the following",
+                b"flwr federation simulation-config")
+
+
+def relayed(line: bytes) -> bool:
+    """Whether the launcher shows a line of the run's stream (False for :data:`FLOWER_NOISE`)."""
+    return not any(n in line for n in FLOWER_NOISE)
 
 
 @dataclass
@@ -377,6 +390,8 @@ def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides:
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             for line in proc.stdout:
+                if not relayed(line):
+                    continue
                 sys.stdout.buffer.write(line)
                 sys.stdout.flush()
                 if logf:
@@ -533,12 +548,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except SystemExit as err:
         return int(err.code or 0)
-    s = json.loads((run_dir / "metrics.json").read_text())["summary"]
-    print(f"\nfinal accuracy: {100 * s['final_accuracy']:.2f}%  (best {100 * s['best_accuracy']:.2f}%, "
-          f"convergence round at {100 * s['convergence_threshold']:.0f}%: {s['convergence_round']})")
-    print(f"communication: {s['total_bytes_down'] / 1e6:.1f} MB down, {s['total_bytes_up'] / 1e6:.1f} MB up; "
-          f"{s['mean_round_s']:.2f} s/round, {s['wall_time_s']:.1f} s total")
-    print(f"results: {run_dir}/metrics.json\nplot:    {run_dir}/accuracy.png")
+    from hetfl.common.results import summary_lines
+
+    print("\n" + "\n".join(summary_lines(json.loads((run_dir / "metrics.json").read_text()), run_dir)))
     return 0
 
 

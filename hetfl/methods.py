@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from hetfl.common import tracking as _tracking  # noqa: F401 - registers the tracking and progress keys
 from hetfl.common.config import SCHEMA, extend_choices, register_keys, register_renames
 from hetfl.common.nodeconfig import register_node_keys
 from hetfl.common.params import MethodParams, NoParams

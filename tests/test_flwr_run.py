@@ -199,8 +199,8 @@ def test_plain_flwr_run_completes_streams_rounds_writes_results_and_leaves_nothi
         assert f"Starting local SuperLink on 127.0.0.1:{port}" in out, out[-4000:]
         # per-round progress, streamed: one line per round with its accuracy
         for rnd in (0, 1, 2):
-            assert re.search(rf"hetfl: round +{rnd} \| acc 0\.\d{{4}}", out), out[-4000:]
-        assert f"results: {run_dir} (metrics.json, accuracy.png)" in out
+            assert re.search(rf"hetfl: \[round {rnd}/2\] acc 0\.\d{{4}}", out), out[-4000:]
+        assert f"results: {run_dir} (metrics.json, metrics.csv, accuracy.png, tensorboard/, final_model.safetensors)" in out
         import json
 
         summary = json.loads((run_dir / "metrics.json").read_text())["summary"]

@@ -67,5 +67,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         return {"accuracy": accs["L1"], "loss": losses["L1"], **{f"acc_{k}": v for k, v in accs.items()},
                 "acc_avg": sum(accs.values()) / len(accs)}
 
-    run_rounds(grid, strategy, pack_models(initial), cfg, recorder, evaluate_fn)
-    return recorder.finish()
+    # the paper's figures: accuracy of each level (S1, M1, L1 = the full model) and the waste rate (Eq. 5)
+    recorder.describe("L1 (full model)", panels={"waste rate": ["waste_rate", "cum_waste_rate"]}, same_as="acc_L1")
+    final = run_rounds(grid, strategy, pack_models(initial), cfg, recorder, evaluate_fn)
+    return recorder.finish(final, builder="hetfl.adaptivefl_app.task:inference_model", level="L1")

@@ -81,3 +81,19 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
                          "capacity=\"weak\" | \"medium\" | \"strong\" or a number of parameters (docs/deployment.md)")
     tier = _tiers(num_clients(context, cfg), p.tier_proportions, cfg["seed"])[client]
     return tier, tiers[tier]
+
+
+def inference_model(cfg: dict[str, Any], tensors: dict[str, Any]) -> Any:
+    """Builder of the final model file (docs/inference.md): level L1, the full model, as the server evaluates it."""
+    from hetfl.common.final_model import split_members
+    from hetfl.common.models import set_state
+
+    from .core import slice_state
+    from .strategy import LEVELS
+
+    pool = pool_of(cfg)
+    states = split_members(tensors)
+    src = states[LEVELS.index("L1")] if AdaptiveFLParams.from_config(cfg).variant.models > 1 else states[0]
+    model = pool.build(pool.index("L1"))
+    set_state(model, slice_state(src, pool.shapes(pool.index("L1"))))
+    return model

@@ -93,5 +93,4 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         loss, acc = evaluate(arrays_to_model(model, arrays))
         return {"accuracy": acc, "loss": loss}
 
-    run_rounds(grid, strategy, model_to_arrays(model), cfg, recorder, evaluate_fn)
-    return recorder.finish()
+    return recorder.finish(run_rounds(grid, strategy, model_to_arrays(model), cfg, recorder, evaluate_fn))

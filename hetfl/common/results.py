@@ -6,7 +6,12 @@ cumulative, wall time of the round and since start), the convergence round for t
 threshold, totals, and the machine it ran on (`machines`: one entry for the start of the
 run and one more for every resume, each with the first round it ran), so that wall times
 from different sessions can be compared. It is rewritten after every round, so a crashed or
-interrupted run still leaves its history.
+interrupted run still leaves its history; so is metrics.csv (the same rows), and every row also
+goes to the run's trackers (TensorBoard by default; :mod:`hetfl.common.tracking`, docs/tracking.md).
+
+A method says what its figures mean with :meth:`RunRecorder.describe` (what ``accuracy`` is, reference
+accuracies beside it, extra plot panels); :func:`plot_run` and :func:`summary_lines` use only
+metrics.json. :meth:`RunRecorder.finish` also saves the final model (docs/inference.md).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from .progress import round_line
+from .tracking import Trackers, write_csv
 
 log = logging.getLogger("hetfl")
 
@@ -106,6 +114,40 @@ class RunRecorder:
         self._staged: dict[str, Any] = {}
         self._machine = machine_info()
         self.extra["machines"] = [{**self._machine, "from_round": 0}]
+        self._trackers: Trackers | None = None  # opened with the first row
+
+    @property
+    def last_round(self) -> int | None:
+        """The round the run ends after: num-server-rounds, or stop-after-round if earlier (None if not configured)."""
+        last = self.cfg.get("num-server-rounds")
+        stop = self.cfg.get("stop-after-round") or 0
+        return min(last, stop) if last and stop else last
+
+    def describe(self, accuracy: str, references: dict[str, float] | None = None,
+                 panels: dict[str, list[str]] | None = None, same_as: str | None = None,
+                 before: str = "before round 1") -> None:
+        """What the method's figures are, for the plot and the summary (kept in metrics.json as ``report``).
+
+        Parameters
+        ----------
+        accuracy : str
+            What the ``accuracy`` column measures ("global model", "ensemble", "L1 (full model)", ...).
+        references : dict, optional
+            Label -> test accuracy of comparison points computed once (FENS: FedENS, voting, one-shot FedAvg).
+        panels : dict, optional
+            Title -> row columns drawn in a plot panel of their own and reported in the summary
+            (AdaptiveFL: the waste rate).
+        same_as : str, optional
+            A member/level column that is the ``accuracy`` column itself (AdaptiveFL: ``acc_L1``): drawn once.
+        before : str
+            What the traffic before round 1 (the round-0 row's bytes) is, in the plot (FENS: phases 1-2).
+        """
+        self.extra["report"] = {"accuracy": accuracy, "references": dict(references or {}), "panels": dict(panels or {}),
+                                "same_as": same_as, "before": before}
+
+    def federation(self, clients: int, nodes: int) -> None:
+        """The federation's size (clients, SuperNodes), for titles and the summary."""
+        self.extra["federation"] = {"clients": int(clients), "nodes": int(nodes)}
 
     def stage(self, **metrics: Any) -> None:
         """Metrics known before the round ends (e.g. the sampled clients); the next :meth:`record` adds them."""
@@ -133,11 +175,13 @@ class RunRecorder:
         self._staged = {}
         self._t_last = now
         self.rounds.append(row)
-        log.info(
-            "round %3d | acc %.4f | loss %.4f | down %.2f MB up %.2f MB | %.2fs",
-            rnd, accuracy, loss, bytes_down / 1e6, bytes_up / 1e6, row["round_s"],
-        )
+        trained = [r["round_s"] for r in self.rounds if r["round"] > 0]
+        log.info("%s", round_line(rnd, self.last_round, accuracy, loss, bytes_down / 1e6, bytes_up / 1e6,
+                                  sum(trained) / len(trained) if trained else None, row["elapsed_s"]))
         self.write()
+        if self._trackers is None:
+            self._trackers = Trackers(self.run_dir, self.cfg)
+        self._trackers.log_round(row)
         return row
 
     def state_dict(self) -> dict[str, Any]:
@@ -173,28 +217,48 @@ class RunRecorder:
             "wall_time_s": time.perf_counter() - self._t_start,
             "mean_round_s": (sum(r["round_s"] for r in trained) / len(trained)) if trained else None,
             "rounds_completed": len(trained),
+            # the method's own figures: member / level accuracies of the last round, its reference points and panels
+            "final_members": {k[4:]: v for k, v in (self.rounds[-1] if self.rounds else {}).items() if k.startswith("acc_")},
+            "references": dict(self.extra.get("report", {}).get("references", {})),
+            "final_panels": {c: (self.rounds[-1] if self.rounds else {}).get(c)
+                             for cols in self.extra.get("report", {}).get("panels", {}).values() for c in cols},
         }
 
     def write(self) -> Path:
-        """Rewrite metrics.json atomically."""
+        """Rewrite metrics.json and metrics.csv atomically."""
         out = {"config": self.cfg, "rounds": self.rounds, "summary": self.summary(), **self.extra}
         path = self.run_dir / "metrics.json"
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(out, indent=2, default=_json_default))
         os.replace(tmp, path)
+        write_csv(self.run_dir / "metrics.csv", json.loads(json.dumps(self.rounds, default=_json_default)))
         return path
 
-    def finish(self) -> dict[str, Any]:
-        """Write metrics.json and the plots; log where they are. Returns the summary."""
-        self.write()
-        plot_run(self.run_dir / "metrics.json")
+    def finish(self, tensors: dict[str, Any] | None = None, builder: str = "hetfl.common.final_model:single_model",
+               **model_meta: Any) -> dict[str, Any]:
+        """Write metrics.json, metrics.csv and the plot, save the final model, close the trackers; log the summary.
+
+        `tensors` ({name: array}, or an ArrayRecord) are the final global arrays, saved as
+        ``final_model.safetensors`` with `builder` (the ``hetfl.*`` function that rebuilds them) and
+        `model_meta` in its metadata (:mod:`hetfl.common.final_model`). Returns the summary.
+        """
+        path = self.write()
+        plot_run(path)
         s = self.summary()
-        log.info(
-            "finished: final accuracy %.4f, convergence round (>= %.2f) %s, %.1f MB down, %.1f MB up, %.1fs",
-            s["final_accuracy"] or float("nan"), self.threshold, s["convergence_round"],
-            s["total_bytes_down"] / 1e6, s["total_bytes_up"] / 1e6, s["wall_time_s"],
-        )
-        log.info("results: %s (metrics.json, accuracy.png)", self.run_dir)
+        last = self.rounds[-1]["round"] if self.rounds else 0
+        if tensors is not None:
+            from .final_model import save_final_model
+
+            arrays = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in tensors.items()}
+            model = save_final_model(self.run_dir, arrays, self.cfg, last, builder, **model_meta)
+            self.extra["final_model"] = model.name
+            path = self.write()
+        for line in summary_lines(json.loads(path.read_text()), self.run_dir):
+            log.info("%s", line)
+        trackers = self._trackers or Trackers(self.run_dir, self.cfg)
+        trackers.log_summary(s, last)
+        trackers.close()
+        self._trackers = None
         return s
 
 
@@ -208,6 +272,42 @@ def load_metrics(path: Path | str) -> dict[str, Any]:
     return data
 
 
+def _pct(x: Any) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f}%"
+
+
+def summary_lines(data: dict[str, Any], run_dir: Path | str | None = None) -> list[str]:
+    """The end-of-run summary from a metrics.json: accuracy, convergence ("not reached" if never), bytes, time, and
+    the method's own figures (members/levels, reference accuracies, panel columns), and where the files are."""
+    s, report = data["summary"], data.get("report", {})
+    what = report.get("accuracy", "global model")
+    conv = s.get("convergence_round")
+    thr = s.get("convergence_threshold") or 0.0
+    lines = [f"final accuracy ({what}): {_pct(s.get('final_accuracy'))} (best {_pct(s.get('best_accuracy'))}); "
+             f"convergence round at {100 * thr:.0f}%: {conv if conv is not None else 'not reached'}"]
+    mean = s.get("mean_round_s")
+    lines.append(f"communication: {s['total_bytes_down'] / 1e6:.1f} MB down, {s['total_bytes_up'] / 1e6:.1f} MB up; "
+                 f"{f'{mean:.2f} s/round, ' if mean is not None else ''}{s['wall_time_s']:.1f} s total, "
+                 f"{s['rounds_completed']} rounds")
+    members = s.get("final_members") or {}
+    if members:
+        lines.append("  last round, per member/level: " + ", ".join(f"{k} {_pct(v)}" for k, v in members.items()))
+    refs = s.get("references") or {}
+    if refs:
+        lines.append(f"  beside the {what}: " + ", ".join(f"{k} {_pct(v)}" for k, v in refs.items()))
+    for title, cols in report.get("panels", {}).items():
+        vals = [(c, (s.get("final_panels") or {}).get(c)) for c in cols]
+        lines.append(f"  {title}, last round: " + ", ".join(f"{c} {_pct(v) if isinstance(v, (int, float)) else 'n/a'}"
+                                                            for c, v in vals))
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        files = ["metrics.json", "metrics.csv", "accuracy.png"]
+        files += ["tensorboard/"] if (run_dir / "tensorboard").is_dir() else []
+        files += [data["final_model"]] if data.get("final_model") else []
+        lines.append(f"results: {run_dir} ({', '.join(files)})")
+    return lines
+
+
 def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
@@ -216,39 +316,101 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-def plot_run(metrics_path: Path | str, out: Path | str | None = None) -> Path:
-    """accuracy.png: accuracy vs round and accuracy vs cumulative bytes (down + up)."""
-    import matplotlib
+def _member_label(key: str) -> str:
+    name = key[4:]
+    if name == "avg":
+        return "mean of levels"
+    return f"member {name[1:]}" if re.fullmatch(r"m\d+", name) else name
 
-    matplotlib.use("Agg")
+
+def plot_title(data: dict[str, Any]) -> str:
+    """method on dataset (partitioner, alpha), model, seed, clients on nodes."""
+    cfg = data["config"]
+    part = cfg.get("partitioner")
+    if part == "dirichlet" and cfg.get("dirichlet-alpha") is not None:
+        part = f"Dirichlet \u03b1={cfg['dirichlet-alpha']:g}"
+    fed = data.get("federation")
+    who = f", {fed['clients']} clients on {fed['nodes']} nodes" if fed else ""
+    return f"{cfg.get('method')} on {cfg.get('dataset')} ({part}), {cfg.get('model')}, seed {cfg.get('seed')}{who}"
+
+
+def plot_run(metrics_path: Path | str, out: Path | str | None = None) -> Path:
+    """accuracy.png: accuracy vs round, accuracy vs cumulative bytes (down + up, from 0: what round 0 carries, e.g.
+    FENS's phase 1, included), and one panel per :meth:`RunRecorder.describe` panel (AdaptiveFL: waste rate).
+
+    The accuracy curve is labelled by what it measures (``report.accuracy``), member/level curves by their
+    column (``acc_<name>``; ``report.same_as``, the accuracy column itself, is not drawn twice), reference accuracies
+    are dotted lines (and points at the bytes of round 0), and the convergence threshold is labelled.
+    """
     import matplotlib.pyplot as plt
 
     metrics_path = Path(metrics_path)
-    data = load_metrics(metrics_path)
-    rows = data["rounds"]
-    rounds = [r["round"] for r in rows]
-    acc = [100 * r["accuracy"] for r in rows]
-    mb = [(r["cum_bytes_down"] + r["cum_bytes_up"]) / 1e6 for r in rows]
-    member_keys = sorted(k for k in rows[-1] if k.startswith("acc_")) if rows else []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    axes[0].plot(rounds, acc, marker="o", ms=3, label="global")
-    for k in member_keys:
-        axes[0].plot(rounds, [100 * r.get(k, float("nan")) for r in rows], lw=0.8, alpha=0.7, label=k[4:])
-    thr = data["summary"].get("convergence_threshold")
-    for ax in axes:
-        if thr:
-            ax.axhline(100 * thr, color="grey", ls="--", lw=0.8)
-        ax.set_ylabel("test accuracy (%)")
-        ax.grid(alpha=0.3)
-    axes[0].set_xlabel("round")
-    axes[1].plot(mb, acc, marker="o", ms=3)
-    axes[1].set_xlabel("cumulative communication (MB, down + up)")
-    if member_keys:
-        axes[0].legend(fontsize=7)
-    cfg = data["config"]
-    fig.suptitle(f"{cfg.get('method')} on {cfg.get('dataset')} ({cfg.get('partitioner')})")
-    fig.tight_layout()
+    fig = plot_figure(load_metrics(metrics_path))
     out = Path(out) if out else metrics_path.with_name("accuracy.png")
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_figure(data: dict[str, Any]) -> Any:
+    """The matplotlib Figure of :func:`plot_run` for a metrics.json's content."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    rows = data["rounds"]
+    report = data.get("report", {})
+    what = report.get("accuracy", "global model")
+    panels = report.get("panels", {})
+    refs = report.get("references", {})
+    rounds = [r["round"] for r in rows]
+    acc = [100 * _num(r["accuracy"]) for r in rows]
+    mb = [(r["cum_bytes_down"] + r["cum_bytes_up"]) / 1e6 for r in rows]
+    member_keys = [k for k in dict.fromkeys(k for r in rows for k in r if k.startswith("acc_"))
+                   if k != report.get("same_as")]  # AdaptiveFL's acc_L1 is the accuracy itself
+    fig, axes = plt.subplots(1, 2 + len(panels), figsize=(5.5 * (2 + len(panels)), 4.2), squeeze=False)
+    axes = axes[0]
+    axes[0].plot(rounds, acc, marker="o", ms=3, lw=1.8, label=what)
+    for k in member_keys:
+        axes[0].plot(rounds, [100 * _num(r.get(k)) for r in rows], lw=0.8, alpha=0.7, label=_member_label(k))
+    axes[1].plot(mb, acc, marker="o", ms=3, lw=1.8, label=what)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, value) in enumerate(refs.items()):
+        c = colors[(i + 3) % len(colors)]
+        axes[0].axhline(100 * value, color=c, ls=":", lw=1.2, label=f"{name} {100 * value:.1f}%")
+        if mb:
+            axes[1].plot([mb[0]], [100 * value], marker="s", ls="none", color=c, label=f"{name} {100 * value:.1f}%")
+    thr = data["summary"].get("convergence_threshold")
+    for ax in axes[:2]:
+        if thr:
+            ax.axhline(100 * thr, color="grey", ls="--", lw=0.8, label=f"convergence threshold {100 * thr:.0f}%")
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(alpha=0.3)
+    if mb and mb[0] > 0.01 * mb[-1]:  # traffic before round 1 that shows (FENS: phase 1 and the ensemble download)
+        axes[1].axvspan(0, mb[0], color="grey", alpha=0.12, label=f"{report.get('before', 'before round 1')}: {mb[0]:.1f} MB")
+    axes[1].set_xlim(left=0)
+    axes[0].set_xlabel("round")
+    axes[1].set_xlabel("cumulative communication (MB, down + up)")
+    for ax, (title, cols) in zip(axes[2:], panels.items(), strict=True):
+        vals = {c: [_num(r.get(c)) for r in rows] for c in cols}
+        frac = all(0 <= v <= 1 for vs in vals.values() for v in vs if not math.isnan(v))
+        for c, vs in vals.items():
+            ax.plot(rounds, [100 * v if frac else v for v in vs], marker="o", ms=3, label=c)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("round")
+        ax.set_ylabel(f"{title} (%)" if frac else title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in [axes[0], *axes[2:]]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes[:2]:
+        ax.legend(fontsize=7)
+    fig.suptitle(plot_title(data), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")

@@ -27,6 +27,7 @@ from flwr.serverapp.strategy import Strategy
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .comm import Traffic
+from .progress import heartbeat
 from .results import RunRecorder
 
 log = logging.getLogger("hetfl")
@@ -85,7 +86,8 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
     this row carries (FENS's round 0: discovery, phase 1 and the ensemble download).
     """
     t0 = time.perf_counter()
-    metrics = dict(evaluate_fn(server_round, arrays))
+    with heartbeat(f"round {server_round}: evaluating", recorder.cfg.get("progress-interval", 10.0)):
+        metrics = dict(evaluate_fn(server_round, arrays))
     eval_s = time.perf_counter() - t0
     traffic = grid.take() if hasattr(grid, "take") else Traffic()
     if also is not None:
@@ -142,6 +144,9 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         log.warning("resume = true but %s does not exist: starting at round 1", path)
     if hasattr(strategy, "summary"):
         strategy.summary()
+    cmap = getattr(strategy, "map", None)
+    if cmap is not None and "federation" not in recorder.extra:
+        recorder.federation(len(cmap.clients()), len(cmap.hosted))
     if start == 1:
         record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)
     last = cfg["num-server-rounds"]
@@ -152,7 +157,8 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         t0 = time.perf_counter()
         messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(), grid))
         recorder.stage(clients=list(getattr(strategy, "sampled", [])))  # client ids of this round, in metrics.json
-        replies = strategy.order_replies(strategy.map.send_and_receive(grid, messages, cfg["round-timeout"]))
+        with heartbeat(f"round {rnd}/{last}: {len(messages)} client(s) training", cfg.get("progress-interval", 10.0)):
+            replies = strategy.order_replies(strategy.map.send_and_receive(grid, messages, cfg["round-timeout"]))
         errors = sum(r.has_error() for r in replies)
         if len(replies) < len(messages) or errors:
             log.warning("round %d: %d of %d clients replied, %d with errors; aggregating what arrived",
@@ -167,7 +173,7 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
                 f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
                 f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update; the server "
                 "log names each client's error")
-        log.info("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
+        log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
         record_round(grid, strategy, recorder, rnd, arrays, evaluate_fn)
         if cfg["checkpoint"]:
             save_checkpoint(path, rnd, arrays, strategy, recorder)

@@ -26,6 +26,16 @@ from .comm import decode_sparse, get_sparse
 from .nodes import ClientMap, error_line, sample_clients
 
 log = logging.getLogger("hetfl")
+
+
+class _CentralEvaluationOnly(logging.Filter):
+    """Drops Flower's "fraction_evaluate is set to 0.0" warning: every method here evaluates on the server, by design."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("fraction_evaluate is set to 0.0")
+
+
+logging.getLogger("flwr").addFilter(_CentralEvaluationOnly())
 T = TypeVar("T")
 
 
@@ -219,6 +229,13 @@ class SeededSampling(FedAvg, StrategyBase):
 
     def check_reply(self, reply: Message) -> None:
         """A method's own checks of one reply, after the common ones (raise ValueError to reject it)."""
+
+    def summary(self) -> None:
+        """One line instead of Flower's banner, whose "Minimum available nodes: 1" is the per-round minimum (the run
+        waits once for min-available-nodes before round 1, then a round goes on with whoever is connected)."""
+        log.info("%s: a fraction %g of the online clients per round (at least %d), sampled by client id; weighted by '%s'; "
+                 "evaluation on the server", type(self).__name__.removeprefix("Seeded"), self.fraction_train,
+                 self.min_train_nodes, self.weighted_by_key)
 
     def bind(self, cmap: ClientMap, seed: int, timeout: float = 600.0) -> SeededSampling:
         """Sample from the clients of `cmap` with the run's `seed`; returns self.

@@ -31,6 +31,7 @@ from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
+from hetfl.common.progress import heartbeat
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round, run_rounds
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
@@ -56,7 +57,9 @@ def _phase1(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[st
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
     if not cfg["fens-diff-init"]:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = model_to_arrays(init)
-    raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
+    log.info("FENS phase 1: %d clients train the model once on their data (one-shot)", len(clients))
+    with heartbeat(f"FENS phase 1: {len(clients)} clients training locally", cfg["progress-interval"]):
+        raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
 
     C = num_classes(cfg)
 
@@ -148,8 +151,10 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
                              "non-negative integers")
         return own, counts
 
-    ready, _, _ = validate_replies(cmap.send_and_receive(grid, msgs, cfg["round-timeout"]), check_logits, 0, cmap,
-                                   set(clients))
+    log.info("FENS: sending the %d-model ensemble to %d clients (they cache its logits for the aggregator)", M, len(clients))
+    with heartbeat(f"FENS: ensemble download and logits on {len(clients)} clients", cfg["progress-interval"]):
+        replies = cmap.send_and_receive(grid, msgs, cfg["round-timeout"])
+    ready, _, _ = validate_replies(replies, check_logits, 0, cmap, set(clients))
     download = grid.take()
     confusion = np.zeros((M, C, C), np.int64)
     for _, (own, counts) in ready:
@@ -160,8 +165,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
     agg_dev = opts["device"]
     norm = Normalizer(cfg["dataset"])
-    test_z = ArrayData(ensemble_logits(ens_models, test, norm, cfg["eval-batch-size"], **opts), test.y)
-    val_z = ArrayData(ensemble_logits(ens_models, val, norm, cfg["eval-batch-size"], **opts), val.y) if val is not None else None
+    with heartbeat(f"FENS: the {M} models' logits on the server's evaluation data", cfg["progress-interval"]):
+        test_z = ArrayData(ensemble_logits(ens_models, test, norm, cfg["eval-batch-size"], **opts), test.y)
+        val_z = ArrayData(ensemble_logits(ens_models, val, norm, cfg["eval-batch-size"], **opts), val.y) if val is not None else None
     member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
         **ens.phase1, "ensemble_download_bytes": download.bytes_down, "confusion_upload_bytes": download.bytes_up,
@@ -196,9 +202,17 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
 
     arrays = model_to_arrays(agg)
     round0 = Traffic().add(phase1).add(download)  # the round-0 row carries phases 1-2
+    # as the paper compares them: the aggregator beside FedENS, voting and one-shot FedAvg on the same local models
+    names = {"average": "FedENS (average)", "weighted-average": "weighted average", "voting": "voting",
+             "oneshot-fedavg": "one-shot FedAvg"}
+    recorder.describe(f"ensemble + {p.aggregator} aggregator",
+                      references={names.get(k, k): v for k, v in baselines.items() if k != p.aggregator},
+                      before="phase 1 + ensemble download")
+    recorder.federation(len(clients), len(cmap.hosted))
     if p.aggregator in STATIC or not agg.trainable:
         record_round(grid, None, recorder, 0, arrays, evaluate_fn, round0)
     else:
-        run_rounds(grid, make_strategy(p, FederationParams.from_config(cfg), cmap), arrays, cfg, recorder, evaluate_fn, round0=round0,
-                   taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
-    return recorder.finish()
+        arrays = run_rounds(grid, make_strategy(p, FederationParams.from_config(cfg), cmap), arrays, cfg, recorder, evaluate_fn, round0=round0,
+                            taken=Traffic().add(discovery).add(download))  # a resumed run's traffic before its rounds
+    final = {**pack_models([get_state(m) for m in ens_models]), **{f"agg.{k}": v for k, v in arrays.items()}}
+    return recorder.finish(final, builder="hetfl.fens_app.core:inference_model", members=M)

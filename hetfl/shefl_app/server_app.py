@@ -53,6 +53,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         return {"accuracy": acc, "loss": loss, **{f"acc_m{m}": a for m, a in enumerate(accs)},
                 **({"disagreement": disagreement} if disagreement is not None else {})}
 
-    run_rounds(grid, strategy, pack_models([get_state(m) for m in members]), cfg, recorder, evaluate_fn)
-    return recorder.finish()
+    recorder.describe("ensemble")  # the mean of the members' softmax; acc_m<j>: each member
+    final = run_rounds(grid, strategy, pack_models([get_state(m) for m in members]), cfg, recorder, evaluate_fn)
+    return recorder.finish(final, builder="hetfl.common.final_model:mean_softmax", members=M)
 
