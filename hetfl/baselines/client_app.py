@@ -11,6 +11,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.comm import put_sparse
+from hetfl.common.data import ArrayData
 from hetfl.common.compression import StateLayout
 from hetfl.common.models import get_state
 from hetfl.common.task import (
@@ -42,16 +43,19 @@ from .core import (
 )
 
 
+def _received(msg: Message, context: Context) -> tuple[dict, int, torch.nn.Module, int, ArrayData]:
+    """(run config, round, the received global model, client id, its data) of a train message."""
+    cfg = config_of(context)
+    client = message_client(msg, context, cfg)
+    return (cfg, int(msg.content["config"]["server-round"]), received_model(cfg, msg.content["arrays"]), client,
+            client_data(context, cfg, client))
+
+
 def train(msg: Message, context: Context) -> Message:
     """Train the global model locally; FedProx's mu arrives in the message config as Flower's `proximal-mu`."""
-    cfg = config_of(context)
-    conf = msg.content["config"]
-    model = received_model(cfg, msg.content["arrays"])
-    client = message_client(msg, context, cfg)
-    data = client_data(context, cfg, client)
-    mu = float(conf.get("proximal-mu", 0.0))
-    res = local_train(model, data, cfg, int(conf["server-round"]), proximal_mu=mu,
-                      seed_offset=client)
+    cfg, rnd, model, client, data = _received(msg, context)
+    mu = float(msg.content["config"].get("proximal-mu", 0.0))
+    res = local_train(model, data, cfg, rnd, proximal_mu=mu, seed_offset=client)
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
                             "steps": res.steps, "proximal_mu": mu})
     return Message(RecordDict({"arrays": model_to_arrays(model), "metrics": metrics}), reply_to=msg)
@@ -106,12 +110,8 @@ def _control_variate(msg: Message, context: Context, client: int, c: dict[str, n
 def train_scaffold(msg: Message, context: Context) -> Message:
     """Scaffold's client (option II): local SGD on g - c_i + c, then Delta c_i = (x - y) / (K lr) - c; the new
     c_i = c_i + Delta c_i stays in the node state (per client), the reply carries y and Delta c_i."""
-    cfg = config_of(context)
-    rnd = int(msg.content["config"]["server-round"])
+    cfg, rnd, model, client, data = _received(msg, context)
     arrays = msg.content["arrays"]
-    model = received_model(cfg, arrays)
-    client = message_client(msg, context, cfg)
-    data = client_data(context, cfg, client)
     c = {k: v.numpy() for k, v in msg.content[CONTROL].items()}
     c_i = _control_variate(msg, context, client, c)
     x = {k: arrays[k].numpy() for k in c}
@@ -131,12 +131,8 @@ def train_scaffold(msg: Message, context: Context) -> Message:
 def train_stc(msg: Message, context: Context) -> Message:
     """FedAvg-STC's client: local training, then the update y - x as its top ``stc-density`` entries in 16 bits
     (with ``stc-error-feedback``, what was not sent is added to the next update)."""
-    cfg = config_of(context)
-    rnd = int(msg.content["config"]["server-round"])
+    cfg, rnd, model, client, data = _received(msg, context)
     arrays = msg.content["arrays"]
-    model = received_model(cfg, arrays)
-    client = message_client(msg, context, cfg)
-    data = client_data(context, cfg, client)
     start = {k: v.numpy() for k, v in arrays.items()}
     layout = StateLayout.of(start)
     res = local_train(model, data, cfg, rnd, seed_offset=client)
