@@ -24,6 +24,7 @@ PACKAGES = (
     "hetfl.shefl_app",
     "hetfl.fens_app",
     "hetfl.adaptivefl_app",
+    "hetfl.oneshot_app",
 )
 
 METHODS: dict[str, MethodSpec] = {}

@@ -128,7 +128,7 @@ def test_method_parameter_objects_match_the_schema():
     read: dict[str, set[str]] = {}
     for method in METHODS:
         cls = params_class(method)
-        run_config = {"method": method, **({"server-holdout": 100} if method == "fedbe" else {})}
+        run_config = {"method": method, **({"server-holdout": 100} if method in ("fedbe", "fedkd", "fedet") else {})}
         p = cls.from_config(validate(run_config))
         assert p == cls.from_config(validate(run_config))  # comparable
         if dataclasses.fields(p):

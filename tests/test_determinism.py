@@ -55,3 +55,25 @@ def test_same_seed_same_run_other_seed_other_clients(name, tmp_path, task_identi
     if cfg["fraction-train"] < 1.0:
         assert trained != [r["clients"] for r in c["rounds"][1:]]
     assert [r["accuracy"] for r in a["rounds"][1:]] != [r["accuracy"] for r in c["rounds"][1:]]
+
+
+# FENS's one-shot baselines: round 0 = phase 1 (every client once), rounds 1..E = the server's epochs (no clients)
+ONESHOT = {
+    "fedkd": {"method": "fedkd", "server-holdout": 300, "fedkd-epochs": 2, "fedkd-batch-size": 64},
+    "fedet": {"method": "fedet", "server-holdout": 300, "fedet-epochs": 2, "fedet-batch-size": 64},
+    "coboost": {"method": "coboost", "coboost-epochs": 2, "coboost-g-steps": 2, "coboost-batch-size": 16},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONESHOT))
+def test_oneshot_same_seed_same_run(name, tmp_path, task_identity):
+    require_fmnist()
+    cfg = {**BASE, "fraction-train": 1.0, "local-steps": 3, "min-available-nodes": 4, **ONESHOT[name]}
+    a = run_in_process({**cfg, "seed": 3}, 4, tmp_path, "a")
+    b = run_in_process({**cfg, "seed": 3}, 4, tmp_path, "b")
+    c = run_in_process({**cfg, "seed": 4}, 4, tmp_path, "c")
+    assert [r["round"] for r in a["rounds"]] == [0, 1, 2]
+    assert _rows(a) == _rows(b)  # accuracy, loss, bytes and clients, bit for bit
+    assert a["phases"]["teacher_test_accuracy"] == b["phases"]["teacher_test_accuracy"]
+    assert a["rounds"][0]["clients"] == list(range(4))
+    assert [r["accuracy"] for r in a["rounds"][1:]] != [r["accuracy"] for r in c["rounds"][1:]]

@@ -226,6 +226,7 @@ def train(
     augment: str = "none",
     drop_last: bool = False,
     loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    epoch_end: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Train `model` in place on `data` (Sec. 'local training' of every method; FedProx adds mu/2 ||w - w_g||^2).
 
@@ -239,6 +240,8 @@ def train(
     drop_last : drop each epoch's incomplete last batch (a partition smaller than one batch still trains).
     loss_fn : ``loss_fn(model, x, y) -> loss`` in place of cross-entropy of ``model(x)`` (e.g. ScaleFL's
         weighted early-exit loss); it runs under the same autocast.
+    epoch_end : called with the 0-based epoch after its last step (e.g. to evaluate a server distillation after
+        every epoch without restarting the optimizer); the model is put back in training mode after it.
 
     All of it in docs/training.md. Same arguments and seed, same result.
     """
@@ -265,6 +268,9 @@ def train(
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     done, current_epoch = 0, -1
     for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last):
+        if epoch_end is not None and epoch != current_epoch >= 0:
+            epoch_end(current_epoch)
+            model.train()
         if lr_schedule == "cosine-epoch" and epoch != current_epoch:
             for group in opt.param_groups:
                 group["lr"] = cosine_epoch_lr(lr, lr_min, epoch, n_epochs)
@@ -286,6 +292,8 @@ def train(
             sched.step()
         loss_sum += loss.detach().double()  # on the device: no host sync per step
         done += 1
+    if epoch_end is not None and current_epoch >= 0:
+        epoch_end(current_epoch)
     return TrainResult(float(loss_sum) / max(done, 1), done, n, time.perf_counter() - t0)
 
 

@@ -28,7 +28,12 @@ def local(msg: Message, context: Context) -> Message:
     """Phase 1: train the local model to completion on the 90% split; upload it once with label counts."""
     cfg = config_of(context)
     pid = message_client(msg, context, cfg)
-    local_data, _ = _splits(context, cfg, pid)
+    return train_and_upload(msg, context, cfg, pid, _splits(context, cfg, pid)[0])
+
+
+def train_and_upload(msg: Message, context: Context, cfg: dict, pid: int, local_data: ArrayData) -> Message:
+    """Train the received (or, without one, this client's own random) model on `local_data`; reply with it and the
+    label counts. FENS's phase 1 and the one-shot baselines' (docs/readings.md#oneshot)."""
     if "arrays" in msg.content:  # the common initial model from the server
         model = arrays_to_model(make_model(cfg), msg.content["arrays"])
     else:  # fens-diff-init: this client's own random start (authors' diff_init)

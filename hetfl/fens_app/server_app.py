@@ -48,18 +48,23 @@ from .strategy import make_strategy
 ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
 
 
-def _phase1(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any]) -> Ensemble:
-    """One-shot local training: send the initial model, collect every client's trained model once."""
+def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any], *,
+                         diff_init: bool = False, message_type: str = LOCAL) -> Ensemble:
+    """One-shot local training: send the initial model, collect every client's trained model once.
+
+    FENS sends `LOCAL` (clients train on their 90% split); the one-shot baselines of ``hetfl/oneshot_app`` send
+    their own type (clients train on all their data) and share the rest (docs/readings.md#oneshot).
+    """
     t0 = time.perf_counter()
     init = make_model(cfg)
     expected = {k: tuple(v.shape) for k, v in get_state(init).items()}
     dtypes = {k: v.dtype for k, v in get_state(init).items()}
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
-    if not cfg["fens-diff-init"]:  # the common initial model travels (and is counted); diff-init: built on the client
+    if not diff_init:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = model_to_arrays(init)
-    log.info("FENS phase 1: %d clients train the model once on their data (one-shot)", len(clients))
-    with heartbeat(f"FENS phase 1: {len(clients)} clients training locally", cfg["progress-interval"]):
-        raw = cmap.send_and_receive(grid, [cmap.message(c, content, LOCAL) for c in clients], cfg["round-timeout"])
+    log.info("phase 1: %d clients train the model once on their data (one-shot)", len(clients))
+    with heartbeat(f"phase 1: {len(clients)} clients training locally", cfg["progress-interval"]):
+        raw = cmap.send_and_receive(grid, [cmap.message(c, content, message_type) for c in clients], cfg["round-timeout"])
 
     C = num_classes(cfg)
 
@@ -116,7 +121,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     # ---- phase 1: one-shot local training, or the saved ensemble -----------------------------
     source = _ensemble_source(cfg, recorder.run_dir)
     if source is None:
-        ens = _phase1(grid, cmap, clients, cfg)
+        ens = collect_local_models(grid, cmap, clients, cfg, diff_init=p.diff_init)
         write_checkpoint(recorder.run_dir / ENSEMBLE, ens.to_state(), label="ensemble")
     else:
         ens = Ensemble.from_state(read_checkpoint(source))

@@ -1,0 +1,100 @@
+"""Run-config keys and parameters of FENS's one-shot baselines (docs/readings.md#oneshot)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetfl.common.config import ConfigError, Key
+from hetfl.common.params import MethodParams, key
+
+KD, ET, CB = ("fedkd",), ("fedet",), ("coboost",)
+POS = dict(min=0.0, min_inclusive=False)
+KEYS = (
+    # FedKD (Gong et al. 2022), one-shot mode of the authors' main.py (--oneshot)
+    Key("fedkd-epochs", int, 200, "FedKD: server distillation epochs over the auxiliary set (authors: fedrounds 200)", min=1, methods=KD),
+    Key("fedkd-batch-size", int, 512, "FedKD: server distillation batch size (authors: disbatchsize 512)", min=1, methods=KD),
+    Key("fedkd-lr", float, 1e-3, "FedKD: server Adam lr (authors: dis_lr 1e-3)", **POS, methods=KD),
+    Key("fedkd-lr-min", float, 1e-3, "FedKD: floor of the per-epoch cosine lr (authors: dis_lrmin 1e-3, i.e. constant)", min=0.0, methods=KD),
+    Key("fedkd-loss", str, "l1", "FedKD: distillation loss on logits (authors: l1; kl = KL at T = 3)", choices=("l1", "kl"), methods=KD),
+    Key("fedkd-weighting", str, "class-counts", "FedKD: member weights of the teacher's logits (authors: clscnt = 1, per-class label counts)",
+        choices=("class-counts", "data-size"), methods=KD),
+    # Fed-ET (Cho et al. 2022), one round of its ensemble transfer
+    Key("fedet-lambda", float, 0.05, "Fed-ET: weight of the diversity regularization (FENS: best lambda 0.05)", min=0.0, methods=ET),
+    Key("fedet-epochs", int, 200, "Fed-ET: server distillation epochs over the auxiliary set (FedKD's setup, as FENS runs both)", min=1, methods=ET),
+    Key("fedet-batch-size", int, 512, "Fed-ET: server distillation batch size", min=1, methods=ET),
+    Key("fedet-lr", float, 1e-3, "Fed-ET: server Adam lr", **POS, methods=ET),
+    # Co-Boosting (Dai et al. 2024), the authors' co_boosting.sh and datafree_kd.py defaults
+    Key("coboost-epochs", int, 200, "Co-Boosting: epochs of synthesis + re-weighting + distillation (authors: 200)", min=1, methods=CB),
+    Key("coboost-g-steps", int, 30, "Co-Boosting: generator steps per epoch (authors: 30)", min=1, methods=CB),
+    Key("coboost-batch-size", int, 128, "Co-Boosting: synthetic batch per epoch and distillation batch size (authors: 128)", min=1, methods=CB),
+    Key("coboost-lr-g", float, 1e-3, "Co-Boosting: Adam lr of the generator and its inputs z (authors: 1e-3)", **POS, methods=CB),
+    Key("coboost-kd-lr", float, 0.01, "Co-Boosting: student SGD lr, cosine over the epochs (authors: 0.01)", **POS, methods=CB),
+    Key("coboost-kd-t", float, 4.0, "Co-Boosting: distillation temperature (authors: kd_T 4)", **POS, methods=CB),
+    Key("coboost-ods-eta", float, 8.0, "Co-Boosting: ODS step on the normalised synthetic images, in 1/255 (authors: odseta 8)", min=0.0, methods=CB),
+    Key("coboost-hs", float, 1.0, "Co-Boosting: hardness exponent of the hard-sample loss (authors: hs 1.0)", min=0.0, methods=CB),
+    Key("coboost-adv", float, 1.0, "Co-Boosting: weight of the adversarial (student-teacher disagreement) term (authors: adv 1.0)", min=0.0, methods=CB),
+    Key("coboost-oh", float, 1.0, "Co-Boosting: weight of the hard-sample cross-entropy term (authors: ohg 1.0)", min=0.0, methods=CB),
+    Key("coboost-mu", float, 0.01, "Co-Boosting: step of the ensemble re-weighting (authors: mu 0.01)", min=0.0, methods=CB),
+    Key("coboost-wdc", float, 0.99, "Co-Boosting: per-epoch decay of the re-weighting step (authors: wdc 0.99)", min=0.0, max=1.0, methods=CB),
+)
+HOLDOUT = ("fedkd", "fedet")
+
+
+def check(cfg: dict) -> None:
+    """FedKD and Fed-ET distil on the server's unlabeled set; no one-shot method has rounds to resume."""
+    method = cfg["method"]
+    if method in HOLDOUT and cfg["server-holdout"] <= 0:
+        raise ConfigError(f"run-config key 'server-holdout' = {cfg['server-holdout']}: method {method!r} distils on an "
+                          "auxiliary unlabeled set held out of the train split (FMNIST presets: 24000, FENS's 60/40)")
+    if method in (*HOLDOUT, "coboost") and cfg["resume"]:
+        raise ConfigError(f"run-config key 'resume' = {cfg['resume']}: method {method!r} is one-shot (one upload, then "
+                          "the server's distillation) and keeps no checkpoint to resume; set resume = false")
+
+
+@dataclass(frozen=True)
+class FedKDParams(MethodParams):
+    """FedKD's one-shot server distillation (Gong et al. 2022; authors' ``distill_local_central_oneshot``).
+
+    Parameters
+    ----------
+    epochs, batch_size, lr, lr_min : Adam over the auxiliary set with a per-epoch cosine from lr to lr_min.
+    loss : "l1" (the authors' default: mean |student - teacher| on logits) or "kl" (T = 3).
+    weighting : "class-counts": member m's logit of class c weighted n_mc / sum_m n_mc; "data-size": n_m / n.
+    """
+
+    epochs: int = key("fedkd-epochs", 200)
+    batch_size: int = key("fedkd-batch-size", 512)
+    lr: float = key("fedkd-lr", 1e-3)
+    lr_min: float = key("fedkd-lr-min", 1e-3)
+    loss: str = key("fedkd-loss", "l1")
+    weighting: str = key("fedkd-weighting", "class-counts")
+
+
+@dataclass(frozen=True)
+class FedETParams(MethodParams):
+    """Fed-ET's one-shot ensemble transfer (Cho et al. 2022, Sec. 3.2): weighted consensus distillation with the
+    diversity regularization weighted by `lam`, on FedKD's distillation setup (docs/readings.md#fedet)."""
+
+    lam: float = key("fedet-lambda", 0.05)
+    epochs: int = key("fedet-epochs", 200)
+    batch_size: int = key("fedet-batch-size", 512)
+    lr: float = key("fedet-lr", 1e-3)
+
+
+@dataclass(frozen=True)
+class CoBoostParams(MethodParams):
+    """Co-Boosting (Dai et al. 2024): per epoch, a generator synthesizes hard samples, the ensemble's weights are
+    adjusted on the synthetic pool, and the student distils the weighted ensemble on it (docs/readings.md#coboost)."""
+
+    epochs: int = key("coboost-epochs", 200)
+    g_steps: int = key("coboost-g-steps", 30)
+    batch_size: int = key("coboost-batch-size", 128)
+    lr_g: float = key("coboost-lr-g", 1e-3)
+    kd_lr: float = key("coboost-kd-lr", 0.01)
+    kd_t: float = key("coboost-kd-t", 4.0)
+    ods_eta: float = key("coboost-ods-eta", 8.0)
+    hs: float = key("coboost-hs", 1.0)
+    adv: float = key("coboost-adv", 1.0)
+    oh: float = key("coboost-oh", 1.0)
+    mu: float = key("coboost-mu", 0.01)
+    wdc: float = key("coboost-wdc", 0.99)

@@ -1,0 +1,164 @@
+"""FENS's one-shot baselines FedKD, Fed-ET and Co-Boosting (hetfl/oneshot_app; docs/readings.md#oneshot).
+
+Unit tests work small cases by hand; the end-to-end tests run each method through the real ServerApp/ClientApp
+code on the in-process grid (digits, 4 clients, a few server epochs).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hetfl.common.comm import record_nbytes
+from hetfl.common.config import ConfigError, validate
+from hetfl.common.task import make_model, model_to_arrays
+from hetfl.oneshot_app.core import (Generator, adversarial_loss, fedet_loss, fedet_targets, fedkd_loss, fedkd_teacher,
+                                    fedkd_weights, hard_sample_loss, kd_kl, ods_perturb, reweight_step, weighted_logits)
+
+from .inprocess import run_in_process
+
+
+# ---- FedKD -------------------------------------------------------------------------------------------------------
+def test_fedkd_teacher_weights_each_class_by_the_members_label_counts():
+    counts = np.array([[3, 0], [1, 2]])  # member 0 holds 3 of class 0; member 1 one of class 0, two of class 1
+    z = torch.tensor([[[2.0, 4.0], [6.0, 8.0]]])  # one sample (N=1, M=2, C=2)
+    w = fedkd_weights(counts, "class-counts")
+    assert torch.allclose(w, torch.tensor([[0.75, 0.0], [0.25, 1.0]]))
+    assert torch.allclose(fedkd_teacher(z, w), torch.tensor([[0.75 * 2 + 0.25 * 6, 8.0]]))
+    # data-size: both hold 3 samples, so the plain mean
+    assert torch.allclose(fedkd_teacher(z, fedkd_weights(counts, "data-size")), torch.tensor([[4.0, 6.0]]))
+    # the authors' L1Loss: mean absolute difference over batch and classes
+    assert fedkd_loss(torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 8.0]]), "l1").item() == pytest.approx(4.0)
+    s, t = torch.tensor([[0.0, 0.0]]), torch.tensor([[math.log(3.0), 0.0]])
+    p = torch.softmax(t / 3, 1)
+    kl = float((p * torch.log(p / 0.5)).sum()) * 9
+    assert fedkd_loss(s, t, "kl").item() == pytest.approx(kl, rel=1e-5)
+
+
+# ---- Fed-ET --------------------------------------------------------------------------------------------------------
+def test_fedet_consensus_and_diversity_targets_by_hand():
+    probs = torch.tensor([
+        [[0.9, 0.1], [0.6, 0.4], [0.2, 0.8]],  # votes 0, 0, 1: majority 0, member 2 dissents
+        [[0.7, 0.3], [0.8, 0.2], [0.6, 0.4]],  # all vote 0: no diversity target
+    ])
+    cons, div, has = fedet_targets(torch.log(probs))
+    # confidence = variance of the softmax over the classes = ((p0 - p1) / 2)^2 for two classes: 0.16, 0.01, 0.09
+    expected = (0.16 * torch.tensor([0.9, 0.1]) + 0.01 * torch.tensor([0.6, 0.4])) / 0.17
+    assert torch.allclose(cons[0], expected, atol=1e-5)
+    assert torch.allclose(div[0], torch.tensor([0.2, 0.8]), atol=1e-5)
+    assert has.tolist() == [True, False]
+    v = torch.tensor([0.04, 0.09, 0.01])  # the second sample: all three agree
+    assert torch.allclose(cons[1], (v[:, None] * probs[1]).sum(0) / v.sum(), atol=1e-5)
+    # the loss: KL(consensus || student) + lam KL(diversity || student) on dissenting samples only
+    student = torch.zeros(2, 2)  # q = (1/2, 1/2)
+
+    def kl(p):
+        return float((p * torch.log(p / 0.5)).sum())
+
+    assert fedet_loss(student, cons, div, has, 0.0).item() == pytest.approx((kl(cons[0]) + kl(cons[1])) / 2, rel=1e-5)
+    extra = fedet_loss(student, cons, div, has, 0.5).item() - fedet_loss(student, cons, div, has, 0.0).item()
+    assert extra == pytest.approx(0.5 * kl(torch.tensor([0.2, 0.8])) / 2, rel=1e-4)
+
+
+def test_fedet_majority_tie_and_uniform_members():
+    # two members, one vote each: the tie goes to the smaller label; uniform outputs (confidence 0) still average
+    z = torch.tensor([[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]]])
+    cons, div, has = fedet_targets(z)
+    assert torch.allclose(cons[0], torch.full((3,), 1 / 3)) and not has[0]
+    assert torch.allclose(cons[1], torch.softmax(z[1, 1], 0)) and torch.allclose(div[1], torch.softmax(z[1, 0], 0))
+
+
+# ---- Co-Boosting ---------------------------------------------------------------------------------------------------
+def test_coboost_reweighting_step_and_weighted_ensemble():
+    w = torch.tensor([0.5, 0.5])
+    # one step of size mu wdc^epoch against the gradient's sign
+    assert torch.allclose(reweight_step(w, w, torch.tensor([2.0, -0.1]), mu=0.1, wdc=0.5, epoch=1), torch.tensor([0.45, 0.55]))
+    # kept in [0, 1]
+    out = reweight_step(torch.tensor([0.02, 0.98]), w, torch.tensor([1.0, -1.0]), mu=0.1, wdc=0.99, epoch=0)
+    assert torch.allclose(out, torch.tensor([0.0, 1.0]))
+    logits = torch.tensor([[[1.0, 0.0]], [[0.0, 4.0]]])  # (M=2, B=1, C=2)
+    assert torch.allclose(weighted_logits(logits, torch.tensor([0.25, 0.25])), torch.tensor([[0.5, 2.0]]))
+    assert torch.allclose(weighted_logits(logits, torch.tensor([0.3, 0.1])), torch.tensor([[0.75, 1.0]]))
+
+
+def test_coboost_hard_sample_and_adversarial_terms():
+    t = torch.log(torch.tensor([[0.75, 0.25], [0.5, 0.5]])).requires_grad_(True)
+    y = torch.tensor([0, 1])
+    loss = hard_sample_loss(t, y, hs=1.0)
+    # (1 - p_y) CE: 0.25 * -log 0.75 and 0.5 * -log 0.5
+    assert loss.item() == pytest.approx((0.25 * -math.log(0.75) + 0.5 * -math.log(0.5)) / 2, rel=1e-5)
+    # the hardness factor is a constant: the gradient is (1 - p_y) times the cross-entropy's
+    (g,) = torch.autograd.grad(loss, t)
+    (g_ce,) = torch.autograd.grad(F.cross_entropy(t, y, reduction="none").mean(), t)
+    assert torch.allclose(g, g_ce * torch.tensor([[0.25], [0.5]]), atol=1e-6)
+    assert hard_sample_loss(t, y, hs=0.0).item() == pytest.approx(F.cross_entropy(t, y).item(), rel=1e-6)
+    a, b = torch.randn(5, 3), torch.randn(5, 3)
+    assert adversarial_loss(a, a).item() == pytest.approx(0.0, abs=1e-6)
+    assert adversarial_loss(a, b).item() == pytest.approx(-kd_kl(a, b, 3.0).item()) and adversarial_loss(a, b).item() < 0
+
+
+def test_coboost_ods_and_generator():
+    W = torch.randn(6, 3)
+    x = torch.randn(4, 6)
+    out = ods_perturb(x, lambda v: v @ W, 0.1, torch.Generator().manual_seed(0))
+    assert torch.allclose((out - x).abs(), torch.full_like(x, 0.1), atol=1e-6)  # every input moves by eta
+    assert torch.equal(out, ods_perturb(x, lambda v: v @ W, 0.1, torch.Generator().manual_seed(0)))
+    g = Generator(nz=16, channels=1, size=28, ngf=8)
+    g.reset(torch.Generator().manual_seed(1))
+    img = g(torch.randn(3, 16))
+    assert img.shape == (3, 1, 28, 28) and img.min() >= 0 and img.max() <= 1
+    w = g.l1.weight.clone()
+    assert w.std().item() == pytest.approx(0.02, rel=0.1)
+    g.reset(torch.Generator().manual_seed(1))
+    assert torch.equal(g.l1.weight, w)
+
+
+# ---- config ----------------------------------------------------------------------------------------------------
+def test_fedkd_and_fedet_need_the_auxiliary_set():
+    for method in ("fedkd", "fedet"):
+        with pytest.raises(ConfigError, match="'server-holdout' = 0"):
+            validate({"method": method})
+    validate({"method": "fedkd", "server-holdout": 100})
+    validate({"method": "coboost"})
+    with pytest.raises(ConfigError, match="fedkd-epochs"):
+        validate({"method": "fedet", "server-holdout": 100, "fedkd-epochs": 3})
+    with pytest.raises(ConfigError, match="'resume'"):
+        validate({"method": "coboost", "resume": True})
+
+
+# ---- end to end ----------------------------------------------------------------------------------------------------
+BASE = {"dataset": "digits", "data-source": "local", "partitioner": "dirichlet", "dirichlet-alpha": 1.0,
+        "min-available-nodes": 4, "local-steps": 0, "local-epochs": 10, "batch-size": 32, "lr": 0.1,
+        "max-test-samples": 0, "checkpoint": False, "seed": 1}
+E2E = {
+    "fedkd": ({"server-holdout": 400, "fedkd-epochs": 8, "fedkd-batch-size": 32, "fedkd-lr": 1e-2, "fedkd-lr-min": 1e-2}, 8, 0.2),
+    "fedet": ({"server-holdout": 400, "fedet-epochs": 8, "fedet-batch-size": 32, "fedet-lr": 1e-2}, 8, 0.3),
+    "coboost": ({"coboost-epochs": 8, "coboost-g-steps": 10, "coboost-batch-size": 64, "coboost-kd-lr": 0.1}, 8, 0.2),
+}
+
+
+@pytest.mark.parametrize("method", sorted(E2E))
+def test_oneshot_method_end_to_end(method, tmp_path, task_identity):
+    """Phase 1 on 4 clients, then the server's epochs: above chance (10%), rows per epoch, the bytes of one upload."""
+    over, epochs, floor = E2E[method]
+    cfg = {**BASE, "method": method, **over}
+    m = run_in_process(cfg, 4, tmp_path, method)
+    rows = m["rounds"]
+    assert [r["round"] for r in rows] == list(range(epochs + 1))
+    assert rows[-1]["accuracy"] > floor, [r["accuracy"] for r in rows]
+    ph = m["phases"]
+    assert ph["num_models"] == 4 and ph["member_client_ids"] == [0, 1, 2, 3] and ph["teacher_test_accuracy"] > 0.3
+    # what travels: the initial model down and the trained model up, once per client, and nothing after round 0
+    model_bytes = record_nbytes(model_to_arrays(make_model(validate(cfg))))
+    assert 4 * model_bytes <= ph["upload_bytes"] <= 4 * (model_bytes + 2048)
+    assert 4 * model_bytes <= ph["phase1_request_bytes"] <= 4 * (model_bytes + 2048)
+    assert rows[0]["bytes_up"] >= ph["upload_bytes"] and rows[0]["bytes_down"] >= ph["phase1_request_bytes"]
+    assert rows[0]["clients"] == [0, 1, 2, 3]
+    assert all(r["bytes_up"] == 0 and r["bytes_down"] == 0 for r in rows[1:])
+    if method == "coboost":
+        w = ph["member_weights"]
+        assert len(w) == 4 and all(0 <= v <= 1 for v in w) and w != [0.25] * 4  # re-weighted from uniform
+    else:
+        assert ph["auxiliary_samples"] == 400
