@@ -116,7 +116,7 @@ def test_build_context_holds_what_the_dockerfile_uses():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["configs/quickstart.toml", "bogus-key=1"], "unknown run-config key(s) ['bogus-key']"),
+    (["configs/quickstart.toml", "bogus-key=1"], "unknown run-config key 'bogus-key'"),
     (["configs/nope.toml"], "preset 'configs/nope.toml' does not exist"),
 ])
 def test_submit_rejects_bad_input_in_one_line(args, message):
