@@ -4,6 +4,7 @@ For each message type some method declares (``train``, ``train.shefl``, ``train.
 ...), one dispatcher is registered that runs the handler of the run's ``method``. Every
 node also answers the discovery query :data:`~hetfl.common.registry.NODE_QUERY` with its
 client ids it hosts and the fields its method adds per client (SHEFL's device class, ...).
+Every reply names the host it was computed on (:func:`~hetfl.common.comm.tag_host`; docs/ray-cluster.md).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from hetfl import methods
+from hetfl.common.comm import tag_host
 from hetfl.common.nodeconfig import validate_node_config
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.nodes import CLIENT_IDS
@@ -23,7 +25,7 @@ app = ClientApp()
 def dispatch(msg: Message, context: Context) -> Message:
     """Run the handler that the run's `method` declares for this message type."""
     cfg = config_of(context)
-    return methods.handler_for(cfg["method"], msg.metadata.message_type)(msg, context)
+    return tag_host(methods.handler_for(cfg["method"], msg.metadata.message_type)(msg, context))
 
 
 def node_query(msg: Message, context: Context) -> Message:
@@ -39,7 +41,7 @@ def node_query(msg: Message, context: Context) -> Message:
     for c in clients:
         for k, v in methods.node_info(cfg["method"], context, cfg, c).items():
             answer.setdefault(k, []).append(v)
-    return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
+    return tag_host(Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg))
 
 
 def _register(message_type: str, handler) -> None:

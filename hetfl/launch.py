@@ -11,7 +11,8 @@ the end-to-end tests use:
         --set num-server-rounds=30
 
 It prints the run's results directory and final accuracy, and exits non-zero when the
-run fails or leaves no metrics.json.
+run fails or leaves no metrics.json. With ``--ray-address HEAD:PORT`` the simulation joins a running
+Ray cluster of several hosts instead of starting Ray on this one (docs/ray-cluster.md).
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def _wait_port(address: str, proc: subprocess.Popen, log_file: Path, timeout: fl
 @contextlib.contextmanager
 def superlink(home: Path | None = None, simulation: bool = True, extra_args: list[str] | None = None,
               tls: bool = False, state_file: bool | None = None, host: str = "127.0.0.1",
-              port: int | None = None) -> Iterator[SuperLink]:
+              port: int | None = None, env: dict[str, str] | None = None) -> Iterator[SuperLink]:
     """Start a SuperLink (own process group) on `host`:`port` (default: a free loopback port); stop it on exit.
 
     `host` other than loopback serves it to other machines (``python -m hetfl.cluster --address``,
@@ -194,7 +195,8 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
     `state_file` keeps the SuperLink's state (runs, messages) in `<home>/state.db` (SQLite) instead
     of memory; default: only for a deployment SuperLink. In simulation every model passes through
     this state twice a round: with SQLite a light FedAvg round (`make bench` (a)) took 2.62 s
-    instead of 1.93 s.
+    instead of 1.93 s. `env` adds variables to its environment (``RAY_ADDRESS``: the simulation joins that Ray
+    cluster, docs/ray-cluster.md).
     """
     if state_file is None:
         state_file = not simulation
@@ -217,7 +219,8 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
         f'address = "{address}"\n{security}'
     )
     with open(home / "superlink.stdout", "wb") as out:
-        proc = subprocess.Popen(cmd, env=flwr_env(home), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, env={**flwr_env(home), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     link = SuperLink(proc, home, "hetfl", address)
     global LAST_SESSION
     LAST_SESSION = proc.pid
@@ -319,6 +322,22 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
         raise PreflightError(f"run-config key 'min-available-nodes' = {cfg['min-available-nodes']} exceeds the "
                              f"{num_supernodes} simulated SuperNodes; expected <= {num_supernodes} (or more --supernodes)")
     return cfg
+
+
+def check_ray_address(address: str, timeout: float = 5.0) -> str:
+    """`address` (``host:port`` of a Ray head's GCS, ``ray start --head --port``) if something listens there, else
+    :class:`PreflightError` in one line. The simulation's ``ray.init()`` joins that cluster (docs/ray-cluster.md)."""
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit():
+        raise PreflightError(f"--ray-address {address!r}: expected HOST:PORT of a Ray head (ray start --head --port PORT)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise PreflightError(f"--ray-address {address!r}: no Ray head answers there ({err.strerror or err}); start one "
+                             f"with `ray start --head --node-ip-address {host} --port {port}`, or leave --ray-address "
+                             "out to run Ray on this machine only") from None
+    return address
 
 
 def _reference_preflight(cfg: dict[str, Any]):
@@ -463,11 +482,12 @@ CLIENT_NODES = 100  # simulated SuperNodes for --clients: Flower's message pump 
 
 def run(config_file: str | None = None, overrides: dict[str, Any] | None = None, num_supernodes: int = 10,
         client_cpus: int = 1, results_dir: str | Path = "results", timeout: float | None = None,
-        app_dir: Path = ROOT, client_gpus: float | None = None) -> Path:
+        app_dir: Path = ROOT, client_gpus: float | None = None, ray_address: str | None = None) -> Path:
     """Check (:func:`preflight`), run one simulation, and return its results directory (raises on failure).
 
     `client_gpus` is the GPU fraction per simulated ClientApp; None = 0.25 when the run trains on CUDA
-    (four ClientApps share a GPU), else 0.
+    (four ClientApps share a GPU), else 0. `ray_address` (``host:port``) runs the ClientApps on that running Ray
+    cluster, as many at once as its nodes' CPUs/GPUs fit (docs/ray-cluster.md); None: Ray on this machine.
     """
     overrides = dict(overrides or {})
     preset = load_preset(config_file)
@@ -478,10 +498,11 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
     overrides["results-dir"] = str(Path(results_dir).resolve())
     overrides.update(absolute_paths({**preset, **overrides}))  # dir: datasets and server-data-path, like results-dir
     cfg = preflight({**preset, **overrides}, num_supernodes)  # fail fast, before any process starts
+    env = {"RAY_ADDRESS": check_ray_address(ray_address)} if ray_address else None
     if client_gpus is None:
         client_gpus = 0.25 if uses_cuda(cfg) else 0.0
     run_dir = Path(results_dir).resolve() / run_name
-    with superlink() as link:
+    with superlink(env=env) as link:
         rc = flwr_run(link, app_dir, config_file, overrides, num_supernodes, client_cpus, timeout, client_gpus=client_gpus)
     metrics = run_dir / "metrics.json"
     if rc != 0 or not metrics.exists():
@@ -516,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--client-cpus", type=int, default=1, help="CPUs per simulated ClientApp (an integer Ray resource)")
     p.add_argument("--client-gpus", type=float, default=None,
                    help="fraction of a GPU per simulated ClientApp (default: 0.25 when training on CUDA, else 0)")
+    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                   help="run the ClientApps on this running Ray cluster (ray start --head ... on one host, ray start "
+                        "--address=HOST:PORT on the others) instead of starting Ray here (docs/ray-cluster.md)")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
@@ -539,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
                 supernodes = int({**load_preset(a.config), **overrides}.get("min-available-nodes",
                                                                              SCHEMA["min-available-nodes"].default))
             run_dir = run(a.config, overrides, supernodes, a.client_cpus, a.results_dir, a.timeout,
-                          client_gpus=a.client_gpus)
+                          client_gpus=a.client_gpus, ray_address=a.ray_address)
     except KeyboardInterrupt:
         print("interrupted: stopped the SuperLink and everything it started", file=sys.stderr)
         return 130

@@ -82,3 +82,43 @@ def test_metered_grid_counts_both_directions_per_node(task_identity):
     assert t.replies == 3 and t.failures == 0 and 3 * 400 <= t.bytes_up <= 3 * 1500
     assert grid.take().bytes_down == 0  # a new period starts empty
     assert grid.total_bytes() == (t.bytes_down, t.bytes_up)
+
+
+class HostGrid(FakeGrid):
+    """FakeGrid whose replies name the host `hosts[node]` that computed them, as hetfl.common.comm.tag_host does."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from hetfl.common.comm import HOST
+
+        out = super().send_and_receive(messages)
+        for m, r in zip(messages, out):
+            r.content[HOST] = ConfigRecord({HOST: self.hosts[m.metadata.dst_node_id]})
+        return out
+
+
+def test_metered_grid_tallies_replies_per_host_and_counts_no_byte_of_the_tag(task_identity):
+    """Each reply names the host that computed it (docs/ray-cluster.md); the grid tallies the hosts per period and
+    takes the tag off before counting bytes and before any strategy reads the reply."""
+    import socket
+
+    from hetfl.common.comm import HOST, host_name, tag_host
+
+    content = RecordDict({"config": ConfigRecord({"lr": 0.1})})
+    msgs = lambda: [Message(content, dst_node_id=n, message_type="train") for n in (1, 2, 3)]  # noqa: E731
+    plain = MeteredGrid(FakeGrid())
+    plain.send_and_receive(msgs())
+    untagged = plain.take()
+    grid = MeteredGrid(HostGrid({1: "10.78.0.1", 2: "10.78.0.2", 3: "10.78.0.1"}))
+    replies = grid.send_and_receive(msgs())
+    t = grid.take()
+    assert dict(t.hosts) == {"10.78.0.1": 2, "10.78.0.2": 1}
+    assert all(HOST not in r.content for r in replies)  # the strategies never see it
+    assert t.up == untagged.up and t.bytes_up == untagged.bytes_up  # same bytes as without the tag
+    assert dict(t.add(t).hosts) == {"10.78.0.1": 4, "10.78.0.2": 2}
+    # outside Ray (deployment SuperNodes, in-process grids) a ClientApp names its machine by hostname
+    host_name.cache_clear()
+    reply = tag_host(Message(RecordDict({}), reply_to=msgs()[0]))
+    assert reply.content[HOST][HOST] == host_name() == socket.gethostname()

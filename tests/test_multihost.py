@@ -12,7 +12,6 @@ namespace before it deletes them (also on failure). Skipped, with the reason, wh
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -20,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ import pytest
 from hetfl import launch
 
 from .conftest import require_fmnist
+from .netns import can_make_namespaces, network, ns_pids, routes
 
 ROOT = launch.ROOT
 SECTION = "## Deploy on real devices"
@@ -82,75 +81,6 @@ def readme_blocks() -> list[tuple[list[str], list[str]]]:
             commands.append(cmd)
         out.append((hosts, commands))
     return out
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
-@contextlib.contextmanager
-def network(tag: str) -> Iterator[dict[str, str]]:
-    """Host -> namespace: each with eth0 at its HOSTS address (/24) on a bridge in namespace `<tag>-sw`.
-
-    On exit (failure included): SIGKILL any process still in a namespace, then delete the namespaces (their
-    veths and the bridge go with them).
-    """
-    _remove_stale_namespaces()
-    names = {h: f"{tag}-{h}" for h in HOSTS}
-    made: list[str] = []
-    try:
-        switch = f"{tag}-sw"
-        _ip("netns", "add", switch)
-        made.append(switch)
-        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
-        _ip("-n", switch, "link", "set", "br0", "up")
-        for k, (host, ns) in enumerate(names.items()):
-            _ip("netns", "add", ns)
-            made.append(ns)
-            _ip("-n", switch, "link", "add", f"p{k}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _ip("-n", switch, "link", "set", f"p{k}", "master", "br0", "up")
-            _ip("-n", ns, "addr", "add", f"{HOSTS[host]}/24", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield names
-    finally:
-        for ns in made:
-            for pid in ns_pids(ns):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 9)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def _remove_stale_namespaces() -> None:
-    """Namespaces of an earlier run of this test whose pytest process is gone (killed before its cleanup ran)."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    for ns in re.findall(r"^(hfl(\d+)-[\w-]+)", listed, re.M):
-        name, pid = ns
-        if not Path(f"/proc/{pid}").exists():
-            for p in ns_pids(name):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, 9)
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-
-
-def ns_pids(ns: str) -> list[int]:
-    """Processes in network namespace `ns`."""
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
-
-
-def _can_make_namespaces() -> str | None:
-    """None if this process can create network namespaces, else why not."""
-    if sys.platform != "linux":
-        return "network namespaces are Linux only"
-    if os.geteuid() != 0:
-        return "creating network namespaces needs root (ip netns add)"
-    if shutil.which("ip") is None:
-        return "iproute2's `ip` is not installed"
-    probe = f"hflprobe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None if made.returncode == 0 else f"ip netns add failed: {made.stderr.strip()}"
 
 
 class Hosts:
@@ -226,19 +156,19 @@ class Hosts:
 
 @pytest.mark.slow
 def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
-    why = _can_make_namespaces()
+    why = can_make_namespaces()
     if why:
         pytest.skip(f"no network namespaces here: {why}")
     require_fmnist()
     t0 = time.monotonic()
     blocks = readme_blocks()
     assert [h for h, _ in blocks][0] == ["server"] and any("flwr run" in c for _, cs in blocks for c in cs)
-    with network(f"hfl{os.getpid()}") as namespaces:
+    with network(f"hfl{os.getpid()}", HOSTS) as namespaces:
         hosts = Hosts(tmp_path, namespaces)
         try:
             for ns in namespaces.values():  # traffic only among the hosts: their /24, no default route
-                routes = subprocess.run(["ip", "-n", ns, "route"], capture_output=True, text=True).stdout.splitlines()
-                assert routes and all(r.startswith(f"{NET}.0/24 dev eth0 ") for r in routes), routes
+                table = routes(ns)
+                assert table and all(r.startswith(f"{NET}.0/24 dev eth0 ") for r in table), table
             for dev in DEVICES:  # the global dataset is out of the devices' reach
                 assert hosts.run(dev, f"ls -A {HIDDEN} | wc -l").strip() == "0", dev
             extra: dict[str, subprocess.Popen] = {}

@@ -6,6 +6,8 @@ and what travels between SuperLink and SuperNode is each object's deflated bytes
 :func:`message_nbytes` sums exactly those. :class:`MeteredGrid` wraps the ServerApp's
 Grid and counts every message pushed (download, server -> client) and every reply pulled
 (upload, client -> server), per client (per node for messages that name none), in periods that the strategies close once per round.
+Each reply also names the host its ClientApp ran on (:func:`tag_host`; the Ray node's address in the Simulation
+Engine): the grid takes that tag off before counting, and tallies replies per host (docs/ray-cluster.md).
 
 The sparse codec sends a vector as values + positions. Positions are stored in the
 cheapest exact form: none for a dense vector, a bitmap (1 bit per element) when the
@@ -14,6 +16,9 @@ density is above 1/32 for 32-bit or 1/16 for 16-bit indices, else uint16/uint32 
 
 from __future__ import annotations
 
+import functools
+import socket
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -21,7 +26,7 @@ from dataclasses import dataclass, field
 from collections.abc import Iterable
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 
 try:  # the object tree Flower 1.41 puts on the wire
@@ -31,6 +36,33 @@ except ImportError:  # pragma: no cover - older/newer layouts
 
 
 CLIENT = "client"  # the ConfigRecord of a message naming the client it is for ({"client-id": int}; hetfl.common.nodes)
+HOST = "host"  # the ConfigRecord of a reply naming the host its ClientApp ran on ({"host": str}); never counted
+
+
+@functools.cache
+def host_name() -> str:
+    """The host this process runs on: its Ray node's IP address in a Ray worker (the Simulation Engine, one host or a
+    cluster of several: docs/ray-cluster.md), else the machine's hostname (deployment SuperNodes, in-process grids)."""
+    ray = sys.modules.get("ray")  # a ClientApp in a Ray actor has it imported and initialised; nothing else imports it
+    if ray is not None and ray.is_initialized():
+        return str(ray.util.get_node_ip_address())
+    return socket.gethostname()
+
+
+def tag_host(reply: Message) -> Message:
+    """Name this host in a ClientApp's reply (the :data:`HOST` record), for :class:`MeteredGrid` to tally and remove."""
+    if reply.has_content():
+        reply.content[HOST] = ConfigRecord({HOST: host_name()})
+    return reply
+
+
+def take_host(reply: Message) -> str | None:
+    """Remove a reply's :data:`HOST` record (before its bytes are counted and any strategy reads it); its host."""
+    if not reply.has_content() or HOST not in reply.content:
+        return None
+    host = str(reply.content[HOST].get(HOST, ""))
+    del reply.content[HOST]
+    return host or None
 
 
 def record_nbytes(obj) -> int:
@@ -69,10 +101,11 @@ class Traffic:
     replies: int = 0
     failures: int = 0
     comm_s: float = 0.0  # wall time spent inside send_and_receive
+    hosts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # host -> replies from ClientApps there
 
     def add(self, other: Traffic) -> Traffic:
         """Fold another period into this one (e.g. several phases reported as one round)."""
-        for mine, theirs in ((self.down, other.down), (self.up, other.up)):
+        for mine, theirs in ((self.down, other.down), (self.up, other.up), (self.hosts, other.hosts)):
             for node, b in theirs.items():
                 mine[node] = mine.get(node, 0) + b
         self.replies += other.replies
@@ -125,9 +158,12 @@ class MeteredGrid(Grid):
 
     def _count_up(self, replies: list[Message], sent: dict[str, Message] | None = None) -> None:
         for r in replies:
+            host = take_host(r)  # the host tag is bookkeeping, not the method's traffic: off before counting
             nbytes = message_nbytes(r)
             to = (sent or {}).get(r.metadata.reply_to_message_id)
             with self._lock:
+                if host is not None:
+                    self.current.hosts[host] += 1
                 self.current.up[_client_or_node(to, r.metadata.src_node_id)] += nbytes
                 if r.has_error():
                     self.current.failures += 1

@@ -81,7 +81,8 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
 
     ``evaluate_fn(round, arrays)`` returns ``accuracy``, ``loss`` and any method-specific columns
     (member or level accuracies). The row adds the evaluation's seconds, the round's bytes, replies,
-    failures and rejected replies (:class:`~hetfl.common.comm.MeteredGrid`), and after round 0 the
+    failures and rejected replies (:class:`~hetfl.common.comm.MeteredGrid`), the replies per host that
+    computed them (``hosts``: {host: replies}, docs/ray-cluster.md), and after round 0 the
     strategy's own columns (``round_metrics(traffic)``). `also` is traffic of earlier phases that
     this row carries (FENS's round 0: discovery, phase 1 and the ensemble download).
     """
@@ -95,7 +96,8 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
     own = strategy.round_metrics(traffic) if server_round and hasattr(strategy, "round_metrics") else {}
     acc, loss = metrics.pop("accuracy"), metrics.pop("loss")
     columns = {"eval_s": eval_s, "comm_s": traffic.comm_s, "replies": traffic.replies, "failures": traffic.failures,
-               "rejected": getattr(strategy, "rejected", 0) if server_round else 0, **metrics, **own}
+               "rejected": getattr(strategy, "rejected", 0) if server_round else 0,
+               "hosts": dict(sorted(traffic.hosts.items())), **metrics, **own}
     return recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
 
 
