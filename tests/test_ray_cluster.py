@@ -41,7 +41,7 @@ COMMON = {"num-server-rounds": 2, "min-available-nodes": SUPERNODES, "fraction-t
           "max-test-samples": 300, "seed": 0, "checkpoint": False}
 RUNS = {  # short runs of the quickstart preset (Fashion-MNIST, Dir(0.6), CNN)
     "fedavg": {},
-    "shefl": {"method": "shefl", "shefl-models": 2, "hpc-per-round": 1},
+    "shefl": {"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 1},
 }
 RAY = str(Path(sys.executable).parent / "ray")
 BUDGET = 540  # seconds for the whole test (~2.5 min on a quiet machine, 5 min at a load average of 11 on 2 cores)
