@@ -1,8 +1,12 @@
 # hetfl: heterogeneous federated learning on Flower 1.41.
 #   make run    short real FedAvg run on Fashion-MNIST (offline), prints accuracy and plot path
+#   make quickstart-shefl | quickstart-fens | quickstart-adaptivefl   one short real run per method (< 2 min)
 #   make test   the test suite (unit + end-to-end simulations)
 #   make test-docker  Docker Compose cluster on a real Docker engine, 2 rounds to the end (root; installs what is missing)
 #   make bench  simulated round vs plain PyTorch loop (light and paper regime), bf16 vs fp32, 10,000-SuperNode probe
+#   make reproduce-shefl | reproduce-shefl-studies | calibrate-shefl | reproduce-fens | reproduce-adaptivefl
+#               the tables of docs/results/ from the runs committed there (seconds); TRAIN=1 trains what is
+#               missing (hours to days on 2 CPU cores: each target says how long before it starts)
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -16,7 +20,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-fast test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-adaptivefl
+.PHONY: install data compose-cli run test test-fast test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -43,6 +47,10 @@ compose-cli:
 run: install data
 	$(BIN)/python -m hetfl.launch configs/quickstart.toml --supernodes 20
 
+# One short real run per method on Fashion-MNIST (configs/quickstart-<method>.toml; each under 2 min here).
+quickstart-shefl quickstart-fens quickstart-adaptivefl: quickstart-%: install data
+	$(BIN)/python -m hetfl.launch configs/quickstart-$*.toml
+
 # Two pytest workers (pytest-xdist): the end-to-end tests spend much of their time starting processes and
 # waiting on heartbeats, so the second core is busy while the first waits. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
@@ -56,7 +64,7 @@ test-fast: install
 # The Compose cluster (docker/compose.yml) on a real Docker engine: installs docker.io, docker-compose, debootstrap
 # when missing (root), starts dockerd if none runs (and stops that one), builds the images without a registry
 # (docker/build.sh), runs 2 rounds of configs/quickstart.toml to the end and tears the cluster down. Needs no .venv.
-# Too long for `make test` (README.md, "Docker Compose": minutes cold and warm). SECURITY=tls|auth adds the overlays.
+# Too long for `make test` (docs/deployment.md, "Docker Compose": minutes cold and warm). SECURITY=tls|auth adds the overlays.
 DOCKER_PRESET ?= configs/quickstart.toml
 DOCKER_ROUNDS ?= 2
 SECURITY ?= plain
@@ -82,19 +90,34 @@ cluster: install data
 clean:
 	rm -rf .flwr results .pytest_cache
 
+# --- reproductions (docs/results/) -------------------------------------------------------------------------------
+# By default each target tabulates the finished runs committed under docs/results/<name>/runs (copied into
+# results/reproduce/<name>/, nothing trained: seconds) and writes results/reproduce/<name>/{table.md,accuracy.png}.
+# TRAIN=1 also trains every run that is missing, resuming interrupted ones; the times below are this project's
+# 2-core CPU, measured in the docs/results pages.
+TRAIN ?=
+comma := ,
+TRAINING := $(filter 1 yes true,$(TRAIN))
+REPRO_MODE := $(if $(TRAINING),,--table-only)
+REPRO_DATA := $(if $(TRAINING),data)
+define say_mode
+	@echo "$(1): $(if $(TRAINING),training the missing runs: $(2),tabulating the runs committed under docs/results (nothing is trained; TRAIN=1 trains the missing ones: $(2)))"
+endef
+
 # SHEFL paper comparison (full paper Table 1) on FMNIST Dir(0.6) and pathological 4 shards: SHEFL, Fed-Ensemble,
-# FedAvg, FedProx, FedBE at the calibrated local work (10 epochs), 3 seeds. Long: 10 local epochs make a round take
-# 35-135 s on 2 CPU cores (SHEFL's HPCs train every model): the 30 runs at ROUNDS=30 took ~19 h here.
-# ROUNDS/SEEDS/SPLITS/EXTRA shorten it, e.g.
-# make reproduce-shefl ROUNDS=30 SEEDS=0 SPLITS=dir0.6; REPRO_FLAGS=--table-only tabulates the runs that finished.
+# FedAvg, FedProx, FedBE at the calibrated local work (10 epochs), 3 seeds, 30 rounds (docs/results/shefl-fmnist-r30.md).
+# Training is long: 10 local epochs make a round take 35-135 s on 2 CPU cores (SHEFL's HPCs train every model): the
+# 30 runs at ROUNDS=30 took ~19 h here; ROUNDS=100 would take ~60 h (no committed runs at these presets).
+# ROUNDS/SEEDS/SPLITS/EXTRA shorten it, e.g. make reproduce-shefl TRAIN=1 SEEDS=0 SPLITS=dir0.6.
 # Finished runs committed under docs/results/shefl-fmnist-*/runs are reused (copied, not rerun) from a fresh clone.
-ROUNDS ?= 100
+ROUNDS ?= 30
 SEEDS ?= 0 1 2
 SPLITS ?= dir0.6 path4
 EXTRA ?=
-reproduce-shefl: install data
+reproduce-shefl: install $(REPRO_DATA)
+	$(call say_mode,$@,~19 h for the 30 runs at ROUNDS=30$(comma) ~60 h at ROUNDS=100$(comma) 35-135 s a round)
 	for s in $(SPLITS); do \
-	  $(BIN)/python scripts/reproduce.py --name shefl-fmnist-$$s-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
+	  $(BIN)/python scripts/reproduce.py --name shefl-fmnist-$$s-r$(ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_MODE) $(REPRO_FLAGS) \
 	    --presets $(foreach m,shefl fedensemble fedavg fedprox fedbe,configs/$(m)/fmnist-$$s.toml) \
 	    --reuse docs/results/shefl-fmnist-$$s-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA) || exit 1; \
 	done
@@ -105,22 +128,24 @@ reproduce-shefl: install data
 # shefl-resource-ratio study (ICASSP Table 1b: ratios 1:1 / 1:3 / 1:5, k = 0.1 / 0.02) on Dir(0.1), seeds RATIO_SEEDS.
 STRAGGLER_SEEDS ?= 0 1 2
 RATIO_SEEDS ?= 0
-reproduce-shefl-studies: install data
-	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-straggler-r$(ROUNDS) --seeds $(STRAGGLER_SEEDS) --supernodes 100 $(REPRO_FLAGS) \
+reproduce-shefl-studies: install $(REPRO_DATA)
+	$(call say_mode,$@,~9 h at ROUNDS=30: the 9 straggler runs ~3 h (SHEFL 63-95 s a round)$(comma) the 6 ratio cells ~6.5 h (~130 s a round))
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.6-straggler-r$(ROUNDS) --seeds $(STRAGGLER_SEEDS) --supernodes 100 $(REPRO_MODE) $(REPRO_FLAGS) \
 	  --presets configs/fedavg/fmnist-dir0.6-lpcwork.toml configs/fedensemble/fmnist-dir0.6-straggler.toml \
 	            configs/shefl/fmnist-dir0.6-straggler.toml configs/fedavg/fmnist-dir0.6.toml configs/fedensemble/fmnist-dir0.6.toml \
 	  --reuse docs/results/shefl-fmnist-dir0.6-straggler-r$(ROUNDS)/runs docs/results/shefl-fmnist-dir0.6-r$(ROUNDS)/runs \
 	  --set num-server-rounds=$(ROUNDS) $(EXTRA)
-	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.1-ratio-r$(ROUNDS) --seeds $(RATIO_SEEDS) --supernodes 100 $(REPRO_FLAGS) \
+	$(BIN)/python scripts/reproduce.py --name shefl-fmnist-dir0.1-ratio-r$(ROUNDS) --seeds $(RATIO_SEEDS) --supernodes 100 $(REPRO_MODE) $(REPRO_FLAGS) \
 	  --presets $(foreach r,1 3 5,$(foreach k,0.1 0.02,configs/shefl/fmnist-dir0.1-r$(r)-k$(k).toml)) \
 	  --reuse docs/results/shefl-fmnist-dir0.1-ratio-r$(ROUNDS)/runs --set num-server-rounds=$(ROUNDS) $(EXTRA)
 
 # SHEFL local-work calibration (issue #13, docs/readings.md#shefl-not-yet): FedAvg on FMNIST Dir(0.6), 100 clients,
 # 10 per round, 10 rounds, with 10 local steps / 1 / 5 / 10 local epochs; the table gives each one's round to 80%.
 CAL = configs/fedavg/fmnist-dir0.6-literal.toml
-calibrate-shefl: install data
-	$(BIN)/python scripts/reproduce.py --name shefl-calibration-fmnist-dir0.6 --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
-		--presets "$(CAL)@local-steps=10" "$(CAL)@local-steps=0,local-epochs=1" "$(CAL)@local-steps=0,local-epochs=5" \
+calibrate-shefl: install $(REPRO_DATA)
+	$(call say_mode,$@,~47 min for the 4 runs)
+	$(BIN)/python scripts/reproduce.py --name shefl-calibration-fmnist-dir0.6 --seeds 0 --supernodes 100 $(REPRO_MODE) $(REPRO_FLAGS) \
+		--reuse docs/results/shefl-calibration-fmnist-dir0.6/runs --presets "$(CAL)@local-steps=10" "$(CAL)@local-steps=0,local-epochs=1" "$(CAL)@local-steps=0,local-epochs=5" \
 		          "$(CAL)@local-steps=0,local-epochs=10" \
 		--set num-server-rounds=10
 
@@ -129,19 +154,22 @@ calibrate-shefl: install data
 # sweep on seed 0's ensemble; then iterative FedAdam (authors' update, 50 rounds x 2 local epochs, full participation)
 # for FEDADAM_SEEDS. Long: ~10 min per FENS run, ~1.5-2 h per FedAdam run on 2 CPU cores. A reproduction cut off by the
 # end of a session resumes its unfinished run from the last checkpoint when started again. FedAdam runs committed under
-# docs/results are reused (FENS runs are not: the sweep needs the saved ensemble, which is not committed).
+# docs/results are reused; FENS runs only without TRAIN=1 (training reruns them: the sweep needs the saved ensemble,
+# which is not committed; the sweep's table is in docs/results/fens-fmnist.md).
 FEDADAM_SEEDS ?= 0
-reproduce-fens: install data
-	for a in 0.01 0.05 0.1; do \
+reproduce-fens: install $(REPRO_DATA)
+	$(call say_mode,$@,~7 h: 9 FENS runs of ~10 min$(comma) 3 aggregator sweeps of ~15 min$(comma) 3 FedAdam runs of ~95 min)
+	$(if $(TRAINING),for a in 0.01 0.05 0.1; do \
 	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 $(REPRO_FLAGS) \
 	    --presets configs/fens/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
 	  $(BIN)/python -m hetfl.fens_app.sweep results/reproduce/fens-fmnist-dir$$a/runs/fens-fmnist-dir$$a-s0 || exit 1; \
-	done
+	done)
 	for a in 0.01 0.05 0.1; do \
-	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(FEDADAM_SEEDS) --supernodes 20 $(REPRO_FLAGS) \
-	    --presets configs/fedadam/fmnist-dir$$a.toml --reuse docs/results/fens-fmnist-dir$$a/runs --set $(EXTRA) || exit 1; \
+	  $(if $(TRAINING),$(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(FEDADAM_SEEDS) --supernodes 20 $(REPRO_FLAGS) \
+	    --presets configs/fedadam/fmnist-dir$$a.toml --reuse docs/results/fens-fmnist-dir$$a/runs --set $(EXTRA) || exit 1;) \
 	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 --table-only \
-	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
+	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml $(if $(TRAINING),,--reuse docs/results/fens-fmnist-dir$$a/runs) \
+	    --set $(EXTRA) || exit 1; \
 	done
 
 # AdaptiveFL comparison on FMNIST at the paper's regime (CNN, 100 clients, 10% per round, 4:3:3 uncertain devices,
@@ -156,14 +184,15 @@ AFL_EXTRA ?=
 AFL_METHODS = adaptivefl heterofl scalefl all-large decoupled
 # finished runs committed under docs/results are reused (copied, not rerun) from a fresh clone
 AFL_DOCS = docs/results/adaptivefl-fmnist
-reproduce-adaptivefl: install data
-	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_FLAGS) \
+reproduce-adaptivefl: install $(REPRO_DATA)
+	$(call say_mode,$@,~6 h at AFL_ROUNDS=30: 25 runs of 10-13 min$(comma) Decoupled 30 min)
+	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS) --seeds $(SEEDS) --supernodes 100 $(REPRO_MODE) $(REPRO_FLAGS) \
 	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.6.toml) --reuse $(AFL_DOCS)-dir0.6-r$(AFL_ROUNDS)/runs \
 	  --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
-	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-ablations-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
+	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.6-ablations-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_MODE) $(REPRO_FLAGS) \
 	  --presets configs/adaptivefl/fmnist-dir0.6.toml $(foreach v,random greed c s coarse,configs/adaptivefl/fmnist-dir0.6-$(v).toml) \
 	  --reuse results/reproduce/adaptivefl-fmnist-dir0.6-r$(AFL_ROUNDS)/runs \
 	    $(AFL_DOCS)-dir0.6-r$(AFL_ROUNDS)/runs $(AFL_DOCS)-dir0.6-ablations-r$(AFL_ROUNDS)/runs --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)
-	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.3-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_FLAGS) \
+	$(BIN)/python scripts/reproduce.py --name adaptivefl-fmnist-dir0.3-r$(AFL_ROUNDS) --seeds 0 --supernodes 100 $(REPRO_MODE) $(REPRO_FLAGS) \
 	  --presets $(foreach m,$(AFL_METHODS),configs/$(m)/fmnist-dir0.3.toml) --reuse $(AFL_DOCS)-dir0.3-r$(AFL_ROUNDS)/runs \
 	  --set num-server-rounds=$(AFL_ROUNDS) $(AFL_EXTRA)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Base image hetfl-base:bookworm without any registry: a minimal Debian 12 root file system made by
 # debootstrap (python3, python3-venv, ca-certificates) and loaded with `docker import`. docker/Dockerfile
-# builds FROM it (README.md, "Docker Compose").
+# builds FROM it (docs/deployment.md, "Docker Compose").
 #
 # Usage (root, Debian/Ubuntu host with debootstrap and a running Docker engine):
 #   bash docker/build-base.sh            # skips what exists: the cached tarball, the image

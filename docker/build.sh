@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the project image hetfl:latest without any registry (README.md, "Docker Compose"):
+# Build the project image hetfl:latest without any registry (docs/deployment.md, "Docker Compose"):
 #   1. hetfl-base:bookworm from debootstrap + docker import (docker/build-base.sh; skipped when the image exists);
 #   2. the wheelhouse docker/.cache/wheels: `pip download` on the host of the exact versions pinned in pyproject.toml
 #      for the image's Python (CPython 3.11, manylinux x86_64), through the host's pip configuration (its index or

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hetfl-submit: submit one run to the Compose cluster's SuperLink and wait for its end. It runs in the `cli` service
-# of docker/compose.yml (docker/Dockerfile installs it as /usr/local/bin/hetfl-submit; README.md, "Docker Compose").
+# of docker/compose.yml (docker/Dockerfile installs it as /usr/local/bin/hetfl-submit; docs/deployment.md, "Docker Compose").
 # `flwr run --stream` exits 0 even when a run fails (Flower 1.41), so this asks the SuperLink for the run's status
 # and exits 0 only when it is finished:completed.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test-docker`: the Compose cluster run to the end on a real Docker engine, from a fresh Debian machine
-# (README.md, "Docker Compose"). As root:
+# (docs/deployment.md, "Docker Compose"). As root:
 #   1. installs what is missing with apt-get: docker.io, docker-compose, debootstrap, python3-venv, dataset-fashion-mnist;
 #   2. starts dockerd when no engine answers (log: docker/.cache/dockerd.log) and stops that one, by its PID, at the end;
 #   3. builds the images (docker/build.sh: debootstrap base, wheelhouse, project image; each step skipped when done);

@@ -532,8 +532,10 @@ def _run_local(a: argparse.Namespace, plan: dict[str, Any]) -> int:
             print(f"final accuracy {100 * s['final_accuracy']:.2f}%; results: {run_dir}")
             return 0
         print(f"\nSubmit runs from another shell:\n  FLWR_HOME={plan['home']} FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 "
-              f".venv/bin/flwr run . {cluster.link.connection} --stream --run-config configs/quickstart.toml\n"
-              f"(min-available-nodes must be <= {a.nodes}). Ctrl-C stops the cluster.", flush=True)
+              f".venv/bin/flwr run . {cluster.link.connection} --stream --run-config "
+              f"'num-server-rounds=3 min-available-nodes={a.nodes} fraction-train=1.0'\n"
+              f"(a preset file instead of key=value pairs works when its min-available-nodes is <= {a.nodes}). "
+              "Ctrl-C stops the cluster.", flush=True)
         while all(p.poll() is None for p in cluster.nodes.values()) and cluster.link.proc.poll() is None:
             time.sleep(1.0)
         print("a SuperNode or the SuperLink exited; stopping the cluster")

@@ -272,7 +272,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     Raises :class:`~hetfl.common.config.ConfigError` or :class:`PreflightError` with one line.
     """
     from hetfl.common.config import check_dataset_fits, validate
-    from hetfl.common.data import DATASETS, DatasetUnavailable, LocalDataError, is_byo, local_available
+    from hetfl.common.data import DATASETS, DatasetUnavailable, LocalDataError, is_byo
     from hetfl.common.models import MODELS, check_builder
 
     cfg = validate(run_config, given=run_config)  # a preset and its overrides: every key was set by the user
@@ -285,11 +285,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
         check_dataset_fits(cfg, info)
     else:
         info = DATASETS[name]
-        if source in ("local", "auto") and not local_available(name, cfg["data-dir"]) and (
-                source == "local" or os.environ.get("HF_HUB_OFFLINE") == "1" or not info.hub_id):
-            raise PreflightError(
-                f"run-config key 'dataset' = {name!r}: no local files found (data-source = {source!r}, data-dir = "
-                f"{cfg['data-dir']!r}) and the hub is not usable here; to get it: {info.how_to_get}")
+        _check_dataset_present(name, source, cfg["data-dir"], info)
     if cfg["server-data-path"]:
         from hetfl.common.data import SERVER_SPLITS, load_local_data
 
@@ -338,6 +334,28 @@ def check_ray_address(address: str, timeout: float = 5.0) -> str:
                              f"with `ray start --head --node-ip-address {host} --port {port}`, or leave --ray-address "
                              "out to run Ray on this machine only") from None
     return address
+
+
+def _check_dataset_present(name: str, source: str, data_dir: str, info) -> None:
+    """A built-in dataset can be read from its `data-source` here: local files (``local``, ``auto``), else the
+    Hugging Face cache or one request to the hub within ``HUB_PROBE_TIMEOUT_S`` (``hub``, ``auto``; none with
+    ``HF_HUB_OFFLINE``). Raises :class:`PreflightError` with one line: the dataset, what was tried, how to get it."""
+    from hetfl.common import data
+
+    if source != "hub" and data.local_available(name, data_dir):
+        return
+    looked = f"data-dir = {data_dir!r}" + "".join(f", {d}" for d in info.local_dirs)
+    if source == "local":
+        raise PreflightError(f"run-config key 'dataset' = {name!r}: no local files found (data-source = 'local'; looked "
+                             f"in {looked}); to get it: {info.how_to_get}")
+    why = data.hub_unavailable(info.hub_id)
+    if why is None:
+        return
+    tried = "no local files found" + (f" (looked in {looked})" if source == "auto" else "") + " and the hub"
+    if source == "hub":
+        tried = "the Hugging Face hub"
+    raise PreflightError(f"run-config key 'dataset' = {name!r}: {tried} is not usable here ({why}; data-source = "
+                         f"{source!r}); to get it: {info.how_to_get}" + (", and set data-source = 'local'" if source == "hub" else ""))
 
 
 def _reference_preflight(cfg: dict[str, Any]):

@@ -17,6 +17,22 @@ def test_pyproject_defaults_match_schema():
         assert key.check(app_cfg[name]) == key.default
 
 
+def test_pyproject_comments_list_every_choice():
+    """A key with a fixed set of values names every one of them in its pyproject.toml comment (the file users read
+    first: `model` once lacked 'resnet18-afl', `fens-aggregator` 'voting')."""
+    import re
+
+    import hetfl  # noqa: F401  (registers every method's keys)
+
+    lines = (ROOT / "pyproject.toml").read_text().splitlines()
+    for name, key in SCHEMA.items():
+        if not key.choices:
+            continue
+        line = next(x for x in lines if re.match(rf"{re.escape(name)}\s*=", x))
+        comment = line.partition("#")[2]
+        assert [c for c in key.choices if repr(c) not in comment] == [], name
+
+
 def test_defaults_validate():
     cfg = validate({})
     assert cfg["method"] == "fedavg" and cfg["num-server-rounds"] >= 1

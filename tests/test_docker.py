@@ -1,4 +1,4 @@
-"""The Docker Compose cluster (docker/, README.md "Docker Compose").
+"""The Docker Compose cluster (docker/, docs/deployment.md "Docker Compose").
 
 Static checks of the files everywhere; `docker-compose config` where Debian's docker-compose is installed; and the real
 thing, the cluster run to the end on a Docker engine (docker/test-cluster.sh = `make test-docker`), only when asked

@@ -88,7 +88,7 @@ def test_fens_nn_aggregator_beats_averaging_on_non_iid_data(tmp_path):
     training, INT8 ensemble, 20 FedAdam rounds of the NN aggregator. Measured at seed 0: NN 72.2% against 27.2%
     for averaging (digits: 1,437 training images, so the run takes ~45 s; on FMNIST phase 1 and the logits took
     ~3 min of the suite)."""
-    over = {"dataset": "digits", "max-test-samples": 0, "local-epochs": 10, "num-server-rounds": 20,
+    over = {"dataset": "digits", "max-test-samples": 0, "local-steps": 0, "local-epochs": 10, "num-server-rounds": 20,
             "min-available-nodes": 8, "dirichlet-max-draws": 100_000}
     run_dir = launch.run("configs/quickstart-fens.toml", over, num_supernodes=8, results_dir=tmp_path, timeout=900)
     m = json.loads((run_dir / "metrics.json").read_text())

@@ -143,6 +143,94 @@ def test_launcher_bad_input_is_one_line_and_exit_2_before_anything_starts(args, 
     assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err
 
 
+@pytest.fixture
+def no_hf_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache, no offline switch and no proxy: whether the hub is tried is up to pre-flight."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE",
+                "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    return tmp_path / "hf"
+
+
+@pytest.mark.parametrize("source,tried", [("auto", "no local files found (looked in data-dir = '') and the hub"),
+                                          ("hub", "the Hugging Face hub")])
+def test_a_dataset_neither_here_nor_on_the_hub_fails_preflight_at_once(source, tried, no_hf_cache, capsys, monkeypatch):
+    """data-source auto (every CIFAR, SVHN and AG News preset) or hub, no local files, the hub unreachable: one line
+    naming the dataset, what was tried and how to get it, exit 2, within seconds (it once failed 46 s later in the
+    ClientApps with 3 tracebacks). The hub is looked at once (the probe is replaced: no network in tests)."""
+    from hetfl.common import data
+
+    calls = []
+    monkeypatch.setattr(data, "_probe_hub", lambda url, timeout: calls.append((url, timeout)) or
+                        f"the hub did not answer within {timeout:g} s ({url})")
+    monkeypatch.setattr(launch, "superlink", lambda *a, **k: pytest.fail("a SuperLink was started"))
+    monkeypatch.chdir(ROOT)
+    t0 = __import__("time").monotonic()
+    assert launch.main(["configs/quickstart.toml", "--set", "dataset=cifar10", f"data-source={source}"]) == 2
+    assert __import__("time").monotonic() - t0 < 5
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: run-config key 'dataset' = 'cifar10': {tried} is not usable here (the hub did not answer "
+                   f"within 5 s (https://huggingface.co/api/datasets/uoft-cs/cifar10); data-source = {source!r}); "
+                   f"to get it: {DATASETS['cifar10'].how_to_get}" + (", and set data-source = 'local'" if source == "hub" else "")]
+    assert calls == [("https://huggingface.co/api/datasets/uoft-cs/cifar10", data.HUB_PROBE_TIMEOUT_S)]
+
+
+def test_preflight_sends_nothing_offline_and_takes_a_cached_hub_dataset(no_hf_cache, monkeypatch):
+    from hetfl.common import data
+
+    monkeypatch.setattr(data, "_probe_hub", lambda *a: pytest.fail("the hub was contacted"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(launch.PreflightError, match="'cifar10': no local files found .* not in the Hugging Face cache "
+                                                    "and HF_HUB_OFFLINE is set; data-source = 'auto'"):
+        launch.preflight({"dataset": "cifar10", "data-source": "auto"})
+    with pytest.raises(launch.PreflightError, match="'digits': the Hugging Face hub is not usable here \\(it has no "
+                                                    "Hugging Face hub version"):
+        launch.preflight({"dataset": "digits", "data-source": "hub"})
+    (no_hf_cache / "datasets" / "uoft-cs___cifar10").mkdir(parents=True)  # what `datasets` caches a hub load as
+    for source in ("auto", "hub"):
+        assert launch.preflight({"dataset": "cifar10", "data-source": source})["dataset"] == "cifar10"
+    assert launch.preflight({"dataset": "digits", "data-source": "auto"})["dataset"] == "digits"  # local: scikit-learn
+
+
+def test_the_hub_probe_is_one_bounded_request(no_hf_cache, monkeypatch):
+    """The real probe against a hub on loopback: a 200 is usable, a 404 names the code, and a hub that accepts
+    the connection but never answers costs the time limit, not more."""
+    import http.server
+    import socket
+    import threading
+    import time
+
+    from hetfl.common import data
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/api/datasets/org/there" else 404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts (in the kernel) and never answers
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        assert data.hub_unavailable("org/there", timeout=5) is None
+        assert "the hub answered HTTP 404" in data.hub_unavailable("org/gone", timeout=5)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        t0 = time.monotonic()
+        assert data.hub_unavailable("org/there", timeout=0.5).startswith("the hub did not answer")
+        assert time.monotonic() - t0 < 2
+    finally:
+        server.shutdown()
+        server.server_close()
+        silent.close()
+
+
 def test_cuda_device_on_a_machine_without_one_fails_preflight(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)

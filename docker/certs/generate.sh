@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Self-signed CA + SuperLink server certificate (SANs: superlink, localhost, 127.0.0.1, ::1, plus HETFL_SANS).
 # Usage: [HETFL_SANS="IP:10.0.0.5 DNS:server.lan"] docker/certs/generate.sh [OUT_DIR]   (default: docker/certs/out).
-# HETFL_SANS adds the addresses devices on other hosts use to reach the SuperLink (README, "Docker Compose").
+# HETFL_SANS adds the addresses devices on other hosts use to reach the SuperLink (docs/deployment.md, "Docker Compose").
 # For tests and clusters of your own; use certificates from your own CA in production.
 set -euo pipefail
 OUT="${1:-$(dirname "$0")/out}"

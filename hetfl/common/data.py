@@ -808,6 +808,60 @@ def local_available(name: str, data_dir: str = "") -> bool:
     return _find(_local_dirs(name, data_dir), _LOCAL_MARKERS[name]) is not None
 
 
+HUB_PROBE_TIMEOUT_S = 5.0  # pre-flight: one look at the hub, never retried (hetfl.launch.preflight)
+_TRUE = ("1", "on", "yes", "true")
+
+
+def hub_endpoint() -> str:
+    """The Hugging Face hub the datasets library talks to (``HF_ENDPOINT``, else huggingface.co)."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def hub_cached(hub_id: str) -> bool:
+    """Whether the hub dataset is in this machine's Hugging Face caches (hub snapshots or the datasets cache), from
+    which ``datasets`` loads it offline."""
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub")
+    cache = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets")
+    org, _, name = hub_id.partition("/")
+    return (hub / f"datasets--{org}--{name}").is_dir() or (cache / f"{org}___{name}").is_dir()
+
+
+def _probe_hub(url: str, timeout: float) -> str | None:
+    """One GET of `url`, bounded by `timeout` in all (name resolution included); None if it answered 2xx/3xx."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    out: list[str | None] = []
+
+    def get() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout):
+                out.append(None)
+        except urllib.error.HTTPError as err:
+            out.append(f"the hub answered HTTP {err.code} for {url}")
+        except (OSError, ValueError) as err:
+            out.append(f"the hub did not answer ({url}: {getattr(err, 'reason', err)})")
+
+    t = threading.Thread(target=get, name="hub-probe", daemon=True)
+    t.start()
+    t.join(timeout)
+    return out[0] if out else f"the hub did not answer within {timeout:g} s ({url})"
+
+
+def hub_unavailable(hub_id: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot serve dataset `hub_id` here (one phrase), or None when it can: in the local Hugging Face
+    cache, or the hub answered one request within `timeout` s. With ``HF_HUB_OFFLINE`` set nothing is sent."""
+    if not hub_id:
+        return "it has no Hugging Face hub version"
+    if hub_cached(hub_id):
+        return None
+    if any(os.environ.get(v, "").lower() in _TRUE for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return "it is not in the Hugging Face cache and HF_HUB_OFFLINE is set"
+    return _probe_hub(f"{hub_endpoint()}/api/datasets/{hub_id}", timeout)
+
+
 def _resolve_source(spec: DataSpec) -> str:
     if is_byo(spec.dataset):  # read once into arrays (hub: through the datasets cache), then as local files
         return "local"

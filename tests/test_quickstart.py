@@ -1,0 +1,108 @@
+"""The front door: one short preset per method (README "Quickstart"), and `make reproduce-*` that tabulate the
+committed runs unless asked to train (README "Experimental setup")."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from hetfl import launch
+
+from .conftest import require_fmnist
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTARTS = {"shefl": "configs/quickstart-shefl.toml", "fens": "configs/quickstart-fens.toml",
+               "adaptivefl": "configs/quickstart-adaptivefl.toml"}
+LIMIT_S = 120  # each quickstart finishes in under 2 minutes on the project's 2-core machines
+
+
+def _measured_s(preset: str) -> int:
+    """The wall time the preset's header states (``# Measured: N s ...``)."""
+    m = re.search(r"^# Measured: (\d+) s\b", (ROOT / preset).read_text(), re.M)
+    assert m, f"{preset}: no '# Measured: N s' line in its header"
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("method", sorted(QUICKSTARTS))
+def test_quickstart_is_a_short_real_run_of_its_method(method):
+    """Each quickstart is its method on real Fashion-MNIST from local files (offline), passes pre-flight with as
+    many SuperNodes as the launcher gives it by default, and is small: few rounds, few clients, step-based local
+    work; its header states the time it took, under 2 minutes, and the README's quickstart table says the same."""
+    require_fmnist()
+    preset = QUICKSTARTS[method]
+    raw = tomllib.loads((ROOT / preset).read_text())
+    cfg = launch.preflight(raw, raw["min-available-nodes"])  # the launcher's default --supernodes
+    assert cfg["method"] == method and cfg["dataset"] == "fashion_mnist" and cfg["data-source"] == "local"
+    assert cfg["num-server-rounds"] <= 20 and cfg["min-available-nodes"] <= 20
+    assert cfg["local-steps"] > 0  # not epochs: a quickstart's local work does not grow with the partition
+    measured = _measured_s(preset)
+    assert 0 < measured < LIMIT_S, (preset, measured)
+    readme = (ROOT / "README.md").read_text()
+    row = next((line for line in readme.splitlines() if line.startswith(f"| [`{preset}`]")), None)
+    assert row is not None, f"README's quickstart table has no row for {preset}"
+    assert f"{measured} s" in row, (row, measured)
+    assert f"make quickstart-{method}" in readme
+
+
+def test_make_quickstart_targets_run_the_presets():
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for method, preset in QUICKSTARTS.items():
+        out = subprocess.run(["make", "-n", "-o", "install", "-o", "data", f"quickstart-{method}"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        assert f"-m hetfl.launch {preset}" in out, out
+
+
+REPRODUCE = ("reproduce-shefl", "reproduce-shefl-studies", "calibrate-shefl", "reproduce-fens", "reproduce-adaptivefl")
+
+
+@pytest.mark.parametrize("target", REPRODUCE)
+def test_make_reproduce_tabulates_unless_asked_to_train_and_says_how_long_training_takes(target):
+    """By default every reproduce.py call of the target is --table-only (seconds, from docs/results runs); TRAIN=1
+    drops that (except the final tabulation of reproduce-fens), and both say how long training takes."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def dry(*extra: str) -> list[str]:
+        out = subprocess.run(["make", "-n", "-o", "install", "-o", "data", target, *extra], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        return [c for c in re.split(r"(?<!\\)\n", out) if c.strip()]
+
+    for commands, training in ((dry(), False), (dry("TRAIN=1"), True)):
+        echo = commands[0]
+        assert echo.startswith("echo ") and re.search(r"~\d+(\.\d+)? (h|min)\b", echo), echo
+        assert ("training the missing runs" in echo) == training, echo
+        calls = [c for part in commands[1:] for c in part.split("scripts/reproduce.py")[1:]]
+        assert calls, commands
+        table_only = ["--table-only" in c.split("--presets")[0] for c in calls]
+        if not training:
+            assert all(table_only), calls
+            assert all("docs/results/" in c.partition("--reuse")[2] for c in calls), calls  # the committed runs
+            assert "fens_app.sweep" not in " ".join(commands)  # the sweep needs an ensemble that is not committed
+        else:
+            assert not all(table_only), calls
+
+
+@pytest.mark.slow
+def test_shefl_quickstart_runs_end_to_end_in_process(tmp_path, task_identity):
+    """The SHEFL quickstart preset as written, through the real ServerApp and ClientApp code on the in-process grid
+    (the launcher's Simulation Engine adds only process start-up): every round trains 2 HPC clusters on all 3 models
+    and 4 LPC clusters on one each, and the ensemble learns. ~40 CPU-seconds (94 s of wall time on 2 cores shared
+    with other work)."""
+    from .inprocess import run_in_process
+
+    require_fmnist()
+    raw = tomllib.loads((ROOT / QUICKSTARTS["shefl"]).read_text())
+    m = run_in_process(raw, raw["min-available-nodes"], tmp_path, "quickstart-shefl")
+    rows = m["rounds"]
+    assert [r["round"] for r in rows] == list(range(raw["num-server-rounds"] + 1))
+    assert m["roles"]["C_h"] == 2 and m["roles"]["C_l"] == 4
+    for r in rows[1:]:
+        assert r["replies"] == 6 and r["failures"] == 0 and r["rejected"] == 0
+        assert all(r[f"H_m{j}"] == 2 for j in range(3)) and sum(r[f"L_m{j}"] for j in range(3)) == 4
+    assert rows[-1]["accuracy"] > 0.3, [r["accuracy"] for r in rows]  # chance: 0.1
