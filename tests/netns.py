@@ -38,6 +38,15 @@ def can_make_namespaces() -> str | None:
     return None if made.returncode == 0 else f"ip netns add failed: {made.stderr.strip()}"
 
 
+def require_namespaces() -> None:
+    """Skip the calling test, with the reason, where network namespaces cannot be made."""
+    import pytest
+
+    why = can_make_namespaces()
+    if why:
+        pytest.skip(f"no network namespaces here: {why}")
+
+
 def ns_pids(ns: str) -> list[int]:
     """Processes in network namespace `ns`."""
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)

@@ -26,7 +26,7 @@ import pytest
 from hetfl import launch
 
 from .conftest import require_fmnist
-from .netns import can_make_namespaces, network, ns_pids, routes
+from .netns import network, ns_pids, require_namespaces, routes
 
 ROOT = launch.ROOT
 SECTION = "## Deploy on real devices"
@@ -156,9 +156,7 @@ class Hosts:
 
 @pytest.mark.slow
 def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
-    why = can_make_namespaces()
-    if why:
-        pytest.skip(f"no network namespaces here: {why}")
+    require_namespaces()
     require_fmnist()
     t0 = time.monotonic()
     blocks = readme_blocks()

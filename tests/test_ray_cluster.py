@@ -29,7 +29,7 @@ import pytest
 from hetfl import launch
 
 from .conftest import require_fmnist
-from .netns import can_make_namespaces, network, ns_pids, routes
+from .netns import network, ns_pids, require_namespaces, routes
 from .test_determinism import _rows
 
 ROOT = launch.ROOT
@@ -143,9 +143,7 @@ def _hosts_of(m: dict) -> list[dict[str, int]]:
 
 @pytest.mark.slow
 def test_fedavg_and_shefl_on_a_ray_cluster_of_two_hosts_match_one_host(tmp_path):
-    why = can_make_namespaces()
-    if why:
-        pytest.skip(f"no network namespaces here: {why}")
+    require_namespaces()
     require_fmnist()
     t0 = time.monotonic()
     with network(f"hfl{os.getpid()}-ray", HOSTS) as namespaces:
