@@ -3,6 +3,7 @@ committed runs unless asked to train (README "Experimental setup")."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -53,11 +54,15 @@ def test_make_quickstart_targets_run_the_presets():
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     for method, preset in QUICKSTARTS.items():
-        out = subprocess.run(["make", "-n", "-o", "install", "-o", "data", f"quickstart-{method}"], cwd=ROOT,
+        out = subprocess.run(["make", *MAKE_DRY, f"quickstart-{method}"], cwd=ROOT, env=MAKE_ENV,
                              capture_output=True, text=True, check=True).stdout
         assert f"-m hetfl.launch {preset}" in out, out
 
 
+# a dry run of one target, its prerequisites install/data taken as done; as a top-level make even when the suite runs
+# under `make test` (a nested make prints "Entering directory" lines and inherits MAKEFLAGS)
+MAKE_DRY = ("-n", "--no-print-directory", "-o", "install", "-o", "data")
+MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
 REPRODUCE = ("reproduce-shefl", "reproduce-shefl-studies", "calibrate-shefl", "reproduce-fens", "reproduce-adaptivefl")
 
 
@@ -69,7 +74,7 @@ def test_make_reproduce_tabulates_unless_asked_to_train_and_says_how_long_traini
         pytest.skip("make is not installed")
 
     def dry(*extra: str) -> list[str]:
-        out = subprocess.run(["make", "-n", "-o", "install", "-o", "data", target, *extra], cwd=ROOT,
+        out = subprocess.run(["make", *MAKE_DRY, target, *extra], cwd=ROOT, env=MAKE_ENV,
                              capture_output=True, text=True, check=True).stdout
         return [c for c in re.split(r"(?<!\\)\n", out) if c.strip()]
 

@@ -62,8 +62,9 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
     if not diff_init:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = model_to_arrays(init)
-    log.info("phase 1: %d clients train the model once on their data (one-shot)", len(clients))
-    with heartbeat(f"phase 1: {len(clients)} clients training locally", cfg["progress-interval"]):
+    phase = "FENS phase 1" if message_type == LOCAL else f"{cfg['method']} phase 1"
+    log.info("%s: %d clients train the model once on their data (one-shot)", phase, len(clients))
+    with heartbeat(f"{phase}: {len(clients)} clients training locally", cfg["progress-interval"]):
         raw = cmap.send_and_receive(grid, [cmap.message(c, content, message_type) for c in clients], cfg["round-timeout"])
 
     C = num_classes(cfg)
