@@ -125,7 +125,7 @@ reproduce-shefl: install $(REPRO_DATA)
 # SHEFL studies (issue #13): the straggler comparison at seeds STRAGGLER_SEEDS (full paper Fig. 7: SHEFL with 10-epoch HPCs and
 # 1-epoch LPCs, FedAvg with every client at LPC work, restricted Fed-Ensemble, and the all-HPC rows FedAvg (HPC) and
 # FedEns (HPC), which are the 10-epoch Dir(0.6) presets, reused from the reproduction's runs) on Dir(0.6), and the
-# shefl-resource-ratio study (ICASSP Table 1b: ratios 1:1 / 1:3 / 1:5, k = 0.1 / 0.02) on Dir(0.1), seeds RATIO_SEEDS.
+# resource-ratio study (ICASSP Table 1b: ratios 1:1 / 1:3 / 1:5, k = 0.1 / 0.02) on Dir(0.1), seeds RATIO_SEEDS.
 STRAGGLER_SEEDS ?= 0 1 2
 RATIO_SEEDS ?= 0
 reproduce-shefl-studies: install $(REPRO_DATA)
