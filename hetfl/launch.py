@@ -155,14 +155,6 @@ def process_tree(roots: set[int]) -> list[int]:
     return sorted(p for p in found if p in table and table[p][2] != psutil.STATUS_ZOMBIE)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-
-
 def connect_address(host: str, port: int) -> str:
     """host:port that reaches a server bound to `host` from this machine (a wildcard means loopback; IPv6 in [])."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)

@@ -58,12 +58,10 @@ NODE_KEYS = (
 
 
 def parse_floats(cfg: dict, key: str, sep: str = ",") -> tuple[float, ...]:
-    """A run-config list such as '0.66,0.40' or '4:3:3' as floats, with an error naming the key."""
-    text = str(cfg[key]).strip()
-    if not text:
-        return ()
+    """A run-config list such as '0.66,0.40' or '4:3:3' as floats (the parameter objects' :func:`floats`), with an
+    error naming the key."""
     try:
-        return tuple(float(v) for v in text.split(sep))
+        return floats(sep)(cfg[key])
     except ValueError:
         raise ConfigError(f"run-config key '{key}' = {cfg[key]!r}: expected numbers separated by '{sep}'") from None
 

@@ -20,19 +20,10 @@ from torch import nn
 
 from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
+from hetfl.common.strategy import weighted_mean
 from hetfl.common.train import Normalizer, predict_proba, train
 
 State = dict[str, np.ndarray]
-
-
-def weighted_mean(states: Sequence[State], weights: Sequence[float]) -> State:
-    """Data-size-weighted mean of model states (FedAvg); integer buffers are rounded."""
-    w = np.asarray(weights, np.float64) / float(np.sum(weights))
-    out = {}
-    for k, ref in states[0].items():
-        m = sum(wi * np.asarray(s[k], np.float64) for wi, s in zip(w, states, strict=True))
-        out[k] = np.rint(m).astype(ref.dtype) if np.issubdtype(ref.dtype, np.integer) else m.astype(ref.dtype)
-    return out
 
 
 def gaussian_samples(states: Sequence[State], weights: Sequence[float], num_samples: int,

@@ -52,13 +52,16 @@ class MeanSoftmax(nn.Module):
         return torch.stack([m(x).float().softmax(-1) for m in self.members]).mean(0)
 
 
-def split_members(tensors: dict[str, np.ndarray], prefix: str = "m") -> list[dict[str, np.ndarray]]:
-    """``m<j>.<name>`` tensors -> one state per member j (in order); other keys are left out."""
+def split_members(tensors: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """``m<j>.<name>`` tensors (:func:`hetfl.common.task.pack_models`) -> one state per member j (in order); other
+    keys (FENS's ``agg.*``) are left out."""
+    from .task import packed_key
+
     states: dict[int, dict[str, np.ndarray]] = {}
     for key, arr in tensors.items():
-        head, _, name = key.partition(".")
-        if head.startswith(prefix) and head[len(prefix):].isdigit():
-            states.setdefault(int(head[len(prefix):]), {})[name] = arr
+        parsed = packed_key(key)
+        if parsed is not None:
+            states.setdefault(parsed[0], {})[parsed[1]] = arr
     return [states[j] for j in sorted(states)]
 
 

@@ -28,8 +28,6 @@ def key(name: str, default: Any = dataclasses.MISSING, parse: Callable[[Any], An
     meta = {"key": name, "parse": parse, "nested": nested}
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
-    if isinstance(default, (list, dict, set)):
-        return dataclasses.field(default_factory=lambda: default, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 

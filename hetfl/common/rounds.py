@@ -151,9 +151,7 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         recorder.federation(len(cmap.clients()), len(cmap.hosted))
     if start == 1:
         record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)
-    last = cfg["num-server-rounds"]
-    if cfg["stop-after-round"]:
-        last = min(last, cfg["stop-after-round"])
+    last = recorder.last_round  # num-server-rounds, or stop-after-round if earlier
     idle = 0  # consecutive rounds in which work was sent and no client's update was accepted
     for rnd in range(start, last + 1):
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ is applied; a malformed reply is logged, counted and dropped, never aggregated.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -80,6 +80,14 @@ def as_dtype(a: np.ndarray, dtype: Any) -> np.ndarray:
     """`a` as `dtype`, rounded first when that is an integer type (an averaged BatchNorm step counter)."""
     dtype = np.dtype(dtype)
     return np.asarray((np.rint(a) if dtype.kind in "iu" and a.dtype.kind == "f" else a).astype(dtype, copy=False))
+
+
+def weighted_mean(states: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> dict[str, np.ndarray]:
+    """Data-size-weighted mean of model states (FedAvg): sum_i w_i state_i / sum_i w_i in float64, then each array's
+    dtype (integer buffers rounded, :func:`as_dtype`). FedBE's mean and FENS's one-shot FedAvg."""
+    w = np.asarray(weights, np.float64) / float(np.sum(weights))
+    return {k: as_dtype(sum(wi * np.asarray(s[k], np.float64) for wi, s in zip(w, states, strict=True)), np.asarray(ref).dtype)
+            for k, ref in states[0].items()}
 
 
 def check_sparse(record: ArrayRecord, prefix: str, size: int) -> tuple[np.ndarray, np.ndarray]:

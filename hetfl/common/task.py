@@ -132,12 +132,20 @@ def pack_models(states: list[dict[str, np.ndarray]], skip: int | None = None) ->
     return ArrayRecord({f"m{j}.{k}": Array(np.asarray(v)) for j, st in enumerate(states) if j != skip for k, v in st.items()})
 
 
+def packed_key(key: str) -> tuple[int, str] | None:
+    """(model j, parameter name) of a :func:`pack_models` key ``m<j>.<name>``; None for any other key."""
+    head, dot, name = key.partition(".")
+    return (int(head[1:]), name) if dot and head[:1] == "m" and head[1:].isdigit() else None
+
+
 def unpack_models(arrays: ArrayRecord, num_models: int) -> list[dict[str, np.ndarray]]:
     """Inverse of :func:`pack_models`; a model that was left out comes back as an empty dict."""
     states: list[dict[str, np.ndarray]] = [{} for _ in range(num_models)]
     for key, arr in arrays.items():
-        j, name = key.split(".", 1)
-        states[int(j[1:])][name] = arr.numpy()
+        parsed = packed_key(key)
+        if parsed is None:
+            raise ValueError(f"array {key!r} is not a packed model's m<j>.<name>")
+        states[parsed[0]][parsed[1]] = arr.numpy()
     return states
 
 

@@ -34,7 +34,7 @@ from hetfl.common.params import FederationParams
 from hetfl.common.progress import heartbeat
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round, run_rounds
-from hetfl.common.strategy import check_arrays, check_weight, validate_replies
+from hetfl.common.strategy import check_arrays, check_weight, validate_replies, weighted_mean
 from hetfl.common.task import (arrays_to_model, compute_options, dataset_threshold, eval_splits, log, make_model,
                                model_to_arrays, num_classes, pack_models)
 from hetfl.common.train import Normalizer, evaluate
@@ -186,11 +186,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         agg = make_aggregator(name, M, C, label_counts=ens.label_counts, confusion=confusion)
         baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=agg_dev)[1]
     # one-shot FedAvg on the same local models: the data-size-weighted average of their weights
-    sizes = np.asarray(ens.num_examples, np.float64)
-    avg_state = {k: (sum(w * st[k].astype(np.float64) for w, st in zip(sizes / sizes.sum(), ens.states, strict=True))).astype(ens.states[0][k].dtype)
-                 for k in ens.states[0]}
     oneshot = make_model(cfg)
-    set_state(oneshot, avg_state)
+    set_state(oneshot, weighted_mean(ens.states, ens.num_examples))
     baselines["oneshot-fedavg"] = float(evaluate(oneshot, test, norm, cfg["eval-batch-size"], **opts)[1])
     recorder.extra["static_aggregators_test_accuracy"] = baselines
     log.info("FENS: members' test accuracy %.3f-%.3f; FedENS (average) %.4f, weighted average %.4f, voting %.4f, one-shot FedAvg %.4f",
