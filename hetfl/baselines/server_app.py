@@ -83,6 +83,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     """Run FedAvg/FedProx/FedAdam/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
     evaluate = centralized_evaluator(cfg)
+    validate = centralized_evaluator(cfg, "validation")  # the half a learning rate is picked on (eval-split = "test-half")
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     params = params_for(cfg)
     strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg), model)
@@ -91,6 +92,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         loss, acc = evaluate(arrays_to_model(model, arrays))
-        return {"accuracy": acc, "loss": loss}
+        if validate is None:
+            return {"accuracy": acc, "loss": loss}
+        return {"accuracy": acc, "loss": loss, "val_accuracy": validate(model)[1]}
 
     return recorder.finish(run_rounds(grid, strategy, model_to_arrays(model), cfg, recorder, evaluate_fn))

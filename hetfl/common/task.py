@@ -378,9 +378,13 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
     )
 
 
-def centralized_evaluator(cfg: dict[str, Any]) -> Callable[[nn.Module], tuple[float, float]]:
-    """A function model -> (loss, accuracy) on the centralized test split, on `server-torch-device`."""
-    data = test_data(cfg)
+def centralized_evaluator(cfg: dict[str, Any], split: str = "test") -> Callable[[nn.Module], tuple[float, float]] | None:
+    """A function model -> (loss, accuracy) on the server's test split (``split = "validation"``: its validation half,
+    None when ``eval-split = "all"`` leaves none; see :func:`eval_splits`), on `server-torch-device`."""
+    val, test = eval_splits(cfg)
+    data = test if split == "test" else val
+    if data is None:
+        return None
     norm = Normalizer(dataset_info(cfg))
     opts = compute_options(cfg, server=True)
     return lambda model: evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
