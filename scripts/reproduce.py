@@ -9,7 +9,10 @@ Writes results/reproduce/<name>/{table.md,table.json,accuracy.png}; each run kee
 results/reproduce/<name>/runs/<preset>-s<seed>/metrics.json. Runs that already finished with
 the same preset values and overrides are not repeated, an interrupted one resumes from its
 checkpoint (so a long reproduction can span sessions); ``--reuse DIR`` also takes finished runs
-from DIR/<preset>-s<seed>/metrics.json (e.g. the ones committed under docs/results/<name>/runs).
+from DIR/<preset>-s<seed>/metrics.json (e.g. the ones committed under docs/results/<name>/runs);
+``--extend DIR`` continues a shorter run of the same config from DIR/<preset>-s<seed>/ (its metrics.json and
+checkpoint) to this reproduction's num-server-rounds: a 50-round run picks up where the 10-round run of a
+learning-rate grid stopped (``extendable`` says which runs can; docs/checkpoints.md#extending-a-run).
 """
 
 from __future__ import annotations
@@ -55,6 +58,40 @@ def partial(metrics: Path, wanted: dict) -> bool:
     if not (metrics.exists() and (metrics.parent / "checkpoint.json").exists()):
         return False
     return _same(load_metrics(metrics), wanted)
+
+
+# methods whose run is not the same when extended: what they do depends on num-server-rounds, or their clients keep
+# state that a resumed run (new Flower run, new node state) loses
+NOT_EXTENDABLE = {
+    "scalefl": "its self-distillation starts after 25% of num-server-rounds",
+    "fedavg-stc": "its clients' error-feedback residuals live in the node state, which a new run starts empty",
+}
+
+
+def extendable(src: Path, wanted: dict) -> str | None:
+    """Why the run in ``src`` cannot be continued to the wanted config, or None when it can.
+
+    It can when it stopped after a checkpoint, with every wanted value but num-server-rounds, fewer rounds than
+    wanted, and a method that does not read num-server-rounds or keep client state a new run loses.
+    """
+    metrics = src / "metrics.json"
+    if not (metrics.exists() and (src / "checkpoint.json").exists()):
+        return f"{src} has no metrics.json and checkpoint.json"
+    m = load_metrics(metrics)
+    if not _same(m, {k: v for k, v in wanted.items() if k != "num-server-rounds"}):
+        return f"{src} was made with other config values"
+    if m["summary"]["rounds_completed"] >= wanted.get("num-server-rounds", m["config"]["num-server-rounds"]):
+        return f"{src} has as many rounds as wanted already"
+    why = NOT_EXTENDABLE.get(m["config"]["method"])
+    return f"{m['config']['method']}: {why}" if why else None
+
+
+def start_from(src: Path, dest: Path) -> None:
+    """Copy a run's metrics.json and checkpoint (JSON + the tensor file it names) to ``dest`` for a resume."""
+    dest.mkdir(parents=True, exist_ok=True)
+    ck = json.loads((src / "checkpoint.json").read_text())
+    for name in ("metrics.json", ck["tensors"]["file"], "checkpoint.json"):  # the JSON last: the commit point
+        (dest / name).write_bytes((src / name).read_bytes())
 
 
 def finished(metrics: Path, wanted: dict | None = None) -> bool:
@@ -187,6 +224,8 @@ def main() -> int:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
     p.add_argument("--table-only", action="store_true", help="only tabulate the runs that already finished")
     p.add_argument("--reuse", nargs="*", default=[], metavar="DIR", help="directories with finished runs to reuse")
+    p.add_argument("--extend", nargs="*", default=[], metavar="DIR",
+                   help="directories with shorter checkpointed runs of the same config to continue (see extendable)")
     a = p.parse_args()
     launch.setup_signals()  # a killed reproduction stops its current run's SuperLink tree too
     out = Path("results/reproduce") / a.name
@@ -206,7 +245,17 @@ def main() -> int:
             if not finished(metrics, wanted):
                 if a.table_only:
                     continue
-                if partial(metrics, wanted):  # a run cut off by the end of a session goes on where it stopped
+                extended = False
+                if not partial(metrics, wanted):
+                    for d in a.extend:
+                        why = extendable(Path(d) / name, wanted)
+                        if why is None:
+                            print(f"extending {Path(d) / name} to {wanted['num-server-rounds']} rounds", flush=True)
+                            start_from(Path(d) / name, runs_dir / name)
+                            extended = True
+                            break
+                        print(f"not extending {Path(d) / name}: {why}", flush=True)
+                if extended or partial(metrics, wanted):  # a run cut off by the end of a session goes on where it stopped
                     overrides["resume"] = True
                 launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
             results.setdefault(label(preset, suffix), []).append(load_metrics(metrics))

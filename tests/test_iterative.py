@@ -332,3 +332,28 @@ def test_presets_are_the_fens_iterative_setting():
             cfg = validate(tomllib.loads(p.read_text()))
             assert (cfg["method"], cfg["min-available-nodes"], cfg["fraction-train"], cfg["local-epochs"],
                     cfg["local-steps"], cfg["batch-size"], cfg["eval-split"]) == (method, 20, 1.0, 2, 0, 16, "test-half")
+
+
+def test_a_run_extended_from_its_checkpoint_equals_the_longer_run(tmp_path, task_identity):
+    """scripts/reproduce.py --extend: a 2-round FedNova run (server momentum in the checkpoint) continued to 4 rounds
+    is the 4-round run; runs of another config, with enough rounds, or of a method that cannot be extended are not
+    continued."""
+    require_fmnist()
+    from .test_results import _reproduce_script
+
+    rep = _reproduce_script()
+    cfg = {**SCAFFOLD, "method": "fednova", "num-server-rounds": 4, "fednova-gmf": 0.9, "momentum": 0.9}
+    full = run_in_process(cfg, 4, tmp_path, "full")
+    run_in_process({**cfg, "num-server-rounds": 2}, 4, tmp_path / "grid", "short")
+    assert rep.extendable(tmp_path / "grid" / "short", {**cfg, "lr": 0.1}) == f"{tmp_path / 'grid' / 'short'} was made with other config values"
+    assert "as many rounds" in rep.extendable(tmp_path / "grid" / "short", {**cfg, "num-server-rounds": 2})
+    assert rep.extendable(tmp_path / "grid" / "short", cfg) is None
+    rep.start_from(tmp_path / "grid" / "short", tmp_path / "long")
+    long = run_in_process({**cfg, "resume": True}, 4, tmp_path, "long")
+    assert [r["round"] for r in long["rounds"]] == [0, 1, 2, 3, 4] and long["config"]["num-server-rounds"] == 4
+    assert [m["from_round"] for m in long["machines"]] == [0, 3]  # rounds 3-4 played by the continued run
+    for a, b in zip(full["rounds"], long["rounds"], strict=True):
+        assert (a["accuracy"], a["loss"], a["bytes_up"]) == (b["accuracy"], b["loss"], b["bytes_up"])
+    stc = {**cfg, "method": "fedavg-stc", "num-server-rounds": 1}
+    run_in_process(stc, 4, tmp_path / "grid", "stc")
+    assert "error-feedback" in rep.extendable(tmp_path / "grid" / "stc", {**stc, "num-server-rounds": 2})
