@@ -136,3 +136,21 @@ def test_local_work_counts_each_role_at_its_own_epochs():
     fedavg = {"config": base, "rounds": [{"round": 0, "clients": []}, {"round": 1, "clients": [3, 7, 9]}]}
     assert rep.local_work(fedavg) == (15, 5)
     assert rep.local_work({"config": {**base, "local-steps": 10}, "rounds": fedavg["rounds"]}) is None  # step-based
+
+
+def test_grid_picks_on_validation_over_the_last_rounds_and_says_when_it_cannot():
+    rep = _reproduce_script()
+
+    def run(test, val):
+        return {"rounds": [{"round": i, "accuracy": t, "val_accuracy": v} for i, (t, v) in enumerate(zip(test, val))],
+                "summary": {"rounds_completed": len(test) - 1}}
+
+    # round 0 is outside the last 3: a's test mean is (0.6 + 0.8 + 0.7) / 3 = 70, b's 69; validation ranks b first
+    a = run([0.9, 0.6, 0.8, 0.7], [0.9, 0.5, 0.5, 0.5])
+    b = run([0.1, 0.69, 0.69, 0.69], [0.1, 0.6, 0.6, 0.6])
+    picks = rep.grid_picks({"m": [("m-lr0.1", {"lr": 0.1}, a), ("m-lr0.01", {"lr": 0.01}, b)]})
+    assert [p["picked"] for p in picks] == [False, True] and {p["picked_on"] for p in picks} == {"val"}
+    assert [p["test"] for p in picks] == pytest.approx([70.0, 69.0]) and picks[1]["val"] == pytest.approx(60.0)
+    b["rounds"][-1]["val_accuracy"] = None  # one point without validation: the grid picks on test, and says so
+    picks = rep.grid_picks({"m": [("m-lr0.1", {"lr": 0.1}, a), ("m-lr0.01", {"lr": 0.01}, b)]})
+    assert [p["picked"] for p in picks] == [True, False] and picks[0]["picked_on"] == "test"
