@@ -60,11 +60,11 @@ def partial(metrics: Path, wanted: dict) -> bool:
     return _same(load_metrics(metrics), wanted)
 
 
-# methods whose run is not the same when extended: what they do depends on num-server-rounds, or their clients keep
-# state that a resumed run (new Flower run, new node state) loses
+# runs that are not the same when extended: what they do depends on num-server-rounds, or their clients keep state
+# that a resumed run (a new Flower run, new node state) loses; (method, config key that must be false or None)
 NOT_EXTENDABLE = {
-    "scalefl": "its self-distillation starts after 25% of num-server-rounds",
-    "fedavg-stc": "its clients' error-feedback residuals live in the node state, which a new run starts empty",
+    ("scalefl", None): "its self-distillation starts after 25% of num-server-rounds",
+    ("fedavg-stc", "stc-error-feedback"): "its clients' error-feedback residuals live in the node state, which a new run starts empty",
 }
 
 
@@ -82,8 +82,9 @@ def extendable(src: Path, wanted: dict) -> str | None:
         return f"{src} was made with other config values"
     if m["summary"]["rounds_completed"] >= wanted.get("num-server-rounds", m["config"]["num-server-rounds"]):
         return f"{src} has as many rounds as wanted already"
-    why = NOT_EXTENDABLE.get(m["config"]["method"])
-    return f"{m['config']['method']}: {why}" if why else None
+    c = m["config"]
+    why = next((w for (method, k), w in NOT_EXTENDABLE.items() if c["method"] == method and (k is None or c.get(k))), None)
+    return f"{c['method']}: {why}" if why else None
 
 
 def start_from(src: Path, dest: Path) -> None:

@@ -354,6 +354,6 @@ def test_a_run_extended_from_its_checkpoint_equals_the_longer_run(tmp_path, task
     assert [m["from_round"] for m in long["machines"]] == [0, 3]  # rounds 3-4 played by the continued run
     for a, b in zip(full["rounds"], long["rounds"], strict=True):
         assert (a["accuracy"], a["loss"], a["bytes_up"]) == (b["accuracy"], b["loss"], b["bytes_up"])
-    stc = {**cfg, "method": "fedavg-stc", "num-server-rounds": 1}
+    stc = {**SCAFFOLD, "method": "fedavg-stc", "num-server-rounds": 1, "stc-error-feedback": True}
     run_in_process(stc, 4, tmp_path / "grid", "stc")
     assert "error-feedback" in rep.extendable(tmp_path / "grid" / "stc", {**stc, "num-server-rounds": 2})
