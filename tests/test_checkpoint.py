@@ -456,12 +456,12 @@ def test_adaptivefl_state_round_trips(tmp_path, selection):
     same(a.selector.Tc, b.selector.Tc)
 
 
-@pytest.mark.parametrize("which", ["FedAdamF32", "AggregatorFedAdam"])
+@pytest.mark.parametrize("which", ["FedAdamF32", "AggregatorFedAdam", "SeededFedYogi"])
 def test_fedadam_state_round_trips(tmp_path, task_identity, which):
-    from hetfl.common.fedopt import FedAdamF32
+    from hetfl.common.fedopt import FedAdamF32, SeededFedYogi
     from hetfl.fens_app.strategy import AggregatorFedAdam
 
-    cls = {"FedAdamF32": FedAdamF32, "AggregatorFedAdam": AggregatorFedAdam}[which]
+    cls = {"FedAdamF32": FedAdamF32, "AggregatorFedAdam": AggregatorFedAdam, "SeededFedYogi": SeededFedYogi}[which]
     rng = np.random.default_rng(0)
     shapes = {"fc.weight": (3, 4), "fc.bias": (3,)}
 

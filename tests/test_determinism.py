@@ -23,6 +23,7 @@ METHODS = {
     "fedavg-2000-clients": {"method": "fedavg", "num-clients": 2000, "partitioner": "iid", "fraction-train": 0.005},
     "fedprox": {"method": "fedprox"},
     "fedadam": {"method": "fedadam"},
+    "fedyogi": {"method": "fedyogi"},
     "fednova": {"method": "fednova", "momentum": 0.5},
     "scaffold": {"method": "scaffold"},
     "fedavg-stc": {"method": "fedavg-stc", "stc-error-feedback": True},

@@ -1,6 +1,6 @@
-"""FENS's iterative baselines FedNova, Scaffold and FedAvg-STC (docs/readings.md#fens-iterative).
+"""FENS's iterative baselines FedNova, Scaffold, FedAvg-STC and FedYogi (docs/readings.md#fens-iterative).
 
-The math on small examples worked out by hand (FedNova), on a two-client quadratic where FedAvg drifts (Scaffold),
+The math on small examples worked out by hand (FedNova, FedYogi), on a two-client quadratic where FedAvg drifts (Scaffold),
 and against an independent top-k (STC); then the strategies on fake replies, and the real ServerApp/ClientApp code
 in-process: Scaffold's control variates in the node state, across rounds and after a resume, and the bytes each
 method moves.
@@ -70,8 +70,8 @@ def test_fednova_update_equals_the_normalized_average_by_hand():
     np.testing.assert_allclose(new2["w"], np.array([1.34375, 3.03125]) + 1.9 * np.array([0.34375, 1.03125]))
 
 
-def _fednova_round(s, cmap, nodes, rnd, x, updates):
-    """One FedNova round on fake replies: client c answers y = updates[c][0] with its steps and example count."""
+def _round(s, cmap, nodes, rnd, x, updates):
+    """One round of strategy `s` on fake replies: client c answers y = updates[c][0] with its steps and example count."""
     msgs = list(s.configure_train(rnd, ArrayRecord({k: Array(v) for k, v in x.items()}), ConfigRecord(), Grid(nodes)))
 
     def train(m):
@@ -99,7 +99,7 @@ def test_fednova_strategy_normalizes_by_each_clients_steps_with_momentum(task_id
     for rnd in (1, 2):
         updates = {c: ({"w": (x["w"] - rng.normal(size=3)).astype(np.float32), "b": np.array([float(c)], np.float32)},
                        steps, n) for c, (steps, n) in work.items()}
-        got = _fednova_round(s, cmap, nodes, rnd, x, updates)
+        got = _round(s, cmap, nodes, rnd, x, updates)
         assert s.rejected == 1
         good = [updates[c] for c in (0, 1, 2)]
         p = np.array([48, 160, 16]) / 224
@@ -112,6 +112,53 @@ def test_fednova_strategy_normalizes_by_each_clients_steps_with_momentum(task_id
         assert s.train_metrics["fednova_tau_eff"] == pytest.approx(tau_eff)
         x = got
     assert {k: np.asarray(v) for k, v in s.state_dict()["buf"].items()}.keys() == {"w"}
+
+
+# --- FedYogi -----------------------------------------------------------------------------------------------------
+
+
+def test_fedyogi_strategy_takes_the_authors_step_over_two_rounds(task_identity):
+    """The strategy `method = "fedyogi"` runs, by hand over two rounds (eta 1, beta_1 = beta_2 = 0.5, tau 0.01):
+    delta = data-weighted mean of y_i - x; m = 0.5 m + 0.5 delta from 0; v = 0.5 delta^2 in round 1, then
+    v - 0.5 delta^2 sign(v - delta^2); x + m / (sqrt(v) + tau), no bias correction (docs/readings.md#fens-fedyogi).
+    Entry 0 has v > delta^2 in round 2, where Yogi lowers v and Adam's rule would not give it; Reddi et al.'s
+    v_{-1} = tau^2 start would change round 1. An integer buffer keeps its dtype."""
+    from hetfl.baselines.server_app import make_strategy
+    from hetfl.common.fedopt import SeededFedYogi
+    from hetfl.common.params import FederationParams
+    from hetfl.methods import params_for
+
+    cfg = validate({"method": "fedyogi", "fedadam-server-lr": 1.0, "fedadam-beta1": 0.5, "fedadam-beta2": 0.5,
+                    "fedadam-tau": 0.01, "fraction-train": 1.0})
+    nodes = {40 + c: one(c) for c in range(2)}
+    cmap = ClientMap(nodes)
+    s = make_strategy(params_for(cfg), FederationParams.from_config(cfg), cmap)
+    assert type(s) is SeededFedYogi
+    f32 = lambda v: np.array(v, np.float32)  # noqa: E731
+    n = np.array([5], np.int64)
+    x0 = {"w": f32([0.0, 0.0]), "n": n}
+    # round 1: client 0 (3 examples) and client 1 (1 example): delta = [1, (3 * 0.2 - 0.2) / 4] = [1.0, 0.1]
+    x1 = _round(s, cmap, nodes, 1, x0, {0: ({"w": f32([1.0, 0.2]), "n": n}, 1, 3),
+                                         1: ({"w": f32([1.0, -0.2]), "n": n}, 1, 1)})
+    m1, v1 = np.array([0.5, 0.05]), np.array([0.5, 0.005])  # 0.5 delta, 0.5 delta^2 (from v = 0: sign(0 - d^2) = -1)
+    want1 = m1 / (np.sqrt(v1) + 0.01)  # [0.6983, 0.6195]
+    np.testing.assert_allclose(x1["w"], want1, rtol=1e-5)
+    reddi = m1 / (np.sqrt(0.01**2 + v1) + 0.01)  # v_{-1} = tau^2: round 1 would differ
+    assert np.abs(reddi - want1).max() > 3e-3
+    assert x1["w"].dtype == np.float32 and x1["n"].dtype == np.int64
+    # round 2: delta = [0.2, (3 * 1.2 + 0.4) / 4] = [0.2, 1.0]
+    x2 = _round(s, cmap, nodes, 2, x1, {0: ({"w": x1["w"] + f32([0.2, 1.2]), "n": n}, 1, 3),
+                                         1: ({"w": x1["w"] + f32([0.2, 0.4]), "n": n}, 1, 1)})
+    d2 = np.array([0.2, 1.0])
+    m2 = 0.5 * m1 + 0.5 * d2  # [0.35, 0.525]
+    v2 = np.array([0.5 - 0.5 * 0.04, 0.005 + 0.5 * 1.0])  # entry 0: v > d^2, sign +1, v falls; entry 1: sign -1
+    np.testing.assert_allclose(v2, v1 - 0.5 * d2**2 * np.sign(v1 - d2**2))
+    want2 = x1["w"] + m2 / (np.sqrt(v2) + 0.01)
+    np.testing.assert_allclose(x2["w"], want2, rtol=1e-5)
+    np.testing.assert_allclose(s.v_t["w"], v2, rtol=1e-5)
+    np.testing.assert_allclose(s.m_t["w"], m2, rtol=1e-5)
+    adam = x1["w"] + m2 / (np.sqrt(0.5 * v1 + 0.5 * d2**2) + 0.01)  # Adam's second moment: [0.27, 0.5025]
+    assert abs(adam[0] - want2[0]) > 0.1
 
 
 # --- Scaffold -----------------------------------------------------------------------------------------------------
@@ -314,6 +361,7 @@ def test_stc_error_feedback_keeps_what_was_not_sent_on_the_client(tmp_path, task
     ({"method": "fednova", "optimizer": "adam"}, "'optimizer' = 'adam'"),
     ({"method": "scaffold", "lr-schedule": "cosine"}, "'lr-schedule' = 'cosine'"),
     ({"method": "fedavg-stc", "stc-density": 0.0}, "stc-density"),
+    ({"method": "fedyogi", "fedadam-update": "flower"}, "'fedadam-update' = 'flower' is not read by method 'fedyogi'"),
 ])
 def test_bad_settings_name_the_key(cfg, fragment):
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
@@ -325,13 +373,17 @@ def test_presets_are_the_fens_iterative_setting():
     import tomllib
 
     root = Path(__file__).resolve().parents[1] / "configs"
-    for method in ("fednova", "scaffold", "fedavg-stc"):
+    for method in ("fednova", "scaffold", "fedavg-stc", "fedyogi"):
         presets = sorted((root / method).glob("fmnist-dir*.toml"))
         assert [p.stem for p in presets] == ["fmnist-dir0.01", "fmnist-dir0.05", "fmnist-dir0.1"]
         for p in presets:
             cfg = validate(tomllib.loads(p.read_text()))
             assert (cfg["method"], cfg["min-available-nodes"], cfg["fraction-train"], cfg["local-epochs"],
                     cfg["local-steps"], cfg["batch-size"], cfg["eval-split"]) == (method, 20, 1.0, 2, 0, 16, "test-half")
+    for alpha in ("0.01", "0.05", "0.1"):  # FedYogi: the FedAdam presets but for the method (Table 6: lr 0.01 / 0.01)
+        yogi, adam = (validate(tomllib.loads((root / m / f"fmnist-dir{alpha}.toml").read_text())) for m in ("fedyogi", "fedadam"))
+        assert yogi == {**adam, "method": "fedyogi"}
+        assert (yogi["lr"], yogi["fedadam-server-lr"], yogi["momentum"], yogi["num-server-rounds"]) == (0.01, 0.01, 0.0, 50)
 
 
 def test_a_run_extended_from_its_checkpoint_equals_the_longer_run(tmp_path, task_identity):

@@ -90,7 +90,7 @@ def _ask(reply: Message) -> Message:
     return ask
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedadam", "fednova", "scaffold", "fedavg-stc", "shefl",
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedadam", "fedyogi", "fednova", "scaffold", "fedavg-stc", "shefl",
                                   "adaptivefl", "fens"])
 def test_every_malformed_reply_is_counted_and_never_applied(name, tmp_path, task_identity, monkeypatch):
     require_fmnist()

@@ -1,4 +1,4 @@
-"""FedAvg, FedProx, FedAdam and FedBE on Flower's built-in strategies, and FENS's iterative baselines FedNova,
+"""FedAvg, FedProx, FedAdam, FedYogi and FedBE on Flower's built-in strategies, and FENS's iterative baselines FedNova,
 Scaffold and FedAvg-STC on the same sampling (docs/readings.md#fens-iterative), sharing the common data/model/training code."""
 
 from hetfl.common.config import ConfigError, Key
@@ -7,7 +7,7 @@ from hetfl.common.registry import MethodSpec
 
 KEYS = (
     Key("fedprox-mu", float, 0.01, "FedProx proximal coefficient mu", min=0.0, methods=("fedprox",)),
-    Key("fedadam-server-lr", float, 0.01, "FedAdam server learning rate eta", min=0.0, min_inclusive=False, methods=("fedadam",)),
+    Key("fedadam-server-lr", float, 0.01, "FedAdam/FedYogi server learning rate eta", min=0.0, min_inclusive=False, methods=("fedadam", "fedyogi")),
     *ADAM_KEYS,
     Key("fedbe-samples", int, 5, "FedBE: models drawn from the Gaussian over client models (SHEFL: S = 5)", min=0, methods=("fedbe",)),
     Key("fedbe-epochs", int, 20, "FedBE: server distillation epochs over the unlabeled set (SWA over them)", min=1, methods=("fedbe",)),
@@ -49,7 +49,7 @@ def check(cfg: dict) -> None:
 
 
 METHOD = MethodSpec(
-    names=("fedavg", "fedprox", "fedadam", "fedbe", "fednova", "scaffold", "fedavg-stc"),
+    names=("fedavg", "fedprox", "fedadam", "fedyogi", "fedbe", "fednova", "scaffold", "fedavg-stc"),
     server="hetfl.baselines.server_app:run",
     handlers={"train": "hetfl.baselines.client_app:train",  # Flower's strategies (and FedNova) send plain `train`
               TRAIN_SCAFFOLD: "hetfl.baselines.client_app:train_scaffold",
@@ -57,7 +57,8 @@ METHOD = MethodSpec(
     keys=KEYS,
     check=check,
     params={"fedavg": "hetfl.common.params:NoParams", "fedprox": "hetfl.baselines.params:FedProxParams",
-            "fedadam": "hetfl.baselines.params:FedAdamParams", "fedbe": "hetfl.baselines.params:FedBEParams",
+            "fedadam": "hetfl.baselines.params:FedAdamParams",
+            "fedyogi": "hetfl.baselines.params:FedYogiParams", "fedbe": "hetfl.baselines.params:FedBEParams",
             "fednova": "hetfl.baselines.params:FedNovaParams", "scaffold": "hetfl.baselines.params:ScaffoldParams",
             "fedavg-stc": "hetfl.baselines.params:STCParams"},
     renamed={"proximal-mu": "fedprox-mu", "server-lr": "fedadam-server-lr", **ADAM_RENAMED},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetfl.common.fedopt import AdamParams
+from hetfl.common.fedopt import AdamParams, MomentParams
 from hetfl.common.params import LocalSGDParams, MethodParams, key
 
 
@@ -32,6 +32,26 @@ class FedAdamParams(MethodParams):
     server_lr: float = key("fedadam-server-lr", 0.01)
     local_lr: float = key("lr", 0.01)
     adam: AdamParams = key("", AdamParams(), nested=AdamParams)
+
+
+@dataclass(frozen=True)
+class FedYogiParams(MethodParams):
+    """FedYogi (Reddi et al. 2021, Alg. 2) as the FENS authors run it: FedAdam's server learning rate and moment
+    constants, the sign-based second moment, no bias correction (docs/readings.md#fens-fedyogi).
+
+    Parameters
+    ----------
+    server_lr : float
+        eta of the server step (run-config ``fedadam-server-lr``, shared with FedAdam).
+    local_lr : float
+        The clients' learning rate (Flower's ``eta_l``; the local optimizer reads run-config ``lr`` itself).
+    moments : MomentParams
+        tau, beta_1, beta_2 (``fedadam-tau``, ``fedadam-beta1``, ``fedadam-beta2``).
+    """
+
+    server_lr: float = key("fedadam-server-lr", 0.01)
+    local_lr: float = key("lr", 0.01)
+    moments: MomentParams = key("", MomentParams(), nested=MomentParams)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Server side of the FedAvg / FedProx / FedAdam baselines (McMahan et al. 2017; Li et al. 2020; Reddi et al. 2021),
+"""Server side of the FedAvg / FedProx / FedAdam / FedYogi baselines (McMahan et al. 2017; Li et al. 2020; Reddi et al. 2021),
 and of FENS's iterative baselines FedNova, Scaffold and FedAvg-STC (docs/readings.md#fens-iterative).
 
-Flower's own `FedAvg` / `FedProx` / `FedAdam` strategies do sampling and aggregation; this
+Flower's own `FedAvg` / `FedProx` / `FedAdam` / `FedYogi` strategies do sampling and aggregation; this
 module only adds centralized evaluation, byte accounting and the results writer.
 """
 
@@ -13,9 +13,11 @@ from flwr.app import ArrayRecord, Context
 from torch import nn
 
 from hetfl.baselines.fedbe import DistillOptions
-from hetfl.baselines.params import FedAdamParams, FedBEParams, FedNovaParams, FedProxParams, ScaffoldParams, STCParams
+from hetfl.baselines.params import (
+    FedAdamParams, FedBEParams, FedNovaParams, FedProxParams, FedYogiParams, ScaffoldParams, STCParams,
+)
 from hetfl.baselines.strategy import SeededFedAvg, SeededFedAvgSTC, SeededFedBE, SeededFedNova, SeededFedProx, SeededScaffold
-from hetfl.common.fedopt import SeededFedAdam
+from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
 from hetfl.common.params import FederationParams, MethodParams
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.comm import MeteredGrid
@@ -38,8 +40,8 @@ ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCPa
 
 
 def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, model: nn.Module | None = None) -> SeededFedAvg:
-    """The Flower strategy of the method whose parameters are `params` (FedAvg: NoParams, FedProx, FedAdam, FedNova,
-    Scaffold, FedAvg-STC; FedBE's strategy needs its server set too: :func:`_fedbe`), sampling from the clients of
+    """The Flower strategy of the method whose parameters are `params` (FedAvg: NoParams, FedProx, FedAdam, FedYogi,
+    FedNova, Scaffold, FedAvg-STC; FedBE's strategy needs its server set too: :func:`_fedbe`), sampling from the clients of
     `cmap` with `fed.seed`, with centralized evaluation only. `model`: the global model, whose trainable parameters
     FedNova and Scaffold update (required for them)."""
     kwargs = dict(
@@ -61,6 +63,8 @@ def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, 
         strategy = SeededFedProx(proximal_mu=params.mu, **kwargs)
     elif isinstance(params, FedAdamParams):
         strategy = SeededFedAdam(eta=params.server_lr, eta_l=params.local_lr, **params.adam.options(), **kwargs)
+    elif isinstance(params, FedYogiParams):
+        strategy = SeededFedYogi(eta=params.server_lr, eta_l=params.local_lr, **params.moments.options(), **kwargs)
     else:
         strategy = SeededFedAvg(**kwargs)
     return strategy.bind(cmap, fed.seed, fed.round_timeout)
@@ -80,7 +84,7 @@ def _fedbe(cfg: dict[str, Any], p: FedBEParams, strategy: SeededFedBE) -> Seeded
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run FedAvg/FedProx/FedAdam/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
+    """Run FedAvg/FedProx/FedAdam/FedYogi/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
     evaluate = centralized_evaluator(cfg)
     validate = centralized_evaluator(cfg, "validation")  # the half a learning rate is picked on (eval-split = "test-half")

@@ -1,5 +1,5 @@
-"""Flower's FedOpt strategies (FedAdam, FedYogi; Reddi et al. 2021) fixed for this project: used by the FedAdam
-baseline and by FENS's phase 2 (docs/readings.md#fens-phase2)."""
+"""Flower's FedOpt strategies (FedAdam, FedYogi; Reddi et al. 2021) fixed for this project: used by the FedAdam and
+FedYogi baselines and by FENS's phase 2 (docs/readings.md#fens-phase2, #fens-fedyogi)."""
 
 from __future__ import annotations
 
@@ -14,41 +14,55 @@ from .config import Key
 from .params import MethodParams, key
 from .strategy import SeededSampling
 
-ADAM_METHODS = ("fedadam", "fens")  # the methods whose server runs FedAdam / FedYogi
+ADAM_METHODS = ("fedadam", "fens")  # the methods whose server runs FedAdam (FENS: or FedYogi)
+MOMENT_METHODS = (*ADAM_METHODS, "fedyogi")  # the methods that read tau and the betas
 ADAM_KEYS = (
     Key("fedadam-update", str, "authors", "FedAdam server step (fedadam, FENS phase 2): 'authors' = no bias correction (FENS code), 'flower' = Flower's bias-corrected step",
         choices=("authors", "flower"), methods=ADAM_METHODS),
-    Key("fedadam-tau", float, 1e-3, "FedAdam/FedYogi adaptivity tau (fedadam, FENS phase 2)", min=0.0, min_inclusive=False, methods=ADAM_METHODS),
-    Key("fedadam-beta1", float, 0.9, "FedAdam/FedYogi first-moment decay beta_1", min=0.0, max=1.0, max_inclusive=False, methods=ADAM_METHODS),
-    Key("fedadam-beta2", float, 0.99, "FedAdam/FedYogi second-moment decay beta_2", min=0.0, max=1.0, max_inclusive=False, methods=ADAM_METHODS),
+    Key("fedadam-tau", float, 1e-3, "FedAdam/FedYogi adaptivity tau (fedadam, fedyogi, FENS phase 2)", min=0.0, min_inclusive=False, methods=MOMENT_METHODS),
+    Key("fedadam-beta1", float, 0.9, "FedAdam/FedYogi first-moment decay beta_1", min=0.0, max=1.0, max_inclusive=False, methods=MOMENT_METHODS),
+    Key("fedadam-beta2", float, 0.99, "FedAdam/FedYogi second-moment decay beta_2", min=0.0, max=1.0, max_inclusive=False, methods=MOMENT_METHODS),
 )
 ADAM_RENAMED = {"adam-update": "fedadam-update", "adam-tau": "fedadam-tau", "adam-beta1": "fedadam-beta1",
                 "adam-beta2": "fedadam-beta2"}
 
 
 @dataclass(frozen=True)
-class AdamParams(MethodParams):
-    """FedAdam/FedYogi's server-side constants (Reddi et al. 2021, Alg. 2).
+class MomentParams(MethodParams):
+    """FedAdam/FedYogi's moment constants (Reddi et al. 2021, Alg. 2); FedYogi reads only these.
 
     Parameters
     ----------
-    update : {"authors", "flower"}
-        "authors": no bias correction, eta_t = eta (the FENS authors' step); "flower": Flower's bias-corrected step.
     tau : float
         Adaptivity (added to sqrt(v)).
     beta1, beta2 : float
         First- and second-moment decays.
     """
 
-    update: str = key("fedadam-update", "authors")
     tau: float = key("fedadam-tau", 1e-3)
     beta1: float = key("fedadam-beta1", 0.9)
     beta2: float = key("fedadam-beta2", 0.99)
 
+    def options(self) -> dict:
+        """Keyword arguments of Flower's FedAdam / FedYogi."""
+        return {"beta_1": self.beta1, "beta_2": self.beta2, "tau": self.tau}
+
+
+@dataclass(frozen=True)
+class AdamParams(MomentParams):
+    """FedAdam's server-side constants: the moments' and the update rule.
+
+    Parameters
+    ----------
+    update : {"authors", "flower"}
+        "authors": no bias correction, eta_t = eta (the FENS authors' step); "flower": Flower's bias-corrected step.
+    """
+
+    update: str = key("fedadam-update", "authors")
+
     def options(self, yogi: bool = False) -> dict:
         """Keyword arguments of :class:`SeededFedAdam` (FedYogi: all but ``bias_correction``)."""
-        opts = {"beta_1": self.beta1, "beta_2": self.beta2, "tau": self.tau}
-        return opts if yogi else {**opts, "bias_correction": self.update == "flower"}
+        return super().options() if yogi else {**super().options(), "bias_correction": self.update == "flower"}
 
 
 def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, tau: float,
@@ -64,7 +78,13 @@ def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, ta
 
 
 class FedOptState:
-    """Checkpoint state of Flower's FedOpt family (FedAdam, FedYogi): the moments and the current model."""
+    """What this project adds to Flower's FedOpt family (FedAdam, FedYogi): checkpoint state, and the parameters'
+    dtypes kept.
+
+    Flower 1.41's FedAdam multiplies float32 arrays by a NumPy float64 scalar, which NumPy 2 promotes to float64,
+    silently doubling every later download, and FedYogi turns an integer buffer into float64 (its step adds a float
+    to it); the result is cast back to each array's dtype. Put it before Flower's class: ``(FedOptState, FedYogi)``.
+    """
 
     def state_dict(self) -> dict:
         """Moments m_t, v_t and the current model (for checkpoints)."""
@@ -73,13 +93,20 @@ class FedOptState:
     def load_state_dict(self, st: dict) -> None:
         self.m_t, self.v_t, self.current_arrays = st["m_t"], st["v_t"], st["current"]
 
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        dtypes = {k: np.asarray(v).dtype for k, v in self.current_arrays.items()} if self.current_arrays else {}
+        arrays, metrics = self.server_step(server_round, replies)
+        if arrays is not None and dtypes:
+            arrays = ArrayRecord({k: Array(np.asarray(v.numpy(), dtype=dtypes.get(k))) for k, v in arrays.items()})
+        return arrays, metrics
+
+    def server_step(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The new global arrays before the dtype cast (default: Flower's step)."""
+        return super().aggregate_train(server_round, replies)  # type: ignore[misc]
+
 
 class FedAdamF32(FedOptState, FedAdam):
     """Flower's FedAdam (Reddi et al. 2021) that keeps the parameters' dtype, with or without bias correction.
-
-    Flower 1.41's FedAdam multiplies float32 arrays by a NumPy float64 scalar, which NumPy 2
-    promotes to float64, silently doubling every later download; the result is cast back to
-    each array's dtype.
 
     Parameters
     ----------
@@ -95,22 +122,19 @@ class FedAdamF32(FedOptState, FedAdam):
         super().__init__(*args, **kwargs)
         self.bias_correction = bias_correction
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        dtypes = {k: np.asarray(v).dtype for k, v in self.current_arrays.items()} if self.current_arrays else {}
+    def server_step(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         if self.bias_correction:
-            arrays, metrics = super().aggregate_train(server_round, replies)
-        else:  # the weighted mean from the FedAvg family (validated replies), then the authors' step
-            arrays, metrics = super(FedAdam, self).aggregate_train(server_round, replies)
-            if arrays is not None:
-                delta, m, _ = self._compute_deltat_and_mt(arrays)
-                if not self.v_t:
-                    self.v_t = {k: np.zeros_like(d) for k, d in delta.items()}
-                self.v_t = {k: self.beta_2 * v + (1 - self.beta_2) * delta[k] ** 2 for k, v in self.v_t.items()}
-                arrays = ArrayRecord({k: Array(np.asarray(adam_server_step(x, m[k], self.v_t[k], self.eta, self.tau,
-                                                                           self.beta_1, self.beta_2)))
-                                      for k, x in self.current_arrays.items()})
-        if arrays is not None and dtypes:
-            arrays = ArrayRecord({k: Array(np.asarray(v.numpy(), dtype=dtypes.get(k))) for k, v in arrays.items()})
+            return super().server_step(server_round, replies)
+        # the weighted mean from the FedAvg family (validated replies), then the authors' step
+        arrays, metrics = super(FedAdam, self).aggregate_train(server_round, replies)
+        if arrays is not None:
+            delta, m, _ = self._compute_deltat_and_mt(arrays)
+            if not self.v_t:
+                self.v_t = {k: np.zeros_like(d) for k, d in delta.items()}
+            self.v_t = {k: self.beta_2 * v + (1 - self.beta_2) * delta[k] ** 2 for k, v in self.v_t.items()}
+            arrays = ArrayRecord({k: Array(np.asarray(adam_server_step(x, m[k], self.v_t[k], self.eta, self.tau,
+                                                                       self.beta_1, self.beta_2)))
+                                  for k, x in self.current_arrays.items()})
         return arrays, metrics
 
 
@@ -119,4 +143,6 @@ class SeededFedAdam(FedAdamF32, SeededSampling):
 
 
 class SeededFedYogi(FedOptState, FedYogi, SeededSampling):
-    """Flower's FedYogi (Reddi et al. 2021) with seeded sampling by client id (a FENS phase-2 option)."""
+    """Flower's FedYogi (Reddi et al. 2021), dtype-preserving, with seeded sampling by client id: the FedYogi baseline
+    and a FENS phase-2 option. Its step is the FENS authors' (zero-initialised moments, no bias correction,
+    docs/readings.md#fens-fedyogi)."""
