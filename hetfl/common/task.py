@@ -364,11 +364,13 @@ def compute_options(cfg: dict[str, Any], server: bool = False) -> dict[str, Any]
 
 def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_round: int, *,
                 steps: int | None = None, epochs: int | None = None, proximal_mu: float = 0.0,
-                seed_offset: int = 0, loss_fn: Callable[..., torch.Tensor] | None = None) -> TrainResult:
-    """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `torch-device`."""
+                seed_offset: int = 0, loss_fn: Callable[..., torch.Tensor] | None = None,
+                normalize: Normalizer | None = None) -> TrainResult:
+    """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `torch-device`;
+    batches normalised with the dataset's statistics unless `normalize` says otherwise."""
     torch.set_num_threads(cfg["client-threads"])
     return train(
-        model, data, Normalizer(dataset_info(cfg)),
+        model, data, Normalizer(dataset_info(cfg)) if normalize is None else normalize,
         steps=cfg["local-steps"] if steps is None else steps,
         epochs=cfg["local-epochs"] if epochs is None else epochs,
         batch_size=cfg["batch-size"], lr=round_lr(cfg, server_round), momentum=cfg["momentum"],

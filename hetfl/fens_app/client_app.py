@@ -9,7 +9,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData, label_histogram
 from hetfl.common.task import arrays_to_model, client_data, client_device, compute_options, config_of, dataset_info, local_train, make_model, message_client, model_to_arrays, num_classes, state_key, unpack_models
-from hetfl.common.train import Normalizer, train
+from hetfl.common.train import Normalizer, TrainResult, train
 
 from .aggregators import confusion_counts, make_aggregator
 from .core import build_members, ensemble_logits, split_indices, subset
@@ -41,6 +41,11 @@ def train_and_upload(msg: Message, context: Context, cfg: dict, pid: int, local_
     res = local_train(model, local_data, cfg, server_round=1, seed_offset=pid)
     arrays = model_to_arrays(model)
     context.state[state_key(pid, OWN)] = arrays
+    return upload(msg, arrays, res, local_data, cfg)
+
+
+def upload(msg: Message, arrays: ArrayRecord, res: TrainResult, local_data: ArrayData, cfg: dict) -> Message:
+    """Phase 1's reply: the trained `arrays` with the local data's size, label counts and training loss/time."""
     counts = label_histogram(local_data.y, num_classes(cfg)).tolist()
     metrics = MetricRecord({"num-examples": len(local_data), "train_loss": res.loss, "train_s": res.seconds,
                             "label_counts": counts})

@@ -49,14 +49,20 @@ ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
 
 
 def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any], *,
-                         diff_init: bool = False, message_type: str = LOCAL) -> Ensemble:
+                         diff_init: bool = False, message_type: str = LOCAL, template: torch.nn.Module | None = None) -> Ensemble:
     """One-shot local training: send the initial model, collect every client's trained model once.
 
     FENS sends `LOCAL` (clients train on their 90% split); the one-shot baselines of ``hetfl/oneshot_app`` send
     their own type (clients train on all their data) and share the rest (docs/readings.md#oneshot).
+
+    Parameters
+    ----------
+    diff_init : send no model: every client starts from its own random one.
+    template : the module whose state (keys, shapes, dtypes) the replies must carry; default the run's model
+        (FedCVAE-Ens: its CVAE's decoder, with ``diff_init``).
     """
     t0 = time.perf_counter()
-    init = make_model(cfg)
+    init = make_model(cfg) if template is None else template
     expected = {k: tuple(v.shape) for k, v in get_state(init).items()}
     dtypes = {k: v.dtype for k, v in get_state(init).items()}
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
@@ -89,7 +95,7 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
         raise RuntimeError("FENS: no client returned a usable local model")
     traffic = grid.take()
     wall = time.perf_counter() - t0
-    log.info("FENS phase 1: %d local models in %.1fs (%.1f MB up)", len(kept), wall, traffic.bytes_up / 1e6)
+    log.info("%s: %d local models in %.1fs (%.1f MB up)", phase, len(kept), wall, traffic.bytes_up / 1e6)
     return Ensemble(
         states=[st for _, st, _, _, _ in kept],
         client_ids=[cmap.client_of(r) for r, *_ in kept],

@@ -1,18 +1,20 @@
-"""FENS's one-shot baselines FedKD, Fed-ET and Co-Boosting: FENS's phase 1 (every client trains once and uploads its
-model), then each paper's server step that turns the ensemble into one model (docs/readings.md#oneshot)."""
+"""FENS's one-shot baselines FedKD, Fed-ET, Co-Boosting and FedCVAE-Ens: FENS's phase 1 (every client trains once and
+uploads its model; FedCVAE-Ens: a CVAE, and only its decoder goes up), then each paper's server step that turns the
+uploads into one model (docs/readings.md#oneshot)."""
 
 from hetfl.common.registry import MethodSpec
 
 from .keys import KEYS, check
 
 LOCAL = "train.oneshot_local"  # phase 1: the initial model down, the trained model (and label counts) up, once
+CVAE_LOCAL = "train.fedcvae_local"  # FedCVAE-Ens's phase 1: a request down, the trained CVAE's decoder (and label counts) up
 
 METHOD = MethodSpec(
-    names=("fedkd", "fedet", "coboost"),
+    names=("fedkd", "fedet", "coboost", "fedcvae"),
     server="hetfl.oneshot_app.server_app:run",
-    handlers={LOCAL: "hetfl.oneshot_app.client_app:local"},
+    handlers={LOCAL: "hetfl.oneshot_app.client_app:local", CVAE_LOCAL: "hetfl.oneshot_app.client_app:cvae_local"},
     keys=KEYS,
     check=check,
     params={"fedkd": "hetfl.oneshot_app.keys:FedKDParams", "fedet": "hetfl.oneshot_app.keys:FedETParams",
-            "coboost": "hetfl.oneshot_app.keys:CoBoostParams"},
+            "coboost": "hetfl.oneshot_app.keys:CoBoostParams", "fedcvae": "hetfl.oneshot_app.keys:FedCVAEParams"},
 )

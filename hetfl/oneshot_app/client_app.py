@@ -1,11 +1,17 @@
-"""One-shot baselines' client: FENS's phase-1 handler on all of the client's data (no 90/10 split)."""
+"""One-shot baselines' client: FENS's phase-1 handler on all of the client's data (no 90/10 split); FedCVAE-Ens's
+handler trains a conditional VAE instead and uploads its decoder."""
 
 from __future__ import annotations
 
+import torch
 from flwr.app import Context, Message
 
-from hetfl.common.task import client_data, config_of, message_client
-from hetfl.fens_app.client_app import train_and_upload
+from hetfl.common.task import (client_data, config_of, dataset_info, local_train, message_client, model_input_shape,
+                               model_to_arrays, num_classes)
+from hetfl.fens_app.client_app import train_and_upload, upload
+
+from .cvae import batch_loss, make_cvae, unit_normalizer
+from .keys import FedCVAEParams
 
 
 def local(msg: Message, context: Context) -> Message:
@@ -13,3 +19,17 @@ def local(msg: Message, context: Context) -> Message:
     cfg = config_of(context)
     pid = message_client(msg, context, cfg)
     return train_and_upload(msg, context, cfg, pid, client_data(context, cfg, pid))
+
+
+def cvae_local(msg: Message, context: Context) -> Message:
+    """FedCVAE-Ens client (authors' ``UserFedCVAE.train``): train this client's own randomly initialised CVAE on all
+    its data, pixels in [0, 1], with the run's local-training keys; upload the decoder and the label counts once."""
+    cfg = config_of(context)
+    p = FedCVAEParams.from_config(cfg)
+    pid = message_client(msg, context, cfg)
+    data = client_data(context, cfg, pid)
+    model = make_cvae(model_input_shape(cfg), num_classes(cfg), p.z_dim, seed=cfg["seed"] * 1_000_003 + 7 * pid + 1)
+    gen = torch.Generator().manual_seed(cfg["seed"] * 7919 + 13 * pid + 5)  # the reparameterisation noise
+    res = local_train(model, data, cfg, server_round=1, seed_offset=pid, normalize=unit_normalizer(dataset_info(cfg)),
+                      loss_fn=lambda m, x, y: batch_loss(m, x, y, p.beta, gen))
+    return upload(msg, model_to_arrays(model.decoder), res, data, cfg)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetfl.common.config import ConfigError, Key
+from hetfl.common.data import DATASETS, is_byo
 from hetfl.common.params import MethodParams, key
 
-KD, ET, CB = ("fedkd",), ("fedet",), ("coboost",)
+KD, ET, CB, CV = ("fedkd",), ("fedet",), ("coboost",), ("fedcvae",)
 POS = dict(min=0.0, min_inclusive=False)
 KEYS = (
     # FedKD (Gong et al. 2022), one-shot mode of the authors' main.py (--oneshot)
@@ -36,17 +37,31 @@ KEYS = (
     Key("coboost-oh", float, 1.0, "Co-Boosting: weight of the hard-sample cross-entropy term (authors: ohg 1.0)", min=0.0, methods=CB),
     Key("coboost-mu", float, 0.01, "Co-Boosting: step of the ensemble re-weighting (authors: mu 0.01)", min=0.0, methods=CB),
     Key("coboost-wdc", float, 0.99, "Co-Boosting: per-epoch decay of the re-weighting step (authors: wdc 0.99)", min=0.0, max=1.0, methods=CB),
+    # FedCVAE-Ens (Heinbaugh et al. 2023), the authors' FMNIST setting (experiments/best_hyperparameters/fashion/onefedvae.txt)
+    Key("fedcvae-z-dim", int, 10, "FedCVAE-Ens: latent size of the clients' CVAEs (authors' FMNIST: z_dim 10)", min=1, methods=CV),
+    Key("fedcvae-beta", float, 1.0, "FedCVAE-Ens: weight of the KL term in the CVAE loss (authors: beta 1.0)", min=0.0, methods=CV),
+    Key("fedcvae-z-bound", float, 3.0, "FedCVAE-Ens: server z ~ N(0, I) truncated to [-b, b], 0 = untruncated (authors' FMNIST: uniform_range (-3, 3))",
+        min=0.0, methods=CV),
+    Key("fedcvae-samples", int, 5000, "FedCVAE-Ens: synthetic samples the server classifier trains on (authors: classifier_num_train_samples 5000)",
+        min=1, methods=CV),
+    Key("fedcvae-epochs", int, 5, "FedCVAE-Ens: server classifier epochs over the synthetic set (authors' FMNIST: classifier_epochs 5)", min=1, methods=CV),
+    Key("fedcvae-batch-size", int, 32, "FedCVAE-Ens: server classifier batch size (authors: 32)", min=1, methods=CV),
+    Key("fedcvae-lr", float, 1e-3, "FedCVAE-Ens: server classifier Adam lr (authors: 1e-3)", **POS, methods=CV),
 )
 HOLDOUT = ("fedkd", "fedet")
 
 
 def check(cfg: dict) -> None:
-    """FedKD and Fed-ET distil on the server's unlabeled set; no one-shot method has rounds to resume."""
+    """FedKD and Fed-ET distil on the server's unlabeled set; FedCVAE-Ens needs images; no one-shot method has rounds
+    to resume."""
     method = cfg["method"]
     if method in HOLDOUT and cfg["server-holdout"] <= 0:
         raise ConfigError(f"run-config key 'server-holdout' = {cfg['server-holdout']}: method {method!r} distils on an "
                           "auxiliary unlabeled set held out of the train split (FMNIST presets: 24000, FENS's 60/40)")
-    if method in (*HOLDOUT, "coboost") and cfg["resume"]:
+    if method == "fedcvae" and not is_byo(cfg["dataset"]) and DATASETS[cfg["dataset"]].kind != "image":
+        raise ConfigError(f"run-config key 'dataset' = {cfg['dataset']!r} does not fit method 'fedcvae': its clients train a "
+                          "conditional VAE on images; expected an image dataset")
+    if method in (*HOLDOUT, "coboost", "fedcvae") and cfg["resume"]:
         raise ConfigError(f"run-config key 'resume' = {cfg['resume']}: method {method!r} is one-shot (one upload, then "
                           "the server's distillation) and keeps no checkpoint to resume; set resume = false")
 
@@ -98,3 +113,26 @@ class CoBoostParams(MethodParams):
     oh: float = key("coboost-oh", 1.0)
     mu: float = key("coboost-mu", 0.01)
     wdc: float = key("coboost-wdc", 0.99)
+
+
+@dataclass(frozen=True)
+class FedCVAEParams(MethodParams):
+    """FedCVAE-Ens (Heinbaugh et al. 2023; authors' ``ServerFedCVAEEns``): client CVAEs, decoder upload, a synthetic
+    set from the decoders, the classifier trained on it (docs/readings.md#fedcvae). The clients' CVAE training
+    reads the run's local-training keys (the presets: the authors' Adam 1e-3, batch 32, 25 epochs).
+
+    Parameters
+    ----------
+    z_dim, beta : latent size and KL weight of the clients' CVAEs.
+    z_bound : the server's latent draws are N(0, I) truncated to [-z_bound, z_bound] per coordinate (0: none).
+    samples : size of the synthetic set, split over the clients by data size (the last client takes the rest).
+    epochs, batch_size, lr : Adam over the synthetic set, from the initial classifier.
+    """
+
+    z_dim: int = key("fedcvae-z-dim", 10)
+    beta: float = key("fedcvae-beta", 1.0)
+    z_bound: float = key("fedcvae-z-bound", 3.0)
+    samples: int = key("fedcvae-samples", 5000)
+    epochs: int = key("fedcvae-epochs", 5)
+    batch_size: int = key("fedcvae-batch-size", 32)
+    lr: float = key("fedcvae-lr", 1e-3)

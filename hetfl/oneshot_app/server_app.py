@@ -1,4 +1,5 @@
-"""Server of FENS's one-shot baselines: FENS's phase 1, then FedKD's, Fed-ET's or Co-Boosting's server step.
+"""Server of FENS's one-shot baselines: FENS's phase 1, then FedKD's, Fed-ET's, Co-Boosting's or FedCVAE-Ens's
+server step.
 
 Phase 1 is FENS's (``hetfl.fens_app.server_app.collect_local_models``): the server sends the initial model,
 every client trains it on all its data and uploads it once with its label counts (FP32: FedKD without inference quantization, as FENS
@@ -7,6 +8,8 @@ runs it). The server then trains one model (the student, starting from that init
 - FedKD: distil the label-count-weighted teacher's logits on the auxiliary set ``server-holdout`` (L1 on logits);
 - Fed-ET: distil the members' weighted consensus with the diversity regularization on the same set;
 - Co-Boosting: no data; synthesise hard samples with a generator, re-weight the members, distil.
+- FedCVAE-Ens: the clients train CVAEs and upload only their decoders (no model goes down); the server decodes a
+  synthetic labelled set (labels per client's label counts, z from a truncated N(0, I)) and trains the model on it.
 
 Rows in metrics.json: round 0 = the untrained student, carrying node discovery and phase 1's bytes; rounds 1..E =
 the student after each server epoch (no traffic). docs/readings.md#oneshot
@@ -22,6 +25,7 @@ from flwr.app import Context
 
 from hetfl.common.comm import MeteredGrid, Traffic
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
+from hetfl.common.models import set_state
 from hetfl.common.nodes import discover_clients
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round
@@ -31,10 +35,11 @@ from hetfl.common.train import Normalizer, evaluate, train
 from hetfl.fens_app.core import build_members, ensemble_logits
 from hetfl.fens_app.server_app import collect_local_models
 
-from . import LOCAL
+from . import CVAE_LOCAL, LOCAL
 from .coboost import co_boost
 from .core import fedet_loss, fedet_targets, fedkd_loss, fedkd_teacher, fedkd_weights
-from .keys import CoBoostParams, FedETParams, FedKDParams
+from .cvae import make_cvae, synthesize
+from .keys import CoBoostParams, FedCVAEParams, FedETParams, FedKDParams
 
 
 def _distill(student: torch.nn.Module, x: np.ndarray, targets: tuple[torch.Tensor, ...], loss: Any, *, epochs: int,
@@ -52,22 +57,47 @@ def _distill(student: torch.nn.Module, x: np.ndarray, targets: tuple[torch.Tenso
           loss_fn=loss_fn, epoch_end=epoch_end, **compute_options(cfg, server=True))
 
 
+def _train_on_synthetic(student: torch.nn.Module, decoders: list[dict[str, np.ndarray]], label_counts: np.ndarray,
+                        cfg: dict[str, Any], phases: dict[str, Any], epoch_end: Any) -> None:
+    """FedCVAE-Ens's server (authors' ``ServerFedCVAEEns.train``): the decoders' synthetic set, then Adam on it from
+    the initial classifier through the one training loop; `epoch_end` after every epoch (docs/readings.md#fedcvae)."""
+    p = FedCVAEParams.from_config(cfg)
+    shape = model_input_shape(cfg)
+    models = []
+    for st in decoders:
+        dec = make_cvae(shape, num_classes(cfg), p.z_dim, seed=0).decoder
+        set_state(dec, st)
+        models.append(dec)
+    opts = compute_options(cfg, server=True)
+    gen = torch.Generator().manual_seed(cfg["seed"] * 7919 + 29)
+    x, y = synthesize(models, label_counts, p.samples, p.z_dim, p.z_bound, tuple(shape[1:]), gen, opts["device"])
+    phases.update(synthetic_samples=len(y), synthetic_label_counts=np.bincount(y.numpy(), minlength=num_classes(cfg)).tolist())
+    synthetic = ArrayData((x * 255.0).numpy(), y.numpy())  # 0..255 floats: normalised as real images are
+    train(student, synthetic, Normalizer(cfg["dataset"]), epochs=p.epochs, batch_size=p.batch_size, lr=p.lr,
+          optimizer="adam", seed=cfg["seed"] * 7919 + 31, augment=cfg["augment"], epoch_end=epoch_end, **opts)
+
+
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run FedKD, Fed-ET or Co-Boosting end to end and return the summary."""
+    """Run FedKD, Fed-ET, Co-Boosting or FedCVAE-Ens end to end and return the summary."""
     method = cfg["method"]
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()
     discovery = grid.take()
-    ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
+    if method == "fedcvae":  # nothing goes down but the request; the replies carry a CVAE decoder each
+        decoder = make_cvae(model_input_shape(cfg), num_classes(cfg), FedCVAEParams.from_config(cfg).z_dim, seed=0).decoder
+        ens = collect_local_models(grid, cmap, clients, cfg, diff_init=True, message_type=CVAE_LOCAL, template=decoder)
+    else:
+        ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
     round0 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
-    members = build_members(cfg, ens.states, quantized=False)
     val, test = eval_splits(cfg)
     norm = Normalizer(cfg["dataset"])
     opts = compute_options(cfg, server=True)
     bs = cfg["eval-batch-size"]
-    test_z = torch.as_tensor(ensemble_logits(members, test, norm, bs, **opts))  # (N, M, C)
     test_y = torch.as_tensor(test.y)
+    if method != "fedcvae":
+        members = build_members(cfg, ens.states, quantized=False)
+        test_z = torch.as_tensor(ensemble_logits(members, test, norm, bs, **opts))  # (N, M, C)
     student = make_model(cfg)  # the initial model phase 1 sent: FedKD's central model starts from it too
 
     def evaluate_fn(_round: int, _arrays: Any) -> dict[str, Any]:
@@ -79,11 +109,18 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         record_round(grid, None, recorder, server_round, model_to_arrays(student), evaluate_fn, also)
 
     phases = {**ens.phase1, "num_models": len(ens.states), "member_client_ids": ens.client_ids,
-              "member_test_accuracy": (test_z.argmax(2) == test_y[:, None]).float().mean(0).tolist(),
               "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"]}
+    if method != "fedcvae":
+        phases["member_test_accuracy"] = (test_z.argmax(2) == test_y[:, None]).float().mean(0).tolist()
     recorder.extra["phases"] = phases
     recorder.stage(clients=list(ens.client_ids))
     record(0, round0)
+    if method == "fedcvae":
+        _train_on_synthetic(student, ens.states, ens.label_counts, cfg, phases, epoch_end=lambda e: record(e + 1))
+        log.info("fedcvae: classifier trained on %d samples from %d decoders", phases["synthetic_samples"], len(ens.states))
+        recorder.describe("fedcvae classifier (trained on the client decoders' synthetic data)",
+                          before="phase 1 (one-shot decoder upload)")
+        return recorder.finish(model_to_arrays(student))
     if method in ("fedkd", "fedet"):
         held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])  # its labels are never read
         z = torch.as_tensor(ensemble_logits(members, ArrayData(held.x, np.zeros(len(held.x), np.int64)), norm, bs, **opts))
