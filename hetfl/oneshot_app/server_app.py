@@ -8,12 +8,18 @@ runs it). The server then trains one model (the student, starting from that init
 - Fed-ET: distil the members' weighted consensus with the diversity regularization on the same set;
 - Co-Boosting: no data; synthesise hard samples with a generator, re-weight the members, distil.
 
+The server saves the ensemble (``<run-dir>/ensemble.json``, as FENS does); a run with ``oneshot-reuse`` starts from
+one saved by an earlier run with the same phase-1 settings (FedKD's and Fed-ET's phase 1 are the same) and reports
+that run's phase-1 bytes and times, with ``phase1_reused_from`` naming it (docs/readings.md#fens-artifacts).
+
 Rows in metrics.json: round 0 = the untrained student, carrying node discovery and phase 1's bytes; rounds 1..E =
-the student after each server epoch (no traffic). docs/readings.md#oneshot
+the student after each server epoch (no traffic); ``phases.server_step_s`` is the server step's wall time without
+the per-epoch evaluation and recording of the student. docs/readings.md#oneshot
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -28,8 +34,9 @@ from hetfl.common.rounds import record_round
 from hetfl.common.task import (compute_options, dataset_threshold, eval_splits, log, make_model, model_input_shape,
                                model_to_arrays, num_classes)
 from hetfl.common.train import Normalizer, evaluate, train
+from hetfl.fens_app.artifacts import save_ensemble
 from hetfl.fens_app.core import build_members, ensemble_logits
-from hetfl.fens_app.server_app import collect_local_models
+from hetfl.fens_app.server_app import collect_local_models, saved_ensemble
 
 from . import LOCAL
 from .coboost import co_boost
@@ -59,7 +66,15 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()
     discovery = grid.take()
-    ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
+    saved = saved_ensemble(cfg, recorder.run_dir, "oneshot-reuse", LOCAL, len(clients))
+    if saved is None:
+        ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
+        save_ensemble(recorder.run_dir, ens)
+    else:  # the phase 1 of an earlier run with the same settings: its bytes and times are this run's too
+        ens, source = saved
+        log.info("%s: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", method,
+                 len(ens.states), source)
+        recorder.extra["phase1_reused_from"] = str(source)
     round0 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     members = build_members(cfg, ens.states, quantized=False)
     val, test = eval_splits(cfg)
@@ -75,15 +90,22 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         return {"accuracy": acc, "loss": loss,
                 "val_accuracy": evaluate(student, val, norm, bs, **opts)[1] if val is not None else None}
 
+    recording_s = [0.0]  # the per-epoch evaluation and row inside the server step (recording, not the method's work)
+
     def record(server_round: int, also: Traffic | None = None) -> None:
+        t0 = time.perf_counter()
         record_round(grid, None, recorder, server_round, model_to_arrays(student), evaluate_fn, also)
+        recording_s[0] += time.perf_counter() - t0 if server_round else 0.0
 
     phases = {**ens.phase1, "num_models": len(ens.states), "member_client_ids": ens.client_ids,
               "member_test_accuracy": (test_z.argmax(2) == test_y[:, None]).float().mean(0).tolist(),
               "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"]}
     recorder.extra["phases"] = phases
+    if "phase1_reused_from" in recorder.extra:
+        phases["phase1_reused_from"] = recorder.extra["phase1_reused_from"]
     recorder.stage(clients=list(ens.client_ids))
     record(0, round0)
+    t_step = time.perf_counter()
     if method in ("fedkd", "fedet"):
         held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])  # its labels are never read
         z = torch.as_tensor(ensemble_logits(members, ArrayData(held.x, np.zeros(len(held.x), np.int64)), norm, bs, **opts))
@@ -112,6 +134,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         weighted = (test_z * weights[None, :, None]).sum(1) / weights.sum()
         phases["teacher_test_accuracy"] = float((weighted.argmax(1) == test_y).float().mean())
         phases["member_weights"] = weights.tolist()
+    phases["server_step_s"] = time.perf_counter() - t_step - recording_s[0]
+    phases["server_step_recording_s"] = recording_s[0]
     log.info("%s: ensemble of %d models, teacher %.4f on the test set", method, len(ens.states), phases["teacher_test_accuracy"])
     recorder.describe(f"{method} student (one model distilled on the server)",
                       references={"teacher (the clients' ensemble)": phases["teacher_test_accuracy"]},
