@@ -4,7 +4,7 @@
 #   make test   the test suite (unit + end-to-end simulations)
 #   make test-docker  Docker Compose cluster on a real Docker engine, 2 rounds to the end (root; installs what is missing)
 #   make bench  simulated round vs plain PyTorch loop (light and paper regime), bf16 vs fp32, 10,000-SuperNode probe
-#   make reproduce-shefl | reproduce-shefl-studies | calibrate-shefl | reproduce-fens | reproduce-adaptivefl
+#   make reproduce-shefl | reproduce-shefl-studies | calibrate-shefl | reproduce-fens | reproduce-oneshot | reproduce-adaptivefl
 #               the tables of docs/results/ from the runs committed there (seconds); TRAIN=1 trains what is
 #               missing (hours to days on 2 CPU cores: each target says how long before it starts)
 SHELL := /bin/bash
@@ -20,7 +20,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE ?= 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-fast test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl
+.PHONY: install data compose-cli run test test-fast test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-oneshot reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -171,6 +171,28 @@ reproduce-fens: install $(REPRO_DATA)
 	    --presets configs/fens/fmnist-dir$$a.toml configs/fedadam/fmnist-dir$$a.toml $(if $(TRAINING),,--reuse docs/results/fens-fmnist-dir$$a/runs) \
 	    --set $(EXTRA) || exit 1; \
 	done
+
+# FENS Table 1 on FMNIST (FENS vs one-shot FL, docs/readings.md#oneshot): FedKD, Fed-ET and Co-Boosting at Dir(0.01 /
+# 0.05 / 0.1) for SEEDS, tabulated with the FENS runs committed under docs/results/fens-fmnist-dir<a>/runs, which give the
+# rows of FENS, one-shot FedAvg, FedENS, weighted averaging and voting (never retrained here: make reproduce-fens).
+# Per (alpha, seed) FedKD trains phase 1 (20 clients, 5 local epochs) and Fed-ET starts from its saved ensemble
+# (oneshot-reuse: the same phase-1 settings, its bytes and time reported); Co-Boosting's clients also hold the 24,000
+# images FedKD keeps for the server, so it trains its own phase 1. 27 runs, 18 of them with a phase 1 (5-8 min each).
+# ONESHOT_EPOCHS=50 scales every server step from the authors' 200 epochs (shown beside each row); ONESHOT_EXTRA is
+# --set for all three (e.g. torch-device=cuda). Writes results/reproduce/fens-table1-fmnist/{table.md,accuracy-vs-mb.png}.
+ONESHOT_EPOCHS ?=
+ONESHOT_EXTRA ?=
+ONESHOT_DOCS = docs/results/oneshot-fmnist
+oneshot_preset = configs/$(1)/fmnist-dir$$a.toml$(if $(ONESHOT_EPOCHS),@$(1)-epochs=$(ONESHOT_EPOCHS))
+reproduce-oneshot: install $(REPRO_DATA)
+	$(call say_mode,$@,~15 h for the 27 runs at 200 server epochs: 18 phase 1s of 5-8 min$(comma) the server steps not timed yet (a guess: FedKD and Fed-ET ~15 min$(comma) Co-Boosting ~1 h each))
+	for a in 0.01 0.05 0.1; do \
+	  $(BIN)/python scripts/reproduce.py --name oneshot-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 $(REPRO_MODE) $(REPRO_FLAGS) \
+	    --presets $(foreach m,fedkd fedet coboost,"$(call oneshot_preset,$(m))") --reuse $(ONESHOT_DOCS)-dir$$a/runs \
+	    --set $(ONESHOT_EXTRA) || exit 1; \
+	done
+	$(BIN)/python scripts/oneshot_table.py --name fens-table1-fmnist --alphas 0.01 0.05 0.1 --seeds $(SEEDS) \
+	  --runs 'results/reproduce/oneshot-fmnist-dir{alpha}/runs' '$(ONESHOT_DOCS)-dir{alpha}/runs' 'docs/results/fens-fmnist-dir{alpha}/runs'
 
 # AdaptiveFL comparison on FMNIST at the paper's regime (CNN, 100 clients, 10% per round, 4:3:3 uncertain devices,
 # 5 local epochs, batch 50): AdaptiveFL vs HeteroFL vs ScaleFL vs All-Large vs Decoupled at Dir(0.6) for SEEDS, the Table 4

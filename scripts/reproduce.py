@@ -13,6 +13,11 @@ from DIR/<preset>-s<seed>/metrics.json (e.g. the ones committed under docs/resul
 ``--extend DIR`` continues a shorter run of the same config from DIR/<preset>-s<seed>/ (its metrics.json and
 checkpoint) to this reproduction's num-server-rounds: a 50-round run picks up where the 10-round run of a
 learning-rate grid stopped (``extendable`` says which runs can; docs/checkpoints.md#extending-a-run).
+
+One-shot baselines (methods that read ``oneshot-reuse``: FedKD, Fed-ET, Co-Boosting) share phase 1: a run to train
+starts from the ensemble saved by an earlier run of the same seed in this reproduction whose phase-1 settings equal
+its own (``oneshot-reuse``; FedKD's and Fed-ET's presets train the same local models, Co-Boosting's, without the
+auxiliary hold-out, its own), and reports that run's phase-1 bytes and times (docs/readings.md#fens-artifacts).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl import launch  # noqa: E402
+from hetfl.common.config import SCHEMA, ConfigError, validate  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.adaptivefl_app.core import TIERS, Capacity, largest_affordable  # noqa: E402
 from hetfl.common.results import convergence_round  # noqa: E402
@@ -45,7 +51,29 @@ def label(preset: Path, suffix: str = "") -> str:
     return f"{preset.parent.name}/{preset.stem}{suffix}"
 
 
-_NOT_COMPARED = ("run-name", "results-dir", "resume")
+_NOT_COMPARED = ("run-name", "results-dir", "resume", "oneshot-reuse")  # a reused phase 1 gives the same run
+
+
+def shared_phase1(wanted: dict, sources: list[Path]) -> Path | None:
+    """The first run directory in `sources` whose saved phase-1 ensemble a run of config `wanted` may start from
+    (``oneshot-reuse``, the check its ServerApp makes: same phase-1 settings); None for a method that reads no
+    ``oneshot-reuse``, or when none fits."""
+    from hetfl.fens_app.artifacts import ENSEMBLE, check_reuse
+
+    cfg = validate(wanted)
+    if cfg["method"] not in SCHEMA["oneshot-reuse"].methods:
+        return None
+    from hetfl.oneshot_app import LOCAL
+
+    for src in sources:
+        if not (src / ENSEMBLE).is_file():
+            continue
+        try:
+            check_reuse({**cfg, "oneshot-reuse": str(src.resolve())}, "oneshot-reuse", LOCAL)
+        except ConfigError:
+            continue
+        return src.resolve()
+    return None
 
 
 def _same(m: dict, wanted: dict | None) -> bool:
@@ -261,7 +289,9 @@ def main() -> int:
     runs_dir = out / "runs"
     results: dict[str, list[dict]] = {}
     grids: dict[str, list[tuple[str, dict, dict]]] = {}  # preset -> its runs at other values (first seed)
+    out.mkdir(parents=True, exist_ok=True)
     for seed in a.seeds:  # seed-major: every method gets seed 0 before any gets seed 1
+        trained: list[Path] = []  # this seed's run directories, in order: one-shot runs may start from their phase 1
         for preset, own, suffix in map(split_preset, a.presets):
             name = f"{preset.parent.name}-{preset.stem}{suffix}-s{seed}"
             metrics = runs_dir / name / "metrics.json"
@@ -287,7 +317,12 @@ def main() -> int:
                         print(f"not extending {Path(d) / name}: {why}", flush=True)
                 if extended or partial(metrics, wanted):  # a run cut off by the end of a session goes on where it stopped
                     overrides["resume"] = True
+                source = shared_phase1(wanted, trained)
+                if source is not None:
+                    print(f"{name}: phase 1 from {source} (same phase-1 settings)")
+                    overrides["oneshot-reuse"] = str(source)
                 launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
+            trained.append(metrics.parent)
             results.setdefault(label(preset, suffix), []).append(load_metrics(metrics))
             if own and seed == a.seeds[0]:
                 grids.setdefault(label(preset), []).append((label(preset, suffix), own, results[label(preset, suffix)][0]))

@@ -154,6 +154,24 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
     assert second["config"]["fens-aggregator"] == "per-class" and len(second["rounds"]) == 5
     with pytest.raises(ConfigError, match="fens-reuse"):
         validate({"method": "fens", "fens-reuse": str(tmp_path / "nowhere")})
+    # another phase 1 is refused in one line (the check the one-shot baselines' oneshot-reuse shares)
+    with pytest.raises(ConfigError, match=r"'fens-reuse' = .*: its ensemble was trained with run-config key "
+                                          r"'fens-local-fraction' = 0.9 and this run has 0.8; expected"):
+        validate({**FENS, "fens-local-fraction": 0.8, "fens-reuse": str(tmp_path / "first")})
+    # an ensemble saved before the settings were stored takes them from its run's metrics.json
+    from hetfl.fens_app.artifacts import ENSEMBLE, load_ensemble, save_ensemble
+
+    old = load_ensemble(tmp_path / "first" / ENSEMBLE)
+    assert old.settings["phase1-message"] == "train.fens_local" and old.settings["clients"] == 4
+    old.settings = {}
+    (tmp_path / "old").mkdir()
+    save_ensemble(tmp_path / "old", old)
+    with pytest.raises(ConfigError, match="records no phase-1 settings"):
+        validate({**FENS, "fens-reuse": str(tmp_path / "old")})
+    (tmp_path / "old" / "metrics.json").write_text((tmp_path / "first" / "metrics.json").read_text())
+    validate({**FENS, "fens-reuse": str(tmp_path / "old")})
+    with pytest.raises(ConfigError, match="'seed' = 0 and this run has 3"):
+        validate({**FENS, "seed": 3, "fens-reuse": str(tmp_path / "old")})
     # the sweep command: other aggregators on the same ensemble, one table
     from hetfl.fens_app.sweep import main as sweep_main
 

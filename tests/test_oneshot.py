@@ -162,3 +162,76 @@ def test_oneshot_method_end_to_end(method, tmp_path, task_identity):
         assert len(w) == 4 and all(0 <= v <= 1 for v in w) and w != [0.25] * 4  # re-weighted from uniform
     else:
         assert ph["auxiliary_samples"] == 400
+
+
+# ---- phase 1 saved and reused (docs/readings.md#fens-artifacts) ----------------------------------------------------
+KD = {**BASE, "method": "fedkd", "server-holdout": 400, "fedkd-epochs": 2, "fedkd-batch-size": 64, "fedkd-lr": 1e-2}
+ET = {**BASE, "method": "fedet", "server-holdout": 400, "fedet-epochs": 2, "fedet-batch-size": 64, "fedet-lr": 1e-2}
+
+
+def test_reused_phase1_gives_the_fresh_run_and_reports_the_training_runs_bytes(tmp_path, task_identity, monkeypatch):
+    """FedKD and Fed-ET train the same local models (same keys, same seeds); a Fed-ET run that starts from FedKD's
+    saved ensemble equals a fresh Fed-ET run row for row and reports the phase-1 bytes and times of FedKD's run."""
+    from hetfl.fens_app.artifacts import ENSEMBLE, load_ensemble
+
+    kd = run_in_process(KD, 4, tmp_path, "kd")
+    fresh = run_in_process(ET, 4, tmp_path, "et")
+    a, b = load_ensemble(tmp_path / "kd" / ENSEMBLE), load_ensemble(tmp_path / "et" / ENSEMBLE)
+    assert a.client_ids == b.client_ids == [0, 1, 2, 3] and a.settings == b.settings
+    assert all(np.array_equal(x[k], y[k]) for x, y in zip(a.states, b.states, strict=True) for k in x)
+    assert np.array_equal(a.label_counts, b.label_counts) and a.num_examples == b.num_examples
+
+    import hetfl.fens_app.client_app as fc
+
+    monkeypatch.setattr(fc, "local_train", lambda *a, **k: pytest.fail("phase 1 trained again"))
+    reused = run_in_process({**ET, "oneshot-reuse": str(tmp_path / "kd")}, 4, tmp_path, "et-reused")
+    rows = lambda m: [(r["round"], r["accuracy"], r["loss"], r["val_accuracy"]) for r in m["rounds"]]  # noqa: E731
+    assert rows(reused) == rows(fresh) and len(rows(fresh)) == 3
+    assert fresh["phases"]["teacher_test_accuracy"] > 0.3 and len({r[1] for r in rows(fresh)}) == 3  # it learns
+    for k in ("teacher_test_accuracy", "member_test_accuracy", "auxiliary_samples"):
+        assert reused["phases"][k] == fresh["phases"][k], k
+    # honest accounting: phase 1's bytes and times are those measured by the run that trained the ensemble
+    for k in ("upload_bytes", "phase1_request_bytes", "phase1_wall_s", "phase1_client_train_s", "phase1_comm_s"):
+        assert reused["phases"][k] == kd["phases"][k], k
+    assert reused["phases"]["upload_bytes"] > 0 and reused["phases"]["phase1_wall_s"] > 0
+    assert reused["phase1_reused_from"] == reused["phases"]["phase1_reused_from"] == str(tmp_path / "kd" / ENSEMBLE)
+    assert "phase1_reused_from" not in fresh
+    r0 = lambda m: m["rounds"][0]["bytes_up"] - m["phases"]["upload_bytes"]  # noqa: E731  (node discovery)
+    assert reused["rounds"][0]["bytes_up"] >= reused["phases"]["upload_bytes"] and 0 <= r0(reused) < 4096
+    assert abs(reused["summary"]["total_bytes_up"] - fresh["summary"]["total_bytes_up"]) < 4096  # discovery differs by node-id varints
+    assert abs(reused["summary"]["total_bytes_down"] - fresh["summary"]["total_bytes_down"]) < 4096
+    assert all(m["phases"]["server_step_s"] > 0 for m in (kd, fresh, reused))
+    # a source with other phase-1 settings is refused in one line naming the setting
+    src = str(tmp_path / "kd")
+    with pytest.raises(ConfigError, match=r"^run-config key 'oneshot-reuse' = '.*kd': its ensemble was trained with "
+                                          r"run-config key 'server-holdout' = 400 and this run has 0; expected"):
+        validate({**BASE, "method": "coboost", "oneshot-reuse": src})
+    for k, v in (("seed", 2), ("local-epochs", 3), ("lr", 0.05), ("dirichlet-alpha", 0.5), ("batch-size", 16),
+                 ("partition-seed", 1), ("model", "resnet8")):
+        with pytest.raises(ConfigError, match=f"trained with run-config key '{k}' = "):
+            validate({**ET, k: v, "oneshot-reuse": src})
+    with pytest.raises(ConfigError, match="trained with 'clients' = 4 and this run has 3"):  # known after discovery
+        run_in_process({**ET, "oneshot-reuse": src, "min-available-nodes": 3}, 3, tmp_path, "three")
+    with pytest.raises(ConfigError, match="'oneshot-reuse' = .*: no ensemble there"):
+        validate({**ET, "oneshot-reuse": str(tmp_path / "nowhere")})
+    with pytest.raises(ConfigError, match="'oneshot-reuse' = .* is not read by method 'fens'"):
+        validate({"method": "fens", "oneshot-reuse": src}, given=["method", "oneshot-reuse"])
+
+
+def test_phase1_settings_name_what_trains_the_models():
+    """FENS's phase 1 (90% split) and the one-shot baselines' (all data) never stand for each other; keys outside
+    phase 1 (the server step, devices) do not matter; `clients` is compared only when both sides know it."""
+    from hetfl.fens_app import LOCAL as FENS_LOCAL
+    from hetfl.fens_app.artifacts import mismatch, phase1_settings
+    from hetfl.oneshot_app import LOCAL
+
+    kd = validate(KD)
+    ours = phase1_settings(kd, LOCAL, clients=4)
+    assert mismatch(ours, phase1_settings(validate(ET), LOCAL)) is None  # clients: unknown at pre-flight
+    assert mismatch(ours, phase1_settings(validate({**KD, "fedkd-epochs": 9, "torch-device": "cpu"}), LOCAL, 4)) is None
+    fens = phase1_settings(validate({**KD, "method": "fens", "server-holdout": 400} | {k: v for k, v in KD.items()
+                                    if not k.startswith("fedkd")}), FENS_LOCAL, 4)
+    assert mismatch(ours, fens) == ("phase1-message", LOCAL, FENS_LOCAL)
+    assert "fens-local-fraction" in fens and "fens-local-fraction" not in ours
+    assert mismatch(ours, {**ours, "clients": 5}) == ("clients", 4, 5)
+    assert mismatch(ours, {k: v for k, v in ours.items() if k != "augment"}) is None  # a key an old run did not store

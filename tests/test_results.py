@@ -1,5 +1,7 @@
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,13 +60,14 @@ def test_every_resume_adds_the_machine_from_its_first_round(tmp_path):
     assert old.extra["machines"] == [{"cpu": None, "from_round": 0}, {**here, "from_round": 2}]
 
 
-def _reproduce_script():
+def _reproduce_script(name: str = "reproduce"):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "reproduce.py"
-    spec = importlib.util.spec_from_file_location("reproduce_script", path)
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_script", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -154,3 +157,111 @@ def test_grid_picks_on_validation_over_the_last_rounds_and_says_when_it_cannot()
     b["rounds"][-1]["val_accuracy"] = None  # one point without validation: the grid picks on test, and says so
     picks = rep.grid_picks({"m": [("m-lr0.1", {"lr": 0.1}, a), ("m-lr0.01", {"lr": 0.01}, b)]})
     assert [p["picked"] for p in picks] == [True, False] and picks[0]["picked_on"] == "test"
+
+
+# ---- FENS Table 1 (scripts/oneshot_table.py) on hand-made runs ---------------------------------------------------------
+def _preset_run(method, alpha, seed, acc, down, up, *, phases=None, rounds=None, reused=False, **config):
+    """A metrics.json as a finished run of the method's FMNIST preset writes it (every key, the preset's values)."""
+    import tomllib
+    from pathlib import Path
+
+    from hetfl.common.config import validate
+
+    root = Path(__file__).resolve().parent.parent
+    cfg = validate({**tomllib.loads((root / f"configs/{method}/fmnist-dir{alpha}.toml").read_text()), "seed": seed, **config})
+    run = {"config": cfg, "summary": {"final_accuracy": acc, "total_bytes_down": down, "total_bytes_up": up},
+           "rounds": rounds or [{"round": 0, "round_s": 50.0}], "phases": phases or {}}
+    if reused:
+        run["phase1_reused_from"] = "/elsewhere/ensemble.json"
+    return run
+
+
+def _write(runs_dir, name, run):
+    (runs_dir / name).mkdir(parents=True)
+    (runs_dir / name / "metrics.json").write_text(json.dumps(run))
+
+
+def test_oneshot_table_on_hand_made_runs(tmp_path):
+    """Rows in Table 1's order from FENS runs (five rows each) and one-shot runs; missing seeds, values that differ
+    from the preset and reused phase 1s beside the row; iterative runs and other alphas left out; bytes and server
+    seconds as documented."""
+    tab = _reproduce_script("oneshot_table")
+    a = tmp_path / "oneshot-0.1"
+    f = tmp_path / "fens-0.1"
+    fens_phases = {"upload_bytes": 2_000_000, "phase1_request_bytes": 1_000_000, "confusion_upload_bytes": 30_000}
+    rounds = [{"round": 0, "round_s": 100.0}, {"round": 1, "round_s": 2.0}, {"round": 2, "round_s": 3.0}]
+    statics = [{"oneshot-fedavg": 0.10, "average": 0.30, "weighted-average": 0.40, "voting": 0.50},
+               {"oneshot-fedavg": 0.20, "average": 0.30, "weighted-average": 0.50, "voting": 0.50},
+               {"oneshot-fedavg": 0.30, "average": 0.30, "weighted-average": 0.60, "voting": 0.50}]
+    for seed in (0, 1, 2):
+        run = _preset_run("fens", 0.1, seed, 0.70 + 0.01 * seed, 9_000_000, 6_000_000, phases=fens_phases,
+                          rounds=rounds, **({"num-server-rounds": 100} if seed == 2 else {}))
+        _write(f, f"fens-s{seed}", {**run, "static_aggregators_test_accuracy": statics[seed]})
+    _write(f, "fedadam-s0", _preset_run("fedadam", 0.1, 0, 0.9, 10**9, 10**9))  # iterative: not in Table 1
+    kd_phases = {"upload_bytes": 3_000_000, "phase1_request_bytes": 3_000_000}
+    for seed, acc in ((0, 0.50), (1, 0.60)):  # seed 2 missing; a scaled server step
+        _write(a, f"fedkd-s{seed}", _preset_run("fedkd", 0.1, seed, acc, 3_000_100, 3_000_200,
+                                                phases={**kd_phases, "server_step_s": 10.0 * (seed + 1)}, **{"fedkd-epochs": 50}))
+    for seed in (0, 1, 2):  # every run started from FedKD's phase 1; seed 2 at 20 epochs; seed 0 made before timing
+        _write(a, f"fedet-s{seed}", _preset_run("fedet", 0.1, seed, 0.55, 3_000_100, 3_000_200, reused=True,
+                                                phases={**kd_phases, **({"server_step_s": 4.0} if seed else {})},
+                                                **({"fedet-epochs": 20} if seed == 2 else {})))
+    _write(f, "fedkd-s0", _preset_run("fedkd", 0.1, 0, 0.99, 1, 1, phases=kd_phases))  # the same run name: first dir wins
+    _write(a, "fedkd-dir0.01-s0", _preset_run("fedkd", 0.01, 0, 0.3, 1, 1, phases=kd_phases))  # another alpha
+    root = Path(__file__).resolve().parent.parent
+    assert tab.main(["--name", "t1", "--alphas", "0.1", "--seeds", "0", "1", "2", "--out", str(tmp_path / "out"),
+                     "--runs", str(tmp_path / "oneshot-{alpha}"), str(tmp_path / "fens-{alpha}"),
+                     "--presets", str(root / "configs/{method}/fmnist-dir{alpha}.toml")]) == 0
+    text = (tmp_path / "out" / "t1" / "table.md").read_text()
+    body = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| method") and "---" not in line]
+    assert [line.split(" | ")[0][2:] for line in body] == ["one-shot FedAvg", "FedENS", "weighted averaging", "voting",
+                                                           "FedKD", "Fed-ET", "Co-Boosting", "FENS"]
+    cells = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in body}
+    # static rows: phase 1 only, (1 + 2) MB; voting adds its confusion counts; no server time
+    assert cells["one-shot FedAvg"][:4] == ["20.00 ± 10.00", "3", "3.00 ± 0.00", "n/a"]
+    assert cells["FedENS"][0] == "30.00 ± 0.00" and cells["weighted averaging"][0] == "50.00 ± 10.00"
+    assert cells["voting"][2] == "3.03 ± 0.00"
+    # FENS: everything its clients moved (15 MB), its aggregator rounds' wall time (2 + 3 s), the shorter seed noted
+    assert cells["FENS"][:4] == ["71.00 ± 1.00", "3", "15.00 ± 0.00", "5.00 ± 0.00"]
+    assert "num-server-rounds = 100 (seed 2) (preset: 500)" in cells["FENS"][4]
+    assert "num-server-rounds" not in cells["voting"][4]  # a static aggregator does not depend on phase 2
+    # FedKD: two seeds (the docs copy of seed 0 ignored), 6.0003 MB per run, server step 10 / 20 s, scaled epochs noted
+    assert cells["FedKD"][:4] == ["55.00 ± 7.07", "2", "6.00 ± 0.00", "15.00 ± 7.07"]
+    assert cells["FedKD"][4].startswith("seeds 0, 1 only; fedkd-epochs = 50 (preset: 200)")
+    assert cells["Fed-ET"][3] == "4.00 ± 0.00 (2 of 3)"  # seed 0 recorded no server step time
+    assert cells["Fed-ET"][4] == ("fedet-epochs = 20 (seed 2) (preset: 200); phase 1 reused in 3 of 3 runs "
+                                  "(its bytes and time counted) |")
+    assert cells["Co-Boosting"][:2] == ["not run", "0"]
+    assert "fedadam" not in text.lower()
+    data = json.loads((tmp_path / "out" / "t1" / "table.json").read_text())["0.1"]
+    assert [r["seeds"] for r in data if r["method"] == "FedKD"] == [[0, 1]]
+    assert (tmp_path / "out" / "t1" / "accuracy-vs-mb.png").stat().st_size > 10_000
+
+
+def test_reproduce_shares_phase1_between_oneshot_runs_of_the_same_settings(tmp_path):
+    """The driver points a one-shot run at an earlier run's saved phase 1 when the settings match (FedKD -> Fed-ET),
+    never across seeds, to Co-Boosting (no auxiliary hold-out) or to FENS."""
+    import tomllib
+
+    import numpy as np
+
+    from hetfl.common.config import validate
+    from hetfl.fens_app.artifacts import phase1_settings, save_ensemble
+    from hetfl.fens_app.core import Ensemble
+    from hetfl.oneshot_app import LOCAL
+
+    rep = _reproduce_script()
+    root = Path(__file__).resolve().parent.parent
+    preset = lambda m: tomllib.loads((root / f"configs/{m}/fmnist-dir0.1.toml").read_text())  # noqa: E731
+    kd = tmp_path / "fedkd-s0"
+    kd.mkdir()
+    save_ensemble(kd, Ensemble([{"w": np.zeros(2, np.float32)}], [0], np.ones((1, 10), np.int64), [10], {},
+                               phase1_settings(validate({**preset("fedkd"), "seed": 0}), LOCAL, 20)))
+    empty = tmp_path / "fedadam-s0"  # a run without a saved ensemble is skipped
+    empty.mkdir()
+    sources = [empty, kd]
+    assert rep.shared_phase1({**preset("fedet"), "seed": 0}, sources) == kd.resolve()
+    assert rep.shared_phase1({**preset("fedet"), "seed": 0, "fedet-epochs": 5}, sources) == kd.resolve()
+    assert rep.shared_phase1({**preset("fedet"), "seed": 1}, sources) is None
+    assert rep.shared_phase1({**preset("coboost"), "seed": 0}, sources) is None
+    assert rep.shared_phase1({**preset("fens"), "seed": 0}, sources) is None

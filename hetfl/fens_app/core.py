@@ -57,8 +57,9 @@ def ensemble_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Nor
 class Ensemble:
     """What phase 1 produced: the FP32 local models in client-id order and what the server knows of them.
 
-    Saved as ``<run-dir>/ensemble.json`` (+ safetensors) so that a resumed run or a ``fens-reuse``
-    run continues with the same ensemble instead of training phase 1 again (docs/readings.md#fens-artifacts).
+    Saved as ``<run-dir>/ensemble.json`` (+ safetensors; :mod:`hetfl.fens_app.artifacts`) so that a resumed run, a
+    ``fens-reuse`` run or an ``oneshot-reuse`` run continues with the same ensemble instead of training phase 1 again
+    (docs/readings.md#fens-artifacts).
     """
 
     states: list[dict[str, np.ndarray]]
@@ -66,18 +67,19 @@ class Ensemble:
     label_counts: np.ndarray  # (M, C) per-class counts of each member's 90% training split
     num_examples: list[int]
     phase1: dict[str, Any] = field(default_factory=dict)  # measured bytes and times of the run that trained it
+    settings: dict[str, Any] = field(default_factory=dict)  # what decided the models (artifacts.phase1_settings)
 
     def to_state(self) -> dict[str, Any]:
         return {"kind": "fens-ensemble", "states": self.states, "client_ids": list(self.client_ids),
                 "label_counts": np.asarray(self.label_counts, np.int64), "num_examples": list(self.num_examples),
-                "phase1": self.phase1}
+                "phase1": self.phase1, "settings": self.settings}
 
     @classmethod
     def from_state(cls, st: Any) -> Ensemble:
         if not isinstance(st, dict) or st.get("kind") != "fens-ensemble":
             raise ValueError("not a FENS ensemble file (expected kind 'fens-ensemble')")
         return cls([dict(s) for s in st["states"]], [int(c) for c in st["client_ids"]], np.asarray(st["label_counts"]),
-                   [int(n) for n in st["num_examples"]], dict(st["phase1"]))
+                   [int(n) for n in st["num_examples"]], dict(st["phase1"]), dict(st.get("settings", {})))
 
 
 class EnsemblePredictor(nn.Module):

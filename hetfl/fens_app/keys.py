@@ -1,9 +1,8 @@
 """Run-config keys and parameters of FENS (its baselines FedENS, weighted averaging and voting are aggregator choices)."""
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from hetfl.common.config import ConfigError, Key
+from hetfl.common.config import Key
 from hetfl.common.fedopt import ADAM_KEYS, AdamParams
 from hetfl.common.params import MethodParams, key
 
@@ -18,7 +17,7 @@ KEYS = (
     Key("fens-quantize", bool, True, "FENS: send the ensemble as INT8 (per-channel symmetric weights)", methods=ONLY),
     Key("fens-exclude-own", bool, False, "FENS: do not send a client its own model (it uses its local copy)", methods=ONLY),
     Key("fens-diff-init", bool, False, "FENS: every client starts from its own random model (authors' diff_init; no initial download)", methods=ONLY),
-    Key("fens-reuse", str, "", "FENS: reuse the phase-1 ensemble saved by an earlier run (its run directory or ensemble.json): no local training", methods=ONLY),
+    Key("fens-reuse", str, "", "FENS: reuse the phase-1 ensemble saved by an earlier FENS run with the same phase-1 settings (its run directory or ensemble.json): no local training", methods=ONLY),
     Key("fens-agg-server-opt", str, "adam", "FENS phase 2: server optimizer over the aggregator (adam: fedadam-update/fedadam-tau; yogi: Flower's FedYogi)",
         choices=("adam", "yogi"), methods=ONLY),
     Key("fens-agg-client-lr", float, 1.0, "FENS phase 2: client SGD lr of the aggregator", min=0.0, min_inclusive=False, methods=ONLY),
@@ -77,10 +76,10 @@ class FENSParams(MethodParams):
 
 
 def check(cfg: dict) -> None:
-    """A reused ensemble must exist (checked before any process starts)."""
+    """A reused ensemble must exist and have this run's phase-1 settings (checked before any process starts)."""
     if cfg["method"] != "fens" or not cfg["fens-reuse"]:
         return
-    p = Path(cfg["fens-reuse"])
-    if not (p / "ensemble.json" if p.is_dir() else p).is_file():
-        raise ConfigError(f"run-config key 'fens-reuse' = {cfg['fens-reuse']!r}: no ensemble there; "
-                          "expected a FENS run directory holding ensemble.json, or the ensemble.json file")
+    from . import LOCAL
+    from .artifacts import check_reuse  # imported here: the package's __init__ imports this module first
+
+    check_reuse(cfg, "fens-reuse", LOCAL)

@@ -9,7 +9,8 @@ split and returns its model's confusion matrix there (for voting); (3) FedAdam t
 aggregator for num-server-rounds rounds on those cached logits.
 
 A resumed run (``resume = true``) and a run with ``fens-reuse`` load the saved ensemble and never
-train phase 1 again (docs/readings.md#fens-artifacts). Rounds in metrics.json: round 0 = after
+train phase 1 again; a reused one must have this run's phase-1 settings (:mod:`.artifacts`,
+docs/readings.md#fens-artifacts). Rounds in metrics.json: round 0 = after
 phases 1-2 (its bytes are the initial download, the upload and the ensemble download), rounds
 1..R = aggregator rounds. Accuracy is reported on the test half (``eval-split``).
 """
@@ -24,7 +25,6 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from hetfl.common.checkpoint import read_checkpoint, write_checkpoint
 from hetfl.common.comm import MeteredGrid, Traffic
 from hetfl.common.compression import quantize_state
 from hetfl.common.data import ArrayData
@@ -41,12 +41,10 @@ from hetfl.common.train import Normalizer, evaluate
 
 from . import LOCAL, LOGITS
 from .aggregators import STATIC, make_aggregator
+from .artifacts import ENSEMBLE, check_reuse, ensemble_path, load_ensemble, phase1_settings, save_ensemble
 from .core import Ensemble, build_members, ensemble_logits
 from .keys import FENSParams
 from .strategy import make_strategy
-
-ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
-
 
 def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any], *,
                          diff_init: bool = False, message_type: str = LOCAL, template: torch.nn.Module | None = None) -> Ensemble:
@@ -104,18 +102,20 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
         phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
                 "phase1_client_train_s": [secs for *_, secs in kept],
                 "rejected_models": rejected, "phase1_comm_s": traffic.comm_s},
+        settings=phase1_settings(cfg, message_type, len(clients)),
     )
 
 
-def _ensemble_source(cfg: dict[str, Any], run_dir: Path) -> Path | None:
-    """Where a saved ensemble comes from: this run's (resume) or ``fens-reuse``'s; None = train phase 1."""
-    own = run_dir / ENSEMBLE
+def saved_ensemble(cfg: dict[str, Any], run_dir: Path, key: str, message_type: str,
+                   clients: int) -> tuple[Ensemble, Path] | None:
+    """The ensemble this run starts from instead of training phase 1, and where it was read: its own (a resumed
+    run's) or the one run-config `key` names (checked against this run's phase-1 settings); None = train phase 1.
+    FENS (``fens-reuse``) and the one-shot baselines (``oneshot-reuse``) share it (docs/readings.md#fens-artifacts)."""
+    own = Path(run_dir) / ENSEMBLE
     if cfg["resume"] and own.exists():
-        return own
-    if cfg["fens-reuse"]:
-        p = Path(cfg["fens-reuse"])
-        return p / ENSEMBLE if p.is_dir() else p
-    return None
+        return load_ensemble(own), own
+    ens = check_reuse(cfg, key, message_type, clients)
+    return None if ens is None else (ens, ensemble_path(cfg[key]))
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -126,14 +126,14 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
     discovery = grid.take()
     # ---- phase 1: one-shot local training, or the saved ensemble -----------------------------
-    source = _ensemble_source(cfg, recorder.run_dir)
-    if source is None:
+    saved = saved_ensemble(cfg, recorder.run_dir, "fens-reuse", LOCAL, len(clients))
+    if saved is None:
         ens = collect_local_models(grid, cmap, clients, cfg, diff_init=p.diff_init)
-        write_checkpoint(recorder.run_dir / ENSEMBLE, ens.to_state(), label="ensemble")
+        save_ensemble(recorder.run_dir, ens)
     else:
-        ens = Ensemble.from_state(read_checkpoint(source))
+        ens, source = saved
         if source.resolve() != (recorder.run_dir / ENSEMBLE).resolve():
-            write_checkpoint(recorder.run_dir / ENSEMBLE, ens.to_state(), label="ensemble")  # this run resumes from its own copy
+            save_ensemble(recorder.run_dir, ens)  # this run resumes from its own copy
         log.info("FENS: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", len(ens.states), source)
         recorder.extra["phase1_reused_from"] = str(source)
     # round 0 carries discovery and phase 1 as measured by the run that trained the ensemble

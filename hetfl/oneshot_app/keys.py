@@ -9,8 +9,12 @@ from hetfl.common.data import DATASETS, is_byo
 from hetfl.common.params import MethodParams, key
 
 KD, ET, CB, CV = ("fedkd",), ("fedet",), ("coboost",), ("fedcvae",)
+ALL = (*KD, *ET, *CB)  # the methods that share a classifier phase 1 (oneshot-reuse)
 POS = dict(min=0.0, min_inclusive=False)
 KEYS = (
+    Key("oneshot-reuse", str, "", "FedKD / Fed-ET / Co-Boosting: start from the phase-1 ensemble saved by an earlier one-shot run "
+        "with the same phase-1 settings (its run directory or ensemble.json): no local training, its bytes and times reported",
+        methods=ALL),
     # FedKD (Gong et al. 2022), one-shot mode of the authors' main.py (--oneshot)
     Key("fedkd-epochs", int, 200, "FedKD: server distillation epochs over the auxiliary set (authors: fedrounds 200)", min=1, methods=KD),
     Key("fedkd-batch-size", int, 512, "FedKD: server distillation batch size (authors: disbatchsize 512)", min=1, methods=KD),
@@ -53,7 +57,7 @@ HOLDOUT = ("fedkd", "fedet")
 
 def check(cfg: dict) -> None:
     """FedKD and Fed-ET distil on the server's unlabeled set; FedCVAE-Ens needs images; no one-shot method has rounds
-    to resume."""
+    to resume; a reused ensemble must exist and have this run's phase-1 settings (docs/readings.md#fens-artifacts)."""
     method = cfg["method"]
     if method in HOLDOUT and cfg["server-holdout"] <= 0:
         raise ConfigError(f"run-config key 'server-holdout' = {cfg['server-holdout']}: method {method!r} distils on an "
@@ -64,10 +68,29 @@ def check(cfg: dict) -> None:
     if method in (*HOLDOUT, "coboost", "fedcvae") and cfg["resume"]:
         raise ConfigError(f"run-config key 'resume' = {cfg['resume']}: method {method!r} is one-shot (one upload, then "
                           "the server's distillation) and keeps no checkpoint to resume; set resume = false")
+    if method in ALL and cfg["oneshot-reuse"]:
+        from hetfl.fens_app.artifacts import check_reuse
+
+        from . import LOCAL  # imported here: the package's __init__ imports this module first
+
+        check_reuse(cfg, "oneshot-reuse", LOCAL)
 
 
 @dataclass(frozen=True)
-class FedKDParams(MethodParams):
+class OneShotParams(MethodParams):
+    """What the three one-shot baselines share: where a reused phase-1 ensemble comes from.
+
+    Parameters
+    ----------
+    reuse : str
+        A one-shot run directory (or its ensemble.json) whose phase 1 this run starts from ("" = train it).
+    """
+
+    reuse: str = key("oneshot-reuse", "")
+
+
+@dataclass(frozen=True)
+class FedKDParams(OneShotParams):
     """FedKD's one-shot server distillation (Gong et al. 2022; authors' ``distill_local_central_oneshot``).
 
     Parameters
@@ -86,7 +109,7 @@ class FedKDParams(MethodParams):
 
 
 @dataclass(frozen=True)
-class FedETParams(MethodParams):
+class FedETParams(OneShotParams):
     """Fed-ET's one-shot ensemble transfer (Cho et al. 2022, Sec. 3.2): weighted consensus distillation with the
     diversity regularization weighted by `lam`, on FedKD's distillation setup (docs/readings.md#fedet)."""
 
@@ -97,7 +120,7 @@ class FedETParams(MethodParams):
 
 
 @dataclass(frozen=True)
-class CoBoostParams(MethodParams):
+class CoBoostParams(OneShotParams):
     """Co-Boosting (Dai et al. 2024): per epoch, a generator synthesizes hard samples, the ensemble's weights are
     adjusted on the synthetic pool, and the student distils the weighted ensemble on it (docs/readings.md#coboost)."""
 

@@ -11,12 +11,18 @@ runs it). The server then trains one model (the student, starting from that init
 - FedCVAE-Ens: the clients train CVAEs and upload only their decoders (no model goes down); the server decodes a
   synthetic labelled set (labels per client's label counts, z from a truncated N(0, I)) and trains the model on it.
 
+The server saves the ensemble (``<run-dir>/ensemble.json``, as FENS does); a run with ``oneshot-reuse`` starts from
+one saved by an earlier run with the same phase-1 settings (FedKD's and Fed-ET's phase 1 are the same) and reports
+that run's phase-1 bytes and times, with ``phase1_reused_from`` naming it (docs/readings.md#fens-artifacts).
+
 Rows in metrics.json: round 0 = the untrained student, carrying node discovery and phase 1's bytes; rounds 1..E =
-the student after each server epoch (no traffic). docs/readings.md#oneshot
+the student after each server epoch (no traffic); ``phases.server_step_s`` is the server step's wall time without
+the per-epoch evaluation and recording of the student. docs/readings.md#oneshot
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -32,8 +38,9 @@ from hetfl.common.rounds import record_round
 from hetfl.common.task import (compute_options, dataset_threshold, eval_splits, log, make_model, model_input_shape,
                                model_to_arrays, num_classes)
 from hetfl.common.train import Normalizer, evaluate, train
+from hetfl.fens_app.artifacts import save_ensemble
 from hetfl.fens_app.core import build_members, ensemble_logits
-from hetfl.fens_app.server_app import collect_local_models
+from hetfl.fens_app.server_app import collect_local_models, saved_ensemble
 
 from . import CVAE_LOCAL, LOCAL
 from .coboost import co_boost
@@ -84,11 +91,18 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()
     discovery = grid.take()
+    saved = None if method == "fedcvae" else saved_ensemble(cfg, recorder.run_dir, "oneshot-reuse", LOCAL, len(clients))
     if method == "fedcvae":  # nothing goes down but the request; the replies carry a CVAE decoder each
         decoder = make_cvae(model_input_shape(cfg), num_classes(cfg), FedCVAEParams.from_config(cfg).z_dim, seed=0).decoder
         ens = collect_local_models(grid, cmap, clients, cfg, diff_init=True, message_type=CVAE_LOCAL, template=decoder)
-    else:
+    elif saved is None:
         ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
+        save_ensemble(recorder.run_dir, ens)
+    else:  # the phase 1 of an earlier run with the same settings: its bytes and times are this run's too
+        ens, source = saved
+        log.info("%s: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", method,
+                 len(ens.states), source)
+        recorder.extra["phase1_reused_from"] = str(source)
     round0 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     val, test = eval_splits(cfg)
     norm = Normalizer(cfg["dataset"])
@@ -105,18 +119,31 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         return {"accuracy": acc, "loss": loss,
                 "val_accuracy": evaluate(student, val, norm, bs, **opts)[1] if val is not None else None}
 
+    recording_s = [0.0]  # the per-epoch evaluation and row inside the server step (recording, not the method's work)
+
     def record(server_round: int, also: Traffic | None = None) -> None:
+        t0 = time.perf_counter()
         record_round(grid, None, recorder, server_round, model_to_arrays(student), evaluate_fn, also)
+        recording_s[0] += time.perf_counter() - t0 if server_round else 0.0
 
     phases = {**ens.phase1, "num_models": len(ens.states), "member_client_ids": ens.client_ids,
               "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"]}
     if method != "fedcvae":
         phases["member_test_accuracy"] = (test_z.argmax(2) == test_y[:, None]).float().mean(0).tolist()
     recorder.extra["phases"] = phases
+    if "phase1_reused_from" in recorder.extra:
+        phases["phase1_reused_from"] = recorder.extra["phase1_reused_from"]
     recorder.stage(clients=list(ens.client_ids))
     record(0, round0)
+    t_step = time.perf_counter()
+
+    def step_time() -> None:
+        phases["server_step_s"] = time.perf_counter() - t_step - recording_s[0]
+        phases["server_step_recording_s"] = recording_s[0]
+
     if method == "fedcvae":
         _train_on_synthetic(student, ens.states, ens.label_counts, cfg, phases, epoch_end=lambda e: record(e + 1))
+        step_time()
         log.info("fedcvae: classifier trained on %d samples from %d decoders", phases["synthetic_samples"], len(ens.states))
         recorder.describe("fedcvae classifier (trained on the client decoders' synthetic data)",
                           before="phase 1 (one-shot decoder upload)")
@@ -149,6 +176,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         weighted = (test_z * weights[None, :, None]).sum(1) / weights.sum()
         phases["teacher_test_accuracy"] = float((weighted.argmax(1) == test_y).float().mean())
         phases["member_weights"] = weights.tolist()
+    step_time()
     log.info("%s: ensemble of %d models, teacher %.4f on the test set", method, len(ens.states), phases["teacher_test_accuracy"])
     recorder.describe(f"{method} student (one model distilled on the server)",
                       references={"teacher (the clients' ensemble)": phases["teacher_test_accuracy"]},

@@ -1,0 +1,120 @@
+"""A saved phase-1 ensemble: one place to write it, read it, and decide whether another run may start from it.
+
+FENS (``fens-reuse``, resume, the aggregator sweep) and the one-shot baselines (``oneshot-reuse``) save the local
+models of their phase 1 as ``<run-dir>/ensemble.json`` (+ safetensors; :class:`~hetfl.fens_app.core.Ensemble`) with
+the phase-1 settings of the run that trained them. A run may reuse an ensemble only if its own phase 1 would have
+trained the same models: the same partition, seed, model, local training, clients and phase-1 message (FENS's 90%
+split or all of a client's data). docs/readings.md#fens-artifacts
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hetfl.common.checkpoint import read_checkpoint, write_checkpoint
+from hetfl.common.config import ConfigError
+from hetfl.common.results import load_metrics
+
+from . import LOCAL as FENS_LOCAL
+from .core import Ensemble
+
+ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
+CLIENTS = "clients"  # the settings entry known only after discovery: how many clients the run found
+
+# run-config keys that decide which models phase 1 trains (data, partition, model, seed, local training); not:
+# devices, threads, where the data is read from (same rows), dirichlet-max-draws (a draw that succeeds is the same)
+PHASE1_KEYS = (
+    "dataset", "input-column", "label-column", "num-classes", "partitioner", "dirichlet-alpha", "dirichlet-min-size",
+    "dirichlet-balance", "shards-per-client", "server-holdout", "partition-seed", "num-clients",
+    "model", "width", "text-model", "text-max-length", "seed",
+    "local-steps", "local-epochs", "batch-size", "optimizer", "lr", "momentum", "weight-decay", "lr-decay",
+    "lr-decay-every", "lr-schedule", "lr-min", "drop-last", "augment", "precision",
+)
+# what a phase-1 message type adds (FENS trains on a seeded split, from a downloaded or its own initial model)
+MESSAGE_KEYS = {FENS_LOCAL: ("fens-local-fraction", "fens-diff-init")}
+
+
+def phase1_settings(cfg: dict[str, Any], message_type: str, clients: int | None = None) -> dict[str, Any]:
+    """What decides the models phase 1 trains: the phase-1 message type, its keys and :data:`PHASE1_KEYS`.
+
+    Parameters
+    ----------
+    message_type : str
+        The phase-1 message the clients answer (``train.fens_local``: FENS's 90% split; ``train.oneshot_local``:
+        all of a client's data).
+    clients : int, optional
+        Clients found by discovery (known in the ServerApp, not at pre-flight); None leaves it out.
+    """
+    out: dict[str, Any] = {"phase1-message": message_type}
+    out.update({k: cfg[k] for k in (*PHASE1_KEYS, *MESSAGE_KEYS.get(message_type, ())) if k in cfg})
+    if clients is not None:
+        out[CLIENTS] = int(clients)
+    return out
+
+
+def mismatch(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first setting (``phase1-message``, a run-config key, or ``clients``) in which two phase-1 settings differ,
+    as (name, ours, theirs); None if they agree. A setting one side lacks (``clients`` at pre-flight) is skipped."""
+    for name in ours:
+        if name in theirs and ours[name] != theirs[name]:
+            return name, ours[name], theirs[name]
+    return None
+
+
+def ensemble_path(value: str) -> Path:
+    """A reuse key's value: a run directory (its ensemble.json) or the ensemble.json file itself."""
+    p = Path(value)
+    return p / ENSEMBLE if p.is_dir() else p
+
+
+def save_ensemble(run_dir: Path, ens: Ensemble) -> Path:
+    """Write `ens` as ``<run_dir>/ensemble.json`` (+ safetensors; the checkpoint format of docs/checkpoints.md)."""
+    return write_checkpoint(Path(run_dir) / ENSEMBLE, ens.to_state(), label="ensemble")
+
+
+def load_ensemble(path: Path) -> Ensemble:
+    """Read a saved ensemble; a FENS ensemble saved before the phase-1 settings were stored takes them from the
+    config of the run that trained it (the metrics.json beside it; keys it did not store yet are not compared)."""
+    ens = Ensemble.from_state(read_checkpoint(path))
+    if not ens.settings:
+        ens.settings = _settings_of_run(Path(path).parent)
+    return ens
+
+
+def _settings_of_run(run_dir: Path) -> dict[str, Any]:
+    metrics = run_dir / "metrics.json"
+    if not metrics.is_file():
+        return {}
+    cfg = load_metrics(metrics).get("config", {})
+    return phase1_settings(cfg, FENS_LOCAL) if cfg.get("method") == "fens" else {}  # only FENS saved them then
+
+
+def check_reuse(cfg: dict[str, Any], key: str, message_type: str, clients: int | None = None) -> Ensemble | None:
+    """The ensemble that run-config `key` names, if this run may start from it; None when `key` is empty.
+
+    Raises ConfigError in one line naming the key, its value and what is allowed: no ensemble there, an ensemble
+    without recorded phase-1 settings, or one trained with other phase-1 settings than this run's (the first
+    difference is named). FENS's ``fens-reuse`` and the one-shot baselines' ``oneshot-reuse`` both end here, at
+    pre-flight (`clients` None) and in the ServerApp after discovery (`clients` = the clients found).
+    """
+    value = cfg[key]
+    if not value:
+        return None
+    path = ensemble_path(value)
+    where = f"run-config key '{key}' = {value!r}"
+    if not path.is_file():
+        raise ConfigError(f"{where}: no ensemble there; expected a run directory holding {ENSEMBLE} (saved by a run "
+                          f"whose phase 1 sends {message_type!r}), or the {ENSEMBLE} file")
+    ens = load_ensemble(path)
+    if not ens.settings:
+        raise ConfigError(f"{where}: the ensemble records no phase-1 settings and no metrics.json of its run is beside "
+                          "it; expected an ensemble saved with its settings (any run of this version)")
+    diff = mismatch(phase1_settings(cfg, message_type, clients), ens.settings)
+    if diff is not None:
+        name, ours, theirs = diff
+        what = "run-config key " if name not in ("phase1-message", CLIENTS) else ""
+        raise ConfigError(f"{where}: its ensemble was trained with {what}'{name}' = {theirs!r} and this run has "
+                          f"{ours!r}; expected an ensemble trained with this run's phase-1 settings (partition, seed, "
+                          "model, local training, clients: artifacts.PHASE1_KEYS)")
+    return ens
