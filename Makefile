@@ -177,18 +177,19 @@ reproduce-fens: install $(REPRO_DATA)
 # rows of FENS, one-shot FedAvg, FedENS, weighted averaging and voting (never retrained here: make reproduce-fens).
 # Per (alpha, seed) FedKD trains phase 1 (20 clients, 5 local epochs) and Fed-ET starts from its saved ensemble
 # (oneshot-reuse: the same phase-1 settings, its bytes and time reported); Co-Boosting's clients also hold the 24,000
-# images FedKD keeps for the server, so it trains its own phase 1. 27 runs, 18 of them with a phase 1 (5-8 min each).
-# ONESHOT_EPOCHS=50 scales every server step from the authors' 200 epochs (shown beside each row); ONESHOT_EXTRA is
+# images FedKD keeps for the server, so it trains its own phase 1; FedCVAE-Ens's clients train CVAEs (its own phase 1).
+# 36 runs, 27 of them with a phase 1 (5-8 min each).
+# ONESHOT_EPOCHS=50 scales FedKD's, Fed-ET's and Co-Boosting's server steps from the authors' 200 epochs (shown beside each row); ONESHOT_EXTRA is
 # --set for all three (e.g. torch-device=cuda). Writes results/reproduce/fens-table1-fmnist/{table.md,accuracy-vs-mb.png}.
 ONESHOT_EPOCHS ?=
 ONESHOT_EXTRA ?=
 ONESHOT_DOCS = docs/results/oneshot-fmnist
 oneshot_preset = configs/$(1)/fmnist-dir$$a.toml$(if $(ONESHOT_EPOCHS),@$(1)-epochs=$(ONESHOT_EPOCHS))
 reproduce-oneshot: install $(REPRO_DATA)
-	$(call say_mode,$@,~15 h for the 27 runs at 200 server epochs: 18 phase 1s of 5-8 min$(comma) the server steps not timed yet (a guess: FedKD and Fed-ET ~15 min$(comma) Co-Boosting ~1 h each))
+	$(call say_mode,$@,~15 h for the 36 runs at 200 server epochs: 27 phase 1s of 5-8 min$(comma) the server steps not timed yet (a guess: FedKD and Fed-ET ~15 min$(comma) Co-Boosting ~1 h each))
 	for a in 0.01 0.05 0.1; do \
 	  $(BIN)/python scripts/reproduce.py --name oneshot-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 $(REPRO_MODE) $(REPRO_FLAGS) \
-	    --presets $(foreach m,fedkd fedet coboost,"$(call oneshot_preset,$(m))") --reuse $(ONESHOT_DOCS)-dir$$a/runs \
+	    --presets $(foreach m,fedkd fedet coboost,"$(call oneshot_preset,$(m))") configs/fedcvae/fmnist-dir$$a.toml --reuse $(ONESHOT_DOCS)-dir$$a/runs \
 	    --set $(ONESHOT_EXTRA) || exit 1; \
 	done
 	$(BIN)/python scripts/oneshot_table.py --name fens-table1-fmnist --alphas 0.01 0.05 0.1 --seeds $(SEEDS) \

@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", required=True, metavar="DIR", help="run directories; {alpha} is filled in")
     p.add_argument("--presets", default="configs/{method}/fmnist-dir{alpha}.toml",
                    help="each method's preset ({method}, {alpha}): values that differ from it are shown beside a row")
-    p.add_argument("--methods", nargs="*", default=["fedkd", "fedet", "coboost", "fens"],
+    p.add_argument("--methods", nargs="*", default=["fedkd", "fedet", "fedcvae", "coboost", "fens"],
                    help="methods listed even without runs ('not run')")
     p.add_argument("--out", type=Path, default=Path("results/reproduce"))
     a = p.parse_args(argv)

@@ -215,7 +215,7 @@ def test_oneshot_table_on_hand_made_runs(tmp_path):
     text = (tmp_path / "out" / "t1" / "table.md").read_text()
     body = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| method") and "---" not in line]
     assert [line.split(" | ")[0][2:] for line in body] == ["one-shot FedAvg", "FedENS", "weighted averaging", "voting",
-                                                           "FedKD", "Fed-ET", "Co-Boosting", "FENS"]
+                                                           "FedKD", "Fed-ET", "FedCVAE-Ens", "Co-Boosting", "FENS"]
     cells = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in body}
     # static rows: phase 1 only, (1 + 2) MB; voting adds its confusion counts; no server time
     assert cells["one-shot FedAvg"][:4] == ["20.00 ± 10.00", "3", "3.00 ± 0.00", "n/a"]
