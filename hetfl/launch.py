@@ -259,15 +259,21 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     dataset (:func:`validate`); that the
     dataset can be loaded from its `data-source` on this machine (a ``hub:``/``dir:`` dataset: that it is readable,
     has the columns and labels the keys name, and a test split or ``server-data-path``); that ``server-data-path``
-    fits the run; that a bring-your-own ``model`` builds and maps a batch to logits; that a CUDA `torch-device` exists here
+    fits the run; that files the method's ``MethodSpec.preflight`` reads exist and fit (a saved ensemble to reuse,
+    checked on its settings only); that a bring-your-own ``model`` builds and maps a batch to logits; that a CUDA `torch-device` exists here
     (simulation and local clusters run here); and that `min-available-nodes` does not exceed the simulated federation.
     Raises :class:`~hetfl.common.config.ConfigError` or :class:`PreflightError` with one line.
     """
     from hetfl.common.config import check_dataset_fits, validate
     from hetfl.common.data import DATASETS, DatasetUnavailable, LocalDataError, is_byo
     from hetfl.common.models import MODELS, check_builder
+    from hetfl.common.registry import load
+    from hetfl.methods import spec_for
 
     cfg = validate(run_config, given=run_config)  # a preset and its overrides: every key was set by the user
+    spec = spec_for(cfg["method"])
+    if spec.preflight:  # files the config names, read on this host (a saved ensemble to reuse)
+        load(spec.preflight)(cfg)
     name, source = cfg["dataset"], cfg["data-source"]
     if is_byo(name):
         try:

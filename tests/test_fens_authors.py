@@ -137,12 +137,48 @@ def test_resume_continues_phase2_on_the_same_ensemble(tmp_path, task_identity):
     finally:
         fc.local_train = real
     assert calls == []
+    assert "phase1_reused_from" not in part  # its own phase 1, trained by its first start: no reuse
     rows = lambda m: [(r["round"], r["accuracy"], r["loss"], r["bytes_down"], r["bytes_up"]) for r in m["rounds"]]  # noqa: E731
     assert rows(part) == rows(full)
     assert part["resume_download_bytes"] > 0  # the ensemble was sent again, outside the aggregator rounds
     a, b = (load_checkpoint(tmp_path / n / CHECKPOINT) for n in ("full", "part"))
     for k in a["arrays"]:
         assert np.array_equal(a["arrays"][k], b["arrays"][k]), k
+
+
+def test_legacy_ensemble_artifact_takes_its_settings_from_the_run_that_trained_it(tmp_path):
+    """An ensemble saved without settings (before they were stored) is judged by the config of the run that trained
+    it: the metrics.json beside it, or, for the copy a reusing run kept (its phase1_reused_from names another file),
+    the ensemble it names; refused when that one is not there. Only the JSON is read."""
+    from hetfl.fens_app import LOCAL
+    from hetfl.fens_app.artifacts import ENSEMBLE, check_reuse, ensemble_settings, phase1_settings, save_ensemble
+    from hetfl.fens_app.core import Ensemble
+
+    def ensemble(settings: dict) -> Ensemble:
+        return Ensemble([{"w": np.ones(3, np.float32)}], [0], np.ones((1, 10), np.int64), [1], {}, settings)
+
+    def run(name: str, settings: dict, metrics: dict | None) -> None:
+        (tmp_path / name).mkdir()
+        save_ensemble(tmp_path / name, ensemble(settings))
+        if metrics is not None:
+            (tmp_path / name / "metrics.json").write_text(json.dumps(metrics))
+
+    trained = validate({**FENS, "seed": 0})
+    run("train", {}, {"config": trained})  # the legacy training run: its settings from its own config
+    # the legacy copy of a run that reused "train" with another seed (no check then): not its own config
+    run("copy", {}, {"config": {**trained, "seed": 7}, "phase1_reused_from": str(tmp_path / "train" / ENSEMBLE)})
+    run("copy2", {}, {"config": {**trained, "seed": 8}, "phase1_reused_from": str(tmp_path / "copy" / ENSEMBLE)})
+    run("lost", {}, {"config": trained, "phase1_reused_from": str(tmp_path / "gone" / ENSEMBLE)})
+    run("resumed", {}, {"config": trained, "phase1_reused_from": str(tmp_path / "resumed" / ENSEMBLE)})  # its own
+    want = phase1_settings(trained, LOCAL)
+    for name in ("train", "copy", "copy2", "resumed"):
+        assert ensemble_settings(tmp_path / name / ENSEMBLE) == want, name
+        assert check_reuse({**trained, "fens-reuse": str(tmp_path / name)}, "fens-reuse", LOCAL) == tmp_path / name / ENSEMBLE
+    with pytest.raises(ConfigError, match="'seed' = 0 and this run has 7"):
+        check_reuse({**trained, "seed": 7, "fens-reuse": str(tmp_path / "copy")}, "fens-reuse", LOCAL)
+    assert ensemble_settings(tmp_path / "lost" / ENSEMBLE) == {}
+    with pytest.raises(ConfigError, match="records no phase-1 settings"):
+        check_reuse({**trained, "fens-reuse": str(tmp_path / "lost")}, "fens-reuse", LOCAL)
 
 
 def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_identity):
@@ -152,12 +188,16 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
     assert second["static_aggregators_test_accuracy"] == first["static_aggregators_test_accuracy"]  # same models
     assert second["phases"]["upload_bytes"] == first["phases"]["upload_bytes"]  # the training run's measured bytes
     assert second["config"]["fens-aggregator"] == "per-class" and len(second["rounds"]) == 5
+    assert (tmp_path / "second" / "ensemble.json").is_file()  # FENS keeps a copy: a resume of "second" finds it
+    from hetfl.launch import preflight
+
     with pytest.raises(ConfigError, match="fens-reuse"):
-        validate({"method": "fens", "fens-reuse": str(tmp_path / "nowhere")})
+        preflight({"method": "fens", "fens-reuse": str(tmp_path / "nowhere")})
+    validate({"method": "fens", "fens-reuse": str(tmp_path / "nowhere")})  # a ClientApp's parse: not checked there
     # another phase 1 is refused in one line (the check the one-shot baselines' oneshot-reuse shares)
     with pytest.raises(ConfigError, match=r"'fens-reuse' = .*: its ensemble was trained with run-config key "
                                           r"'fens-local-fraction' = 0.9 and this run has 0.8; expected"):
-        validate({**FENS, "fens-local-fraction": 0.8, "fens-reuse": str(tmp_path / "first")})
+        preflight({**FENS, "fens-local-fraction": 0.8, "fens-reuse": str(tmp_path / "first")})
     # an ensemble saved before the settings were stored takes them from its run's metrics.json
     from hetfl.fens_app.artifacts import ENSEMBLE, load_ensemble, save_ensemble
 
@@ -167,11 +207,11 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
     (tmp_path / "old").mkdir()
     save_ensemble(tmp_path / "old", old)
     with pytest.raises(ConfigError, match="records no phase-1 settings"):
-        validate({**FENS, "fens-reuse": str(tmp_path / "old")})
+        preflight({**FENS, "fens-reuse": str(tmp_path / "old")})
     (tmp_path / "old" / "metrics.json").write_text((tmp_path / "first" / "metrics.json").read_text())
-    validate({**FENS, "fens-reuse": str(tmp_path / "old")})
+    preflight({**FENS, "fens-reuse": str(tmp_path / "old")})
     with pytest.raises(ConfigError, match="'seed' = 0 and this run has 3"):
-        validate({**FENS, "seed": 3, "fens-reuse": str(tmp_path / "old")})
+        preflight({**FENS, "seed": 3, "fens-reuse": str(tmp_path / "old")})
     # the sweep command: other aggregators on the same ensemble, one table
     from hetfl.fens_app.sweep import main as sweep_main
 

@@ -201,21 +201,59 @@ def test_reused_phase1_gives_the_fresh_run_and_reports_the_training_runs_bytes(t
     assert abs(reused["summary"]["total_bytes_up"] - fresh["summary"]["total_bytes_up"]) < 4096  # discovery differs by node-id varints
     assert abs(reused["summary"]["total_bytes_down"] - fresh["summary"]["total_bytes_down"]) < 4096
     assert all(m["phases"]["server_step_s"] > 0 for m in (kd, fresh, reused))
-    # a source with other phase-1 settings is refused in one line naming the setting
+    assert not list((tmp_path / "et-reused").glob("ensemble*"))  # a reusing run keeps no copy
+    # a source with other phase-1 settings is refused at pre-flight in one line naming the setting
+    from hetfl.launch import preflight
+
     src = str(tmp_path / "kd")
     with pytest.raises(ConfigError, match=r"^run-config key 'oneshot-reuse' = '.*kd': its ensemble was trained with "
                                           r"run-config key 'server-holdout' = 400 and this run has 0; expected"):
-        validate({**BASE, "method": "coboost", "oneshot-reuse": src})
+        preflight({**BASE, "method": "coboost", "oneshot-reuse": src})
     for k, v in (("seed", 2), ("local-epochs", 3), ("lr", 0.05), ("dirichlet-alpha", 0.5), ("batch-size", 16),
                  ("partition-seed", 1), ("model", "resnet8")):
         with pytest.raises(ConfigError, match=f"trained with run-config key '{k}' = "):
-            validate({**ET, k: v, "oneshot-reuse": src})
+            preflight({**ET, k: v, "oneshot-reuse": src})
     with pytest.raises(ConfigError, match="trained with 'clients' = 4 and this run has 3"):  # known after discovery
         run_in_process({**ET, "oneshot-reuse": src, "min-available-nodes": 3}, 3, tmp_path, "three")
     with pytest.raises(ConfigError, match="'oneshot-reuse' = .*: no ensemble there"):
-        validate({**ET, "oneshot-reuse": str(tmp_path / "nowhere")})
+        preflight({**ET, "oneshot-reuse": str(tmp_path / "nowhere")})
     with pytest.raises(ConfigError, match="'oneshot-reuse' = .* is not read by method 'fens'"):
         validate({"method": "fens", "oneshot-reuse": src}, given=["method", "oneshot-reuse"])
+
+
+def test_reuse_check_reads_the_settings_only_at_preflight_and_never_in_a_clientapp(tmp_path, monkeypatch):
+    """The check reads ensemble.json's settings, not its tensors (here deleted, and reading them fails the test), at
+    pre-flight; a ClientApp parses the config on every message on a host that may lack the path: no check there."""
+    from flwr.app import Context, RecordDict
+
+    import hetfl.common.checkpoint as ckpt
+    import hetfl.fens_app.artifacts as art
+    from hetfl.common.task import config_of
+    from hetfl.fens_app.core import Ensemble
+    from hetfl.launch import preflight
+    from hetfl.oneshot_app import LOCAL
+
+    ens = Ensemble([{"w": np.ones((2, 3), np.float32)}], [0], np.ones((1, 10), np.int64), [1], {"upload_bytes": 1},
+                   art.phase1_settings(validate(ET), LOCAL, 4))
+    (tmp_path / "src").mkdir()
+    art.save_ensemble(tmp_path / "src", ens)
+    for f in (tmp_path / "src").glob("*.safetensors"):
+        f.unlink()
+    for mod in (ckpt, art):
+        monkeypatch.setattr(mod, "read_checkpoint", lambda *a, **k: pytest.fail("the ensemble's tensors were read"))
+    reuse = {**ET, "oneshot-reuse": str(tmp_path / "src")}
+    assert preflight(reuse)["oneshot-reuse"] == str(tmp_path / "src")
+    with pytest.raises(ConfigError, match=r"'oneshot-reuse' = .*src': its ensemble was trained with run-config key "
+                                          r"'seed' = 1 and this run has 5"):
+        preflight({**reuse, "seed": 5})
+    elsewhere = {**ET, "oneshot-reuse": str(tmp_path / "on-the-server-host-only")}
+    with pytest.raises(ConfigError, match="no ensemble there"):
+        preflight(elsewhere)
+    for run_config in (elsewhere, {**reuse, "seed": 5}):  # what a ClientApp and the ServerApp's parse see: no check
+        ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 4}, state=RecordDict(),
+                      run_config=run_config)
+        assert config_of(ctx)["oneshot-reuse"] == run_config["oneshot-reuse"]
+        assert validate(run_config)["oneshot-reuse"] == run_config["oneshot-reuse"]
 
 
 def test_phase1_settings_name_what_trains_the_models():

@@ -319,14 +319,34 @@ def write_checkpoint(path: Path | str, state: Any, label: str = "") -> Path:
     return tensor_path
 
 
-def read_checkpoint(path: Path | str) -> Any:
-    """The state saved by :func:`write_checkpoint` at `path`; CheckpointError if the pair is not well formed."""
-    path = Path(path)
+def _read_document(path: Path) -> dict[str, Any]:
+    """The checkpoint's JSON document, its format and keys checked (its tensor file is not opened)."""
     doc = _strict_json(path.read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a {FORMAT} file")
     if doc.get("version") != VERSION or set(doc) != {"format", "version", "tensors", "state"}:
         raise CheckpointError(f"{path}: unsupported version {doc.get('version')!r} or keys {sorted(doc)}")
+    return doc
+
+
+def read_checkpoint_entry(path: Path | str, name: str, default: Any = None) -> Any:
+    """Entry `name` of a checkpoint whose state is a dict, read from the JSON alone: the tensor file is neither read
+    nor checked (e.g. the settings an ensemble records, without its models). `default` if the state has no such
+    entry; CheckpointError if the JSON is not a checkpoint or the entry refers to tensors."""
+    path = Path(path)
+    state = _read_document(path)["state"]
+    if not isinstance(state, dict) or name not in state:
+        return default
+    try:
+        return join_state(state[name], {})
+    except CheckpointError as err:
+        raise CheckpointError(f"{path}: entry {name!r} is not plain JSON data ({err})") from None
+
+
+def read_checkpoint(path: Path | str) -> Any:
+    """The state saved by :func:`write_checkpoint` at `path`; CheckpointError if the pair is not well formed."""
+    path = Path(path)
+    doc = _read_document(path)
     meta = doc["tensors"]
     if not isinstance(meta, dict) or set(meta) != {"file", "bytes", "sha256"}:
         raise CheckpointError(f"{path}: malformed 'tensors' entry {meta!r:.120}")

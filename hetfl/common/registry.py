@@ -48,7 +48,11 @@ class MethodSpec:
     keys : tuple of Key
         The package's own run-config keys (common keys live in :mod:`hetfl.common.config`).
     check : callable, optional
-        A whole-config check ``check(cfg)`` raising :class:`~hetfl.common.config.ConfigError`.
+        A whole-config check ``check(cfg)`` raising :class:`~hetfl.common.config.ConfigError`. It runs in every
+        ``validate()``, i.e. in the ServerApp and on every ClientApp message: the config alone, no files.
+    preflight : str, optional
+        ``"module:function"`` of a check ``(cfg) -> None`` (ConfigError) that reads files named by the config on the
+        launcher's host (e.g. a saved ensemble to reuse); the launcher's pre-flight only, never a ClientApp.
     node_info : str, optional
         ``"module:function"`` of ``(context, cfg) -> dict`` with extra fields a node reports in its answer to
         :data:`NODE_QUERY` (e.g. SHEFL's device class).
@@ -68,6 +72,7 @@ class MethodSpec:
     handlers: Mapping[str, str] = field(default_factory=dict)
     keys: tuple[Key, ...] = ()
     check: Callable[[dict[str, Any]], None] | None = None
+    preflight: str | None = None
     node_info: str | None = None
     node_keys: tuple[NodeKey, ...] = ()
     params: Mapping[str, str] = field(default_factory=dict)

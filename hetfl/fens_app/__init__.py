@@ -2,7 +2,7 @@
 
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS, RENAMED, check
+from .keys import KEYS, RENAMED
 
 LOCAL = "train.fens_local"  # phase 1: one-shot local training and upload
 LOGITS = "train.fens_logits"  # the (INT8) ensemble download; clients cache its logits
@@ -17,7 +17,7 @@ METHOD = MethodSpec(
         AGGREGATOR: "hetfl.fens_app.client_app:train_aggregator",
     },
     keys=KEYS,
-    check=check,
+    preflight="hetfl.fens_app.keys:check_files",
     params={"fens": "hetfl.fens_app.keys:FENSParams"},
     renamed=RENAMED,
 )

@@ -4,7 +4,9 @@ FENS (``fens-reuse``, resume, the aggregator sweep) and the one-shot baselines (
 models of their phase 1 as ``<run-dir>/ensemble.json`` (+ safetensors; :class:`~hetfl.fens_app.core.Ensemble`) with
 the phase-1 settings of the run that trained them. A run may reuse an ensemble only if its own phase 1 would have
 trained the same models: the same partition, seed, model, local training, clients and phase-1 message (FENS's 90%
-split or all of a client's data). docs/readings.md#fens-artifacts
+split or all of a client's data). The check reads only the settings in ``ensemble.json`` (no tensor) and runs where
+the ensemble is read: at pre-flight (the launcher's host) and in the ServerApp, never in a ClientApp.
+docs/readings.md#fens-artifacts
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hetfl.common.checkpoint import read_checkpoint, write_checkpoint
+from hetfl.common.checkpoint import read_checkpoint, read_checkpoint_entry, write_checkpoint
 from hetfl.common.config import ConfigError
-from hetfl.common.results import load_metrics
+from hetfl.common.results import RunRecorder, load_metrics
+from hetfl.common.task import log
 
 from . import LOCAL as FENS_LOCAL
 from .core import Ensemble
@@ -74,29 +77,52 @@ def save_ensemble(run_dir: Path, ens: Ensemble) -> Path:
 
 
 def load_ensemble(path: Path) -> Ensemble:
-    """Read a saved ensemble; a FENS ensemble saved before the phase-1 settings were stored takes them from the
-    config of the run that trained it (the metrics.json beside it; keys it did not store yet are not compared)."""
+    """Read a saved ensemble, models included; one saved before the phase-1 settings were stored takes them from
+    the run that trained it (:func:`ensemble_settings`)."""
     ens = Ensemble.from_state(read_checkpoint(path))
     if not ens.settings:
-        ens.settings = _settings_of_run(Path(path).parent)
+        ens.settings = _settings_of_run(Path(path).parent, (Path(path).resolve(),))
     return ens
 
 
-def _settings_of_run(run_dir: Path) -> dict[str, Any]:
+def ensemble_settings(path: Path) -> dict[str, Any]:
+    """The phase-1 settings a saved ensemble records, read from its JSON alone (no tensor is read or checked).
+
+    An ensemble saved before the settings were stored takes them from the config of the run that trained it: the
+    ``metrics.json`` beside it, or, when that run reused another run's ensemble (its ``phase1_reused_from`` names
+    another file; the copy FENS kept), that ensemble's settings, followed the same way. Empty (refused by
+    :func:`check_reuse`) when that run cannot be read here or is not a FENS run (only FENS saved ensembles then).
+    """
+    settings = read_checkpoint_entry(path, "settings", {})
+    return dict(settings) if settings else _settings_of_run(Path(path).parent, (Path(path).resolve(),))
+
+
+def _settings_of_run(run_dir: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     metrics = run_dir / "metrics.json"
     if not metrics.is_file():
         return {}
-    cfg = load_metrics(metrics).get("config", {})
+    m = load_metrics(metrics)
+    source = m.get("phase1_reused_from")
+    if source and Path(source).resolve() not in seen:  # a copy: the settings are those of the run that trained it
+        src = Path(source)
+        if not src.is_file():
+            return {}
+        settings = read_checkpoint_entry(src, "settings", {})
+        return dict(settings) if settings else _settings_of_run(src.parent, (*seen, src.resolve()))
+    cfg = m.get("config", {})
     return phase1_settings(cfg, FENS_LOCAL) if cfg.get("method") == "fens" else {}  # only FENS saved them then
 
 
-def check_reuse(cfg: dict[str, Any], key: str, message_type: str, clients: int | None = None) -> Ensemble | None:
-    """The ensemble that run-config `key` names, if this run may start from it; None when `key` is empty.
+def check_reuse(cfg: dict[str, Any], key: str, message_type: str, clients: int | None = None) -> Path | None:
+    """The saved ensemble (its ``ensemble.json``) that run-config `key` names, if this run may start from it; None
+    when `key` is empty. Reads the settings the ensemble records, never its tensors.
 
     Raises ConfigError in one line naming the key, its value and what is allowed: no ensemble there, an ensemble
     without recorded phase-1 settings, or one trained with other phase-1 settings than this run's (the first
     difference is named). FENS's ``fens-reuse`` and the one-shot baselines' ``oneshot-reuse`` both end here, at
-    pre-flight (`clients` None) and in the ServerApp after discovery (`clients` = the clients found).
+    pre-flight (`clients` None; the methods' ``MethodSpec.preflight``) and in the ServerApp after discovery
+    (`clients` = the clients found; :func:`stored_phase1`). A ClientApp never runs it: the path may not exist on its
+    host.
     """
     value = cfg[key]
     if not value:
@@ -106,15 +132,44 @@ def check_reuse(cfg: dict[str, Any], key: str, message_type: str, clients: int |
     if not path.is_file():
         raise ConfigError(f"{where}: no ensemble there; expected a run directory holding {ENSEMBLE} (saved by a run "
                           f"whose phase 1 sends {message_type!r}), or the {ENSEMBLE} file")
-    ens = load_ensemble(path)
-    if not ens.settings:
-        raise ConfigError(f"{where}: the ensemble records no phase-1 settings and no metrics.json of its run is beside "
-                          "it; expected an ensemble saved with its settings (any run of this version)")
-    diff = mismatch(phase1_settings(cfg, message_type, clients), ens.settings)
+    settings = ensemble_settings(path)
+    if not settings:
+        raise ConfigError(f"{where}: the ensemble records no phase-1 settings and the run that trained it cannot be "
+                          "read (no FENS metrics.json beside it, or the ensemble its phase1_reused_from names is not "
+                          "there); expected an ensemble saved with its settings (any run of this version)")
+    diff = mismatch(phase1_settings(cfg, message_type, clients), settings)
     if diff is not None:
         name, ours, theirs = diff
         what = "run-config key " if name not in ("phase1-message", CLIENTS) else ""
         raise ConfigError(f"{where}: its ensemble was trained with {what}'{name}' = {theirs!r} and this run has "
                           f"{ours!r}; expected an ensemble trained with this run's phase-1 settings (partition, seed, "
                           "model, local training, clients: artifacts.PHASE1_KEYS)")
+    return path
+
+
+def stored_phase1(cfg: dict[str, Any], recorder: RunRecorder, key: str, message_type: str, clients: int, *,
+                  keep_copy: bool) -> Ensemble | None:
+    """The ensemble this run starts from instead of training phase 1; None = train it (and :func:`save_ensemble`).
+
+    A resumed run (``resume`` with its own ``ensemble.json``) loads its own; its ``phase1_reused_from`` is the one
+    its first start recorded (restored with its checkpoint), not set here. Otherwise the ensemble run-config `key`
+    names, checked against this run's phase-1 settings and the `clients` found (:func:`check_reuse`), is loaded, logged
+    and recorded as ``recorder.extra["phase1_reused_from"]``; `keep_copy` saves it in this run's directory too (FENS:
+    a resume of this run finds it there; the one-shot baselines do not resume and save no copy). FENS
+    (``fens-reuse``) and the one-shot baselines (``oneshot-reuse``) share it (docs/readings.md#fens-artifacts).
+    """
+    own = recorder.run_dir / ENSEMBLE
+    if cfg["resume"] and own.exists():
+        ens = load_ensemble(own)
+        log.info("%s: phase 1 skipped; resumed with its own %d-model ensemble (%s)", cfg["method"], len(ens.states), own)
+        return ens
+    source = check_reuse(cfg, key, message_type, clients)
+    if source is None:
+        return None
+    ens = load_ensemble(source)
+    if keep_copy and source.resolve() != own.resolve():
+        save_ensemble(recorder.run_dir, ens)
+    log.info("%s: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", cfg["method"],
+             len(ens.states), source)
+    recorder.extra["phase1_reused_from"] = str(source)
     return ens

@@ -24,6 +24,11 @@ def _splits(context: Context, cfg: dict, pid: int) -> tuple[ArrayData, ArrayData
     return subset(data, local_idx), subset(data, agg_idx)
 
 
+def client_init_seed(cfg: dict, pid: int) -> int:
+    """The seed of client `pid`'s own random initial model in phase 1 (``fens-diff-init``; FedCVAE-Ens's CVAEs)."""
+    return cfg["seed"] * 1_000_003 + 7 * pid + 1
+
+
 def local(msg: Message, context: Context) -> Message:
     """Phase 1: train the local model to completion on the 90% split; upload it once with label counts."""
     cfg = config_of(context)
@@ -37,7 +42,7 @@ def train_and_upload(msg: Message, context: Context, cfg: dict, pid: int, local_
     if "arrays" in msg.content:  # the common initial model from the server
         model = arrays_to_model(make_model(cfg), msg.content["arrays"])
     else:  # fens-diff-init: this client's own random start (authors' diff_init)
-        model = make_model(cfg, seed=cfg["seed"] * 1_000_003 + 7 * pid + 1)
+        model = make_model(cfg, seed=client_init_seed(cfg, pid))
     res = local_train(model, local_data, cfg, server_round=1, seed_offset=pid)
     arrays = model_to_arrays(model)
     context.state[state_key(pid, OWN)] = arrays

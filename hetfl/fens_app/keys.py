@@ -75,8 +75,9 @@ class FENSParams(MethodParams):
     adam: AdamParams = key("", AdamParams(), nested=AdamParams)
 
 
-def check(cfg: dict) -> None:
-    """A reused ensemble must exist and have this run's phase-1 settings (checked before any process starts)."""
+def check_files(cfg: dict) -> None:
+    """Pre-flight only (``MethodSpec.preflight``): a reused ensemble must exist on this host and record this run's
+    phase-1 settings (its JSON only; docs/readings.md#fens-artifacts). The ServerApp checks it again after discovery."""
     if cfg["method"] != "fens" or not cfg["fens-reuse"]:
         return
     from . import LOCAL

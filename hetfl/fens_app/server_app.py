@@ -18,7 +18,6 @@ phases 1-2 (its bytes are the initial download, the upload and the ensemble down
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from hetfl.common.train import Normalizer, evaluate
 
 from . import LOCAL, LOGITS
 from .aggregators import STATIC, make_aggregator
-from .artifacts import ENSEMBLE, check_reuse, ensemble_path, load_ensemble, phase1_settings, save_ensemble
+from .artifacts import phase1_settings, save_ensemble, stored_phase1
 from .core import Ensemble, build_members, ensemble_logits
 from .keys import FENSParams
 from .strategy import make_strategy
@@ -86,11 +85,11 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
     valid.sort(key=lambda pair: cmap.client_of(pair[0]))
     for r, (_, n, _, _) in valid:
         if n == 0:  # only with dirichlet-min-size = 0: a client without data
-            log.warning("FENS: client %d has no local training data; its (untrained) model is left out", cmap.client_of(r))
+            log.warning("%s: client %d has no local training data; its (untrained) model is left out", phase, cmap.client_of(r))
     rejected += sum(n == 0 for _, (_, n, _, _) in valid)
     kept = [(r, st, n, counts, secs) for r, (st, n, counts, secs) in valid if n > 0]
     if not kept:
-        raise RuntimeError("FENS: no client returned a usable local model")
+        raise RuntimeError(f"{phase}: no client returned a usable local model")
     traffic = grid.take()
     wall = time.perf_counter() - t0
     log.info("%s: %d local models in %.1fs (%.1f MB up)", phase, len(kept), wall, traffic.bytes_up / 1e6)
@@ -106,18 +105,6 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
     )
 
 
-def saved_ensemble(cfg: dict[str, Any], run_dir: Path, key: str, message_type: str,
-                   clients: int) -> tuple[Ensemble, Path] | None:
-    """The ensemble this run starts from instead of training phase 1, and where it was read: its own (a resumed
-    run's) or the one run-config `key` names (checked against this run's phase-1 settings); None = train phase 1.
-    FENS (``fens-reuse``) and the one-shot baselines (``oneshot-reuse``) share it (docs/readings.md#fens-artifacts)."""
-    own = Path(run_dir) / ENSEMBLE
-    if cfg["resume"] and own.exists():
-        return load_ensemble(own), own
-    ens = check_reuse(cfg, key, message_type, clients)
-    return None if ens is None else (ens, ensemble_path(cfg[key]))
-
-
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FENS end to end and return the summary."""
     p = FENSParams.from_config(cfg)
@@ -126,16 +113,10 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
     discovery = grid.take()
     # ---- phase 1: one-shot local training, or the saved ensemble -----------------------------
-    saved = saved_ensemble(cfg, recorder.run_dir, "fens-reuse", LOCAL, len(clients))
-    if saved is None:
+    ens = stored_phase1(cfg, recorder, "fens-reuse", LOCAL, len(clients), keep_copy=True)  # a resume finds its copy
+    if ens is None:
         ens = collect_local_models(grid, cmap, clients, cfg, diff_init=p.diff_init)
         save_ensemble(recorder.run_dir, ens)
-    else:
-        ens, source = saved
-        if source.resolve() != (recorder.run_dir / ENSEMBLE).resolve():
-            save_ensemble(recorder.run_dir, ens)  # this run resumes from its own copy
-        log.info("FENS: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", len(ens.states), source)
-        recorder.extra["phase1_reused_from"] = str(source)
     # round 0 carries discovery and phase 1 as measured by the run that trained the ensemble
     # (this run, or the one a reused ensemble comes from, so totals stay comparable)
     phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)

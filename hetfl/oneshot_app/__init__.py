@@ -15,6 +15,7 @@ METHOD = MethodSpec(
     handlers={LOCAL: "hetfl.oneshot_app.client_app:local", CVAE_LOCAL: "hetfl.oneshot_app.client_app:cvae_local"},
     keys=KEYS,
     check=check,
+    preflight="hetfl.oneshot_app.keys:check_files",
     params={"fedkd": "hetfl.oneshot_app.keys:FedKDParams", "fedet": "hetfl.oneshot_app.keys:FedETParams",
             "coboost": "hetfl.oneshot_app.keys:CoBoostParams", "fedcvae": "hetfl.oneshot_app.keys:FedCVAEParams"},
 )

@@ -8,7 +8,7 @@ from flwr.app import Context, Message
 
 from hetfl.common.task import (client_data, config_of, dataset_info, local_train, message_client, model_input_shape,
                                model_to_arrays, num_classes)
-from hetfl.fens_app.client_app import train_and_upload, upload
+from hetfl.fens_app.client_app import client_init_seed, train_and_upload, upload
 
 from .cvae import batch_loss, make_cvae, unit_normalizer
 from .keys import FedCVAEParams
@@ -28,7 +28,7 @@ def cvae_local(msg: Message, context: Context) -> Message:
     p = FedCVAEParams.from_config(cfg)
     pid = message_client(msg, context, cfg)
     data = client_data(context, cfg, pid)
-    model = make_cvae(model_input_shape(cfg), num_classes(cfg), p.z_dim, seed=cfg["seed"] * 1_000_003 + 7 * pid + 1)
+    model = make_cvae(model_input_shape(cfg), num_classes(cfg), p.z_dim, seed=client_init_seed(cfg, pid))
     gen = torch.Generator().manual_seed(cfg["seed"] * 7919 + 13 * pid + 5)  # the reparameterisation noise
     res = local_train(model, data, cfg, server_round=1, seed_offset=pid, normalize=unit_normalizer(dataset_info(cfg)),
                       loss_fn=lambda m, x, y: batch_loss(m, x, y, p.beta, gen))

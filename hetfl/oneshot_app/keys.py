@@ -41,7 +41,7 @@ KEYS = (
     Key("coboost-oh", float, 1.0, "Co-Boosting: weight of the hard-sample cross-entropy term (authors: ohg 1.0)", min=0.0, methods=CB),
     Key("coboost-mu", float, 0.01, "Co-Boosting: step of the ensemble re-weighting (authors: mu 0.01)", min=0.0, methods=CB),
     Key("coboost-wdc", float, 0.99, "Co-Boosting: per-epoch decay of the re-weighting step (authors: wdc 0.99)", min=0.0, max=1.0, methods=CB),
-    # FedCVAE-Ens (Heinbaugh et al. 2023), the authors' FMNIST setting (experiments/best_hyperparameters/fashion/onefedvae.txt)
+    # FedCVAE-Ens (Heinbaugh et al. 2023), the authors' FMNIST setting (docs/readings.md#fedcvae)
     Key("fedcvae-z-dim", int, 10, "FedCVAE-Ens: latent size of the clients' CVAEs (authors' FMNIST: z_dim 10)", min=1, methods=CV),
     Key("fedcvae-beta", float, 1.0, "FedCVAE-Ens: weight of the KL term in the CVAE loss (authors: beta 1.0)", min=0.0, methods=CV),
     Key("fedcvae-z-bound", float, 3.0, "FedCVAE-Ens: server z ~ N(0, I) truncated to [-b, b], 0 = untruncated (authors' FMNIST: uniform_range (-3, 3))",
@@ -57,7 +57,7 @@ HOLDOUT = ("fedkd", "fedet")
 
 def check(cfg: dict) -> None:
     """FedKD and Fed-ET distil on the server's unlabeled set; FedCVAE-Ens needs images; no one-shot method has rounds
-    to resume; a reused ensemble must exist and have this run's phase-1 settings (docs/readings.md#fens-artifacts)."""
+    to resume. (The ``oneshot-reuse`` source is checked by :func:`check_files`, not here.)"""
     method = cfg["method"]
     if method in HOLDOUT and cfg["server-holdout"] <= 0:
         raise ConfigError(f"run-config key 'server-holdout' = {cfg['server-holdout']}: method {method!r} distils on an "
@@ -68,7 +68,12 @@ def check(cfg: dict) -> None:
     if method in (*HOLDOUT, "coboost", "fedcvae") and cfg["resume"]:
         raise ConfigError(f"run-config key 'resume' = {cfg['resume']}: method {method!r} is one-shot (one upload, then "
                           "the server's distillation) and keeps no checkpoint to resume; set resume = false")
-    if method in ALL and cfg["oneshot-reuse"]:
+
+
+def check_files(cfg: dict) -> None:
+    """Pre-flight only (``MethodSpec.preflight``): a reused ensemble must exist on this host and record this run's
+    phase-1 settings (its JSON only; docs/readings.md#fens-artifacts). The ServerApp checks it again after discovery."""
+    if cfg["method"] in ALL and cfg["oneshot-reuse"]:
         from hetfl.fens_app.artifacts import check_reuse
 
         from . import LOCAL  # imported here: the package's __init__ imports this module first

@@ -11,9 +11,11 @@ runs it). The server then trains one model (the student, starting from that init
 - FedCVAE-Ens: the clients train CVAEs and upload only their decoders (no model goes down); the server decodes a
   synthetic labelled set (labels per client's label counts, z from a truncated N(0, I)) and trains the model on it.
 
-The server saves the ensemble (``<run-dir>/ensemble.json``, as FENS does); a run with ``oneshot-reuse`` starts from
-one saved by an earlier run with the same phase-1 settings (FedKD's and Fed-ET's phase 1 are the same) and reports
-that run's phase-1 bytes and times, with ``phase1_reused_from`` naming it (docs/readings.md#fens-artifacts).
+A FedKD, Fed-ET or Co-Boosting run that trains its phase 1 saves the ensemble (``<run-dir>/ensemble.json``, as FENS
+does); a run with ``oneshot-reuse`` starts from one saved by an earlier run with the same phase-1 settings (FedKD's
+and Fed-ET's phase 1 are the same), saves no copy, and reports that run's phase-1 bytes and times, with
+``phase1_reused_from`` naming it. FedCVAE-Ens saves nothing (its decoders are no classifier ensemble)
+(docs/readings.md#fens-artifacts).
 
 Rows in metrics.json: round 0 = the untrained student, carrying node discovery and phase 1's bytes; rounds 1..E =
 the student after each server epoch (no traffic); ``phases.server_step_s`` is the server step's wall time without
@@ -38,9 +40,9 @@ from hetfl.common.rounds import record_round
 from hetfl.common.task import (compute_options, dataset_threshold, eval_splits, log, make_model, model_input_shape,
                                model_to_arrays, num_classes)
 from hetfl.common.train import Normalizer, evaluate, train
-from hetfl.fens_app.artifacts import save_ensemble
+from hetfl.fens_app.artifacts import save_ensemble, stored_phase1
 from hetfl.fens_app.core import build_members, ensemble_logits
-from hetfl.fens_app.server_app import collect_local_models, saved_ensemble
+from hetfl.fens_app.server_app import collect_local_models
 
 from . import CVAE_LOCAL, LOCAL
 from .coboost import co_boost
@@ -91,18 +93,14 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()
     discovery = grid.take()
-    saved = None if method == "fedcvae" else saved_ensemble(cfg, recorder.run_dir, "oneshot-reuse", LOCAL, len(clients))
-    if method == "fedcvae":  # nothing goes down but the request; the replies carry a CVAE decoder each
+    if method == "fedcvae":  # nothing goes down but the request; the replies carry a CVAE decoder each (not saved)
         decoder = make_cvae(model_input_shape(cfg), num_classes(cfg), FedCVAEParams.from_config(cfg).z_dim, seed=0).decoder
         ens = collect_local_models(grid, cmap, clients, cfg, diff_init=True, message_type=CVAE_LOCAL, template=decoder)
-    elif saved is None:
-        ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
-        save_ensemble(recorder.run_dir, ens)
-    else:  # the phase 1 of an earlier run with the same settings: its bytes and times are this run's too
-        ens, source = saved
-        log.info("%s: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", method,
-                 len(ens.states), source)
-        recorder.extra["phase1_reused_from"] = str(source)
+    else:  # a reused phase 1 (an earlier run's, same settings): its bytes and times are this run's too
+        ens = stored_phase1(cfg, recorder, "oneshot-reuse", LOCAL, len(clients), keep_copy=False)
+        if ens is None:
+            ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
+            save_ensemble(recorder.run_dir, ens)
     round0 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     val, test = eval_splits(cfg)
     norm = Normalizer(cfg["dataset"])
