@@ -1,11 +1,10 @@
-"""FedCVAE-Ens (Heinbaugh et al., ICLR 2023), as the authors' code runs it (ceh-2000/fed_cvae; docs/readings.md#fedcvae).
+"""FedCVAE-Ens (Heinbaugh et al., ICLR 2023), as the authors' code runs it (docs/readings.md#fedcvae).
 
 Every client trains a conditional VAE on its data and uploads only its decoder with its label counts; the server
 draws, for each client, a share of the synthetic set proportional to the client's data size, labels from the
 client's label distribution and latent vectors from a truncated N(0, I), decodes them with that client's decoder,
-and trains the classifier on the union. This module holds the authors' encoder/decoder (``models/encoder.py``,
-``models/decoder.py``: ``ConditionalEncoder``/``ConditionalDecoder``, version 0), the loss (``utils.py``), the
-sampling (``servers/server_fed_cvae_kd.py: generate_dataset_from_user_decoders``) and the synthesis.
+and trains the classifier on the union. This module holds the authors' encoder/decoder, the loss, the sampling and
+the synthesis; images reach the CVAE zero-padded to a side divisible by 16 and leave it center-cropped back.
 """
 
 from __future__ import annotations
@@ -26,15 +25,30 @@ DOWNSAMPLE = 16  # the encoder halves the side four times: the CVAE's sides are 
 
 
 def cvae_side(side: int) -> int:
-    """The CVAE's image side for inputs of `side` pixels: the next multiple of 16 (28 -> 32, the authors' Resize(32))."""
+    """The CVAE's image side for inputs of `side` pixels: the next multiple of 16 (28 -> 32, the authors' side)."""
     return DOWNSAMPLE * math.ceil(side / DOWNSAMPLE)
 
 
-def resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Bilinear resize of an NCHW batch to `size` (antialiased when shrinking); the batch itself if already that size."""
-    if tuple(x.shape[-2:]) == tuple(size):
-        return x
-    return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
+def _margins(inner: Sequence[int], outer: Sequence[int]) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) margins of an `inner` (H, W) image centred in `outer` (H, W); the odd pixel at
+    the bottom/right."""
+    dh, dw = outer[0] - inner[0], outer[1] - inner[1]
+    if dh < 0 or dw < 0:
+        raise ValueError(f"image of {tuple(inner)} does not fit in {tuple(outer)}")
+    return dh // 2, dh - dh // 2, dw // 2, dw - dw // 2
+
+
+def pad_to(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """An NCHW batch zero-padded (black border) to `size`, centred: 28 -> 32 adds 2 pixels on each side; the batch
+    itself if already that size. :func:`center_crop` undoes it exactly."""
+    top, bottom, left, right = _margins(x.shape[-2:], size)
+    return F.pad(x, (left, right, top, bottom)) if top or bottom or left or right else x
+
+
+def center_crop(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """The centred `size` window of an NCHW batch: the inverse of :func:`pad_to` (32 -> 28 drops 2 pixels a side)."""
+    top, bottom, left, right = _margins(size, x.shape[-2:])
+    return x[..., top : x.shape[-2] - bottom, left : x.shape[-1] - right]
 
 
 class ConditionalEncoder(nn.Module):
@@ -78,8 +92,8 @@ class ConditionalDecoder(nn.Module):
 
 
 class CVAE(nn.Module):
-    """Encoder + decoder on images of side `cvae_side` (inputs are resized to it); PyTorch's default initialisation
-    (the authors define a Kaiming init but never call it)."""
+    """Encoder + decoder on images of side `cvae_side` (inputs are zero-padded to it); PyTorch's default
+    initialisation (the authors define a Kaiming init but never call it)."""
 
     def __init__(self, input_shape: Sequence[int], num_classes: int, z_dim: int) -> None:
         super().__init__()
@@ -97,9 +111,11 @@ class CVAE(nn.Module):
 
 
 def make_cvae(input_shape: Sequence[int], num_classes: int, z_dim: int, seed: int) -> CVAE:
-    """A CVAE initialised from `seed` (each client draws its own: the authors' should_initialize_same = 0)."""
-    torch.manual_seed(seed)
-    return CVAE(input_shape, num_classes, z_dim)
+    """A CVAE initialised from `seed` (each client draws its own: the authors' should_initialize_same = 0); the
+    global torch RNG is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return CVAE(input_shape, num_classes, z_dim)
 
 
 def unit_normalizer(info: DatasetInfo) -> Normalizer:
@@ -108,7 +124,7 @@ def unit_normalizer(info: DatasetInfo) -> Normalizer:
     return Normalizer(dataclasses.replace(info, mean=(0.0,) * c, std=(1.0,) * c))
 
 
-# ---- loss (authors' utils.py) -----------------------------------------------------------------------------------
+# ---- loss (the authors'; docs/readings.md#fedcvae) ------------------------------------------------------------------
 def reconstruction_loss(x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """Summed over pixels, averaged over the batch: binary cross-entropy on the logits for one channel, squared error
     of sigmoid(logits) for more (the authors' 3-channel case). `x` in [0, 1]."""
@@ -129,14 +145,14 @@ def cvae_loss(x: torch.Tensor, logits: torch.Tensor, mu: torch.Tensor, logvar: t
 
 
 def batch_loss(model: CVAE, x: torch.Tensor, y: torch.Tensor, beta: float, gen: torch.Generator) -> torch.Tensor:
-    """One training batch: images `x` in [0, 1] resized to the CVAE's size, labels one-hot, noise drawn from `gen`."""
-    x = resize(x, model.size)
+    """One training batch: images `x` in [0, 1] zero-padded to the CVAE's size, labels one-hot, noise from `gen`."""
+    x = pad_to(x, model.size)
     eps = torch.randn((x.shape[0], model.z_dim), generator=gen).to(x.device)
     logits, mu, logvar = model(x, F.one_hot(y, model.num_classes).float(), eps)
     return cvae_loss(x, logits, mu, logvar, beta)
 
 
-# ---- sampling and synthesis (authors' generate_dataset_from_user_decoders) --------------------------------------
+# ---- sampling and synthesis (the authors'; docs/readings.md#fedcvae) ------------------------------------------------
 def samples_per_client(num_examples: Sequence[int], total: int) -> list[int]:
     """Client m's share of `total` synthetic samples: floor(total n_m / n), the last client the remainder (authors'
     should_weight = 1)."""
@@ -172,7 +188,8 @@ def synthesize(decoders: Sequence[nn.Module], label_counts: np.ndarray, total: i
 
     Client m's decoder (eval mode: BN running statistics) draws ``samples_per_client(label sums, total)[m]``
     samples with labels from its label counts and z from the truncated normal; images are sigmoid(logits)
-    (authors), then resized from the CVAE's side to the classifier's. Returns (x float32 (N, C, H, W), y int64 (N,)).
+    (authors), then center-cropped from the CVAE's side to the classifier's (undoing the clients' :func:`pad_to`).
+    Returns (x float32 (N, C, H, W), y int64 (N,)).
     """
     counts = np.asarray(label_counts, np.int64)
     shares = samples_per_client(counts.sum(1).tolist(), total)
@@ -184,6 +201,6 @@ def synthesize(decoders: Sequence[nn.Module], label_counts: np.ndarray, total: i
         for pos in range(0, n, batch_size):
             yb = y[pos : pos + batch_size]
             logits = dec(z[pos : pos + batch_size].to(device), F.one_hot(yb, counts.shape[1]).float().to(device))
-            xs.append(resize(torch.sigmoid(logits.float()), out_size).clamp(0, 1).cpu())
+            xs.append(center_crop(torch.sigmoid(logits.float()), out_size).cpu())
         ys.append(y)
     return torch.cat(xs), torch.cat(ys)
