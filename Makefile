@@ -172,15 +172,15 @@ reproduce-fens: install $(REPRO_DATA)
 	    --set $(EXTRA) || exit 1; \
 	done
 
-# FENS Table 1 on FMNIST (FENS vs one-shot FL, docs/readings.md#oneshot): FedKD, Fed-ET and Co-Boosting at Dir(0.01 /
+# FENS Table 1 on FMNIST (FENS vs one-shot FL, docs/readings.md#oneshot): FedKD, Fed-ET, Co-Boosting and FedCVAE-Ens at Dir(0.01 /
 # 0.05 / 0.1) for SEEDS, tabulated with the FENS runs committed under docs/results/fens-fmnist-dir<a>/runs, which give the
 # rows of FENS, one-shot FedAvg, FedENS, weighted averaging and voting (never retrained here: make reproduce-fens).
 # Per (alpha, seed) FedKD trains phase 1 (20 clients, 5 local epochs) and Fed-ET starts from its saved ensemble
 # (oneshot-reuse: the same phase-1 settings, its bytes and time reported); Co-Boosting's clients also hold the 24,000
 # images FedKD keeps for the server, so it trains its own phase 1; FedCVAE-Ens's clients train CVAEs (its own phase 1).
-# 36 runs, 27 of them with a phase 1 (5-8 min each).
+# 36 runs, 27 of them with a phase 1 of their own (5-8 min each; Fed-ET's 9 reuse FedKD's).
 # ONESHOT_EPOCHS=50 scales FedKD's, Fed-ET's and Co-Boosting's server steps from the authors' 200 epochs (shown beside each row); ONESHOT_EXTRA is
-# --set for all three (e.g. torch-device=cuda). Writes results/reproduce/fens-table1-fmnist/{table.md,accuracy-vs-mb.png}.
+# --set for all four methods (e.g. torch-device=cuda). Writes results/reproduce/fens-table1-fmnist/{table.md,accuracy-vs-mb.png}.
 ONESHOT_EPOCHS ?=
 ONESHOT_EXTRA ?=
 ONESHOT_DOCS = docs/results/oneshot-fmnist

@@ -96,6 +96,16 @@ def one_shot(run: dict) -> bool:
     return "upload_bytes" in run.get("phases", {})
 
 
+def reused_phase1(run: dict) -> bool:
+    """Whether the run started from another run's phase 1 (``phase1_reused_from`` naming another run's ensemble). A
+    resumed FENS run recorded before resumes stopped setting it names its own directory: that is no reuse."""
+    source = run.get("phase1_reused_from")
+    if not source:
+        return False
+    cfg = run["config"]
+    return not (cfg.get("resume") and Path(source).parent.name == cfg.get("run-name"))
+
+
 def collect(runs: list[dict], alpha: float, seeds: list[int]) -> dict[str, Row]:
     """The rows of one alpha from metrics.json contents (runs of other alphas or seeds, and iterative runs, are
     skipped)."""
@@ -104,7 +114,7 @@ def collect(runs: list[dict], alpha: float, seeds: list[int]) -> dict[str, Row]:
         cfg = run["config"]
         if float(cfg.get("dirichlet-alpha", -1)) != alpha or cfg["seed"] not in seeds or not one_shot(run):
             continue
-        method, seed, reused = cfg["method"], cfg["seed"], "phase1_reused_from" in run
+        method, seed, reused = cfg["method"], cfg["seed"], reused_phase1(run)
         if method == "fens":
             for name in STATIC:
                 acc = run.get("static_aggregators_test_accuracy", {}).get(name)
@@ -163,7 +173,8 @@ def table(sections: dict[float, list[Row]], seeds: list[int], references: dict[t
     lines = [f"FENS Table 1 (FENS vs one-shot FL): test accuracy, mean ± std over seeds {', '.join(map(str, seeds))} "
              "(those present).", "",
              "Client MB: everything a client of the method sends and receives (up + down, summed over clients): phase 1 "
-             "(initial model down, local model up) for every method; FENS adds the INT8 ensemble download and its "
+             "(initial model down, local model up; FedCVAE-Ens: a request down, the CVAE's decoder up); FENS adds the "
+             "INT8 ensemble download and its "
              "aggregator rounds; voting its confusion counts. A run that started from a reused phase 1 counts the bytes "
              "measured by the run that trained it. Server step: the one-shot methods' server work after phase 1 "
              "(distillation, synthesis), without the per-epoch evaluation; for FENS the wall time of its aggregator "

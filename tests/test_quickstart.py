@@ -94,15 +94,18 @@ def test_make_reproduce_tabulates_unless_asked_to_train_and_says_how_long_traini
             assert not all(table_only), calls
 
 
-def test_make_reproduce_oneshot_runs_the_three_baselines_and_tabulates_them_with_the_fens_runs():
-    """Per alpha one reproduce.py call with FedKD first (its phase 1 is the one Fed-ET starts from), then Table 1
-    from those runs and the committed FENS runs; ONESHOT_EPOCHS scales each method's own epochs key."""
+def test_make_reproduce_oneshot_runs_the_four_baselines_and_tabulates_them_with_the_fens_runs():
+    """Per alpha one reproduce.py call with FedKD first (its phase 1 is the one Fed-ET starts from), Fed-ET,
+    Co-Boosting and FedCVAE-Ens, then Table 1 from those runs and the committed FENS runs; ONESHOT_EPOCHS scales the
+    distilling methods' own epochs keys (FedCVAE-Ens's preset is passed as it is)."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     out = subprocess.run(["make", *MAKE_DRY, "reproduce-oneshot", "TRAIN=1", "ONESHOT_EPOCHS=50", "SEEDS=0"], cwd=ROOT,
                          env=MAKE_ENV, capture_output=True, text=True, check=True).stdout
-    presets = re.findall(r'"(configs/[^"]+)"', out)
-    assert presets == [f"configs/{m}/fmnist-dir$a.toml@{m}-epochs=50" for m in ("fedkd", "fedet", "coboost")], out
+    call = out[out.index("scripts/reproduce.py"):]
+    presets = re.findall(r'"?(configs/[^"\s]+)"?', call.partition("--presets")[2].partition("--reuse")[0])
+    assert presets == [*(f"configs/{m}/fmnist-dir$a.toml@{m}-epochs=50" for m in ("fedkd", "fedet", "coboost")),
+                       "configs/fedcvae/fmnist-dir$a.toml"], out
     table = out[out.index("scripts/oneshot_table.py"):]
     assert "--alphas 0.01 0.05 0.1 --seeds 0" in table and "docs/results/fens-fmnist-dir{alpha}/runs" in table
     assert table.index("results/reproduce/oneshot-fmnist-dir{alpha}/runs") < table.index("docs/results/oneshot-fmnist")

@@ -195,7 +195,10 @@ def test_oneshot_table_on_hand_made_runs(tmp_path):
                {"oneshot-fedavg": 0.30, "average": 0.30, "weighted-average": 0.60, "voting": 0.50}]
     for seed in (0, 1, 2):
         run = _preset_run("fens", 0.1, seed, 0.70 + 0.01 * seed, 9_000_000, 6_000_000, phases=fens_phases,
-                          rounds=rounds, **({"num-server-rounds": 100} if seed == 2 else {}))
+                          rounds=rounds, **({"num-server-rounds": 100} if seed == 2 else {}),
+                          **({"resume": True, "run-name": "fens-s1"} if seed == 1 else {}))
+        if seed == 1:  # resumed, recorded when a resume named its own ensemble as "reused": no reuse
+            run["phase1_reused_from"] = "/elsewhere/results/fens-0.1/fens-s1/ensemble.json"
         _write(f, f"fens-s{seed}", {**run, "static_aggregators_test_accuracy": statics[seed]})
     _write(f, "fedadam-s0", _preset_run("fedadam", 0.1, 0, 0.9, 10**9, 10**9))  # iterative: not in Table 1
     kd_phases = {"upload_bytes": 3_000_000, "phase1_request_bytes": 3_000_000}
@@ -225,6 +228,7 @@ def test_oneshot_table_on_hand_made_runs(tmp_path):
     assert cells["FENS"][:4] == ["71.00 ± 1.00", "3", "15.00 ± 0.00", "5.00 ± 0.00"]
     assert "num-server-rounds = 100 (seed 2) (preset: 500)" in cells["FENS"][4]
     assert "num-server-rounds" not in cells["voting"][4]  # a static aggregator does not depend on phase 2
+    assert not any("reused" in cells[k][4] for k in ("FENS", "voting", "FedENS"))  # seed 1 resumed its own phase 1
     # FedKD: two seeds (the docs copy of seed 0 ignored), 6.0003 MB per run, server step 10 / 20 s, scaled epochs noted
     assert cells["FedKD"][:4] == ["55.00 ± 7.07", "2", "6.00 ± 0.00", "15.00 ± 7.07"]
     assert cells["FedKD"][4].startswith("seeds 0, 1 only; fedkd-epochs = 50 (preset: 200)")
