@@ -63,8 +63,8 @@ def test_make_quickstart_targets_run_the_presets():
 # under `make test` (a nested make prints "Entering directory" lines and inherits MAKEFLAGS)
 MAKE_DRY = ("-n", "--no-print-directory", "-o", "install", "-o", "data")
 MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
-REPRODUCE = ("reproduce-shefl", "reproduce-shefl-studies", "calibrate-shefl", "reproduce-fens", "reproduce-oneshot",
-             "reproduce-adaptivefl")
+REPRODUCE = ("reproduce-shefl", "reproduce-shefl-studies", "calibrate-shefl", "reproduce-fens", "reproduce-fens-iterative",
+             "reproduce-oneshot", "reproduce-adaptivefl")
 
 
 @pytest.mark.parametrize("target", REPRODUCE)
