@@ -77,6 +77,28 @@ def test_fedprox_term_pulls_towards_the_global_model():
     assert dist[10.0] < 0.8 * dist[0.0], dist
 
 
+def test_proximal_step_is_the_gradient_and_value_of_the_proximal_term():
+    """mu/2 ||w - w_g||^2 through autograd and through proximal_step give the same gradients and value, also for a
+    parameter the loss does not reach (grad None before the term)."""
+    from hetfl.common.train import proximal_step
+
+    torch.manual_seed(0)
+    w = [torch.randn(3, 4, requires_grad=True), torch.randn(5, requires_grad=True)]
+    g = [torch.randn(3, 4), torch.randn(5)]
+    mu = 0.3
+    ((w[0] ** 3).sum() + 0.5 * mu * sum(((p - q) ** 2).sum() for p, q in zip(w, g))).backward()
+    want = [p.grad.clone() for p in w]
+    value = 0.5 * mu * sum(((p - q) ** 2).sum() for p, q in zip(w, g)).item()
+    for p in w:
+        p.grad = None
+    (w[0] ** 3).sum().backward()  # w[1] gets no gradient from the loss
+    got = proximal_step(w, g, mu)
+    for a, b in zip(want, (p.grad for p in w)):
+        torch.testing.assert_close(a, b)
+    assert got.item() == pytest.approx(value, rel=1e-6)
+    torch.testing.assert_close(w[1].grad, mu * (w[1].detach() - g[1]))  # its sign: towards the global model
+
+
 def test_ensemble_is_mean_of_softmax():
     torch.manual_seed(0)
     models, data, norm = [CNN(10, 1, 28) for _ in range(3)], tiny_data(40), Normalizer("fashion_mnist")

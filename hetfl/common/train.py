@@ -283,10 +283,9 @@ def train(
         with autocast(device, precision):
             out = model(x) if loss_fn is None else loss_fn(model, x, y)
         loss = F.cross_entropy(out.float(), y) if loss_fn is None else out.float()
-        if global_params is not None:
-            prox = sum(((p - g) ** 2).sum() for p, g in zip(model.parameters(), global_params, strict=True))
-            loss = loss + 0.5 * proximal_mu * prox
         loss.backward()
+        if global_params is not None:
+            loss = loss + proximal_step(list(model.parameters()), global_params, proximal_mu)
         opt.step()
         if sched is not None:
             sched.step()
@@ -295,6 +294,23 @@ def train(
     if epoch_end is not None and current_epoch >= 0:
         epoch_end(current_epoch)
     return TrainResult(float(loss_sum) / max(done, 1), done, n, time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def proximal_step(params: list[torch.Tensor], global_params: list[torch.Tensor], mu: float) -> torch.Tensor:
+    """FedProx's proximal term (Li et al. 2020, Eq. 2), mu/2 ||w - w_g||^2: adds its gradient mu (w - w_g) to each
+    parameter's gradient and returns the term's value (for the reported loss).
+
+    The same gradient as back-propagating the term through autograd, in two fused passes over the parameters
+    instead of an autograd graph of 1.7 M squared differences per step (which made a FedProx round of the FMNIST CNN
+    at batch 16 take 1.75x a FedAvg round; docs/training.md#fedprox).
+    """
+    diff = torch._foreach_sub(params, global_params)
+    for p, d in zip(params, diff, strict=True):
+        if p.grad is None:  # a parameter the loss did not reach: the term alone pulls it
+            p.grad = torch.zeros_like(p)
+    torch._foreach_add_([p.grad for p in params], diff, alpha=mu)
+    return 0.5 * mu * torch.stack(torch._foreach_norm(diff)).double().square().sum().float()
 
 
 @torch.no_grad()
