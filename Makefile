@@ -213,6 +213,8 @@ reproduce-fens-iterative: install $(REPRO_DATA)
 	$(call say_mode,$@,~6.5 h: 27 grid runs of ~8 min and 7 runs of 40 more rounds of ~30-35 min (44-55 s a round))
 	$(BIN)/python scripts/reproduce.py --name fens-iterative-fmnist-dir0.1-lrgrid-r10 --seeds 0 --supernodes 20 $(REPRO_MODE) \
 	  --set num-server-rounds=10 --presets $(iter_grid) --reuse $(ITER_DOCS)-lrgrid-r10/runs
+	$(BIN)/python scripts/grid_table.py $(if $(TRAINING),results/reproduce/fens-iterative-fmnist-dir0.1-lrgrid-r10/runs,$(ITER_DOCS)-lrgrid-r10/runs) \
+	  --fens docs/results/fens-fmnist-dir0.1/runs/fens-fmnist-dir0.1-s0/metrics.json
 	$(BIN)/python scripts/reproduce.py --name fens-iterative-fmnist-dir0.1 --seeds 0 --supernodes 20 $(REPRO_MODE) \
 	  --presets configs/fens/fmnist-dir0.1.toml $(foreach p,$(ITER_PICKS),$(call iter_preset,$(p))) \
 	  --reuse docs/results/fens-fmnist-dir0.1/runs $(ITER_DOCS)/runs --extend results/reproduce/fens-iterative-fmnist-dir0.1-lrgrid-r10/runs

@@ -269,3 +269,18 @@ def test_reproduce_shares_phase1_between_oneshot_runs_of_the_same_settings(tmp_p
     assert rep.shared_phase1({**preset("fedet"), "seed": 1}, sources) is None
     assert rep.shared_phase1({**preset("coboost"), "seed": 0}, sources) is None
     assert rep.shared_phase1({**preset("fens"), "seed": 0}, sources) is None
+
+
+def test_grid_table_of_the_committed_fens_iterative_grids():
+    """scripts/grid_table.py on the committed grid runs gives the doc's rows: picks on validation (FedNova's and
+    Scaffold's on test: no validation recorded) and where each reaches FENS's seed-0 final accuracy."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    tab = _reproduce_script("grid_table")
+    lines = tab.table(root / "docs/results/fens-iterative-fmnist-dir0.1-lrgrid-r10/runs", 0.763)
+    picked = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in lines[2:] if "**" in line.split(" | ")[1]}
+    assert picked == {"FedAvg": "**0.1**", "FedProx": "**0.1**", "FedNova": "**0.01**", "Scaffold": "**0.03**",
+                      "FedYogi": "**0.03**", "FedAdam": "**0.03**", "FedAvg-STC": "**0.1**"}
+    stc = next(line for line in lines if line.startswith("| FedAvg-STC | **0.1**"))
+    assert "| 6 (1,062) | 1,770 |" in stc and "| n/r |" not in stc
