@@ -306,7 +306,7 @@ def proximal_step(params: list[torch.Tensor], global_params: list[torch.Tensor],
     at batch 16 take 1.75x a FedAvg round; docs/training.md#fedprox).
     """
     diff = torch._foreach_sub(params, global_params)
-    for p, d in zip(params, diff, strict=True):
+    for p in params:
         if p.grad is None:  # a parameter the loss did not reach: the term alone pulls it
             p.grad = torch.zeros_like(p)
     torch._foreach_add_([p.grad for p in params], diff, alpha=mu)
