@@ -26,7 +26,7 @@ from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import (
     arrays_to_model,
-    centralized_evaluator,
+    centralized_evaluators,
     compute_options,
     dataset_threshold,
     make_model,
@@ -86,8 +86,7 @@ def _fedbe(cfg: dict[str, Any], p: FedBEParams, strategy: SeededFedBE) -> Seeded
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FedAvg/FedProx/FedAdam/FedYogi/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
-    evaluate = centralized_evaluator(cfg)
-    validate = centralized_evaluator(cfg, "validation")  # the half a learning rate is picked on (eval-split = "test-half")
+    evaluate, validate = centralized_evaluators(cfg)  # validate: the half a learning rate is picked on (eval-split = "test-half")
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     params = params_for(cfg)
     strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg), model)

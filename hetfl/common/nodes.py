@@ -73,13 +73,24 @@ class ClientMap:
         self.add_answers(answers or {})
 
     def add_answers(self, answers: Mapping[int, Mapping[str, Any]]) -> None:
-        """:meth:`add` every node's answer in node-id order; a malformed answer leaves that node out, with a warning."""
+        """:meth:`add` every node's answer in node-id order; a malformed answer leaves that node out, with a warning.
+
+        A client claimed by two nodes of the same batch of answers is served by the one with the larger node id (the
+        later in that order), with a warning: two devices given the same partition, or a restarted SuperNode whose
+        old node id is still registered (docs/deployment.md#client-ids)."""
+        claimed: dict[int, int] = {}  # client id -> node of this batch that claimed it
         for node in sorted(answers):
             self.asked.add(int(node))
             try:
                 self.add(node, answers[node])
             except (KeyError, ValueError, TypeError) as err:
                 log.warning("node %d: unusable discovery answer (%s: %s); it is left out", node, type(err).__name__, err)
+                continue
+            for c in self.hosted[int(node)]:
+                if c in claimed:
+                    log.warning("client %d is claimed by nodes %d and %d (the same partition on two devices, or a "
+                                "restarted SuperNode's old id): node %d serves it", c, claimed[c], int(node), int(node))
+                claimed[c] = int(node)
 
     # --- who is where ---------------------------------------------------------------------
 

@@ -380,16 +380,24 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
     )
 
 
-def centralized_evaluator(cfg: dict[str, Any], split: str = "test") -> Callable[[nn.Module], tuple[float, float]] | None:
-    """A function model -> (loss, accuracy) on the server's test split (``split = "validation"``: its validation half,
-    None when ``eval-split = "all"`` leaves none; see :func:`eval_splits`), on `server-torch-device`."""
+def centralized_evaluators(cfg: dict[str, Any]) -> tuple[Callable[[nn.Module], tuple[float, float]],
+                                                          Callable[[nn.Module], tuple[float, float]] | None]:
+    """Functions model -> (loss, accuracy) on the server's test split and on its validation half (None when
+    ``eval-split = "all"`` leaves none; see :func:`eval_splits`), on `server-torch-device`; the set is loaded once."""
     val, test = eval_splits(cfg)
-    data = test if split == "test" else val
-    if data is None:
-        return None
     norm = Normalizer(dataset_info(cfg))
     opts = compute_options(cfg, server=True)
-    return lambda model: evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
+
+    def on(data: ArrayData) -> Callable[[nn.Module], tuple[float, float]]:
+        return lambda model: evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
+
+    return on(test), (on(val) if val is not None else None)
+
+
+def centralized_evaluator(cfg: dict[str, Any], split: str = "test") -> Callable[[nn.Module], tuple[float, float]] | None:
+    """One of :func:`centralized_evaluators`: ``split = "test"`` or ``"validation"``."""
+    test, val = centralized_evaluators(cfg)
+    return test if split == "test" else val
 
 
 def dataset_threshold(cfg: dict[str, Any]) -> float:
