@@ -459,8 +459,12 @@ def main() -> int:
         x = [row["round"] for row in runs[0]["rounds"][:n]]
         mb = np.array([[client_mb(row) for row in r["rounds"][:n]] for r in runs]).mean(0)
         for axis, xs in ((ax, x), (bx, mb)):
-            axis.plot(xs, acc.mean(0), label=lab)
+            line, = axis.plot(xs, acc.mean(0), label=lab)
             axis.fill_between(xs, acc.mean(0) - acc.std(0), acc.mean(0) + acc.std(0), alpha=0.2)
+        if lab in fens:  # FENS's point: its final accuracy at its whole run's traffic (what the crossing table uses)
+            bx.plot(mb[-1], acc.mean(0)[-1], "*", ms=14, color=line.get_color(), zorder=5)
+            bx.annotate(f"{lab.split('/')[0].upper()} {acc.mean(0)[-1]:.1f}%, {mb[-1]:,.0f} MB", (mb[-1], acc.mean(0)[-1]),
+                        textcoords="offset points", xytext=(6, -14), fontsize=8)
     ax.set_xlabel("round")
     bx.set_xlabel("cumulative client communication (MB, up + down)")
     first = [client_mb(r["rounds"][1]) for runs in results.values() for r in runs if len(r["rounds"]) > 1]
