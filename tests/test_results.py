@@ -285,8 +285,6 @@ def test_grid_table_of_the_committed_fens_iterative_grids():
     # the 50-round runs of `make reproduce-fens-iterative` are at these picks
     make = (root / "Makefile").read_text()
     picks = next(line for line in make.splitlines() if line.startswith("ITER_PICKS ?="))
-    labels = {"fedavg": "FedAvg", "fedprox": "FedProx", "fednova": "FedNova", "scaffold": "Scaffold", "fedyogi": "FedYogi",
-              "fedadam": "FedAdam", "fedavg-stc": "FedAvg-STC"}
-    assert {labels[p.split("@lr=")[0]]: f"**{p.split('@lr=')[1]}**" for p in picks.split("=", 1)[1].split()} == picked
+    assert {tab.NAMES[p.split("@lr=")[0]]: f"**{p.split('@lr=')[1]}**" for p in picks.split("=", 1)[1].split()} == picked
     stc = next(line for line in lines if line.startswith("| FedAvg-STC | **0.1**"))
     assert "| 6 (1,062) | 1,770 |" in stc and "| n/r |" not in stc

@@ -394,12 +394,6 @@ def centralized_evaluators(cfg: dict[str, Any]) -> tuple[Callable[[nn.Module], t
     return on(test), (on(val) if val is not None else None)
 
 
-def centralized_evaluator(cfg: dict[str, Any], split: str = "test") -> Callable[[nn.Module], tuple[float, float]] | None:
-    """One of :func:`centralized_evaluators`: ``split = "test"`` or ``"validation"``."""
-    test, val = centralized_evaluators(cfg)
-    return test if split == "test" else val
-
-
 def dataset_threshold(cfg: dict[str, Any]) -> float:
     """Convergence threshold: the config's, else the dataset's (SHEFL: MNIST 90, FMNIST 80, ...)."""
     return cfg["convergence-threshold"] or dataset_info(cfg).threshold
