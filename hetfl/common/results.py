@@ -116,9 +116,14 @@ class RunRecorder:
         self.extra["machines"] = [{**self._machine, "from_round": 0}]
         self._trackers: Trackers | None = None  # opened with the first row
 
+    rows: int | None = None  # the last row of a run whose rows are not server rounds (a one-shot server's epochs)
+
     @property
     def last_round(self) -> int | None:
-        """The round the run ends after: num-server-rounds, or stop-after-round if earlier (None if not configured)."""
+        """The round the run ends after: num-server-rounds, or stop-after-round if earlier (None if not configured);
+        :attr:`rows` instead when a method set it."""
+        if self.rows is not None:
+            return self.rows
         last = self.cfg.get("num-server-rounds")
         stop = self.cfg.get("stop-after-round") or 0
         return min(last, stop) if last and stop else last

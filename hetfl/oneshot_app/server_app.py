@@ -90,6 +90,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     """Run FedKD, Fed-ET, Co-Boosting or FedCVAE-Ens end to end and return the summary."""
     method = cfg["method"]
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    params = {"fedkd": FedKDParams, "fedet": FedETParams, "coboost": CoBoostParams, "fedcvae": FedCVAEParams}[method]
+    recorder.rows = params.from_config(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()
     discovery = grid.take()
