@@ -204,12 +204,12 @@ def plot(sections: dict[float, list[Row]], path: Path, title: str) -> Path:
     fig, axes = plt.subplots(1, len(sections), figsize=(5 * len(sections), 4.5), squeeze=False)
     markers = "osD^v<>pX*h"
     for ax, (alpha, rows) in zip(axes[0], sections.items(), strict=True):
-        for i, r in enumerate(rows):  # a method keeps its marker in every panel
+        for i, r in enumerate(rows):  # a method keeps its marker and colour in every panel, run or not
             if not r.seeds:
                 continue
             ax.errorbar(statistics.mean(r.client_mb), statistics.mean(r.accuracy),
                         yerr=statistics.stdev(r.accuracy) if len(r.accuracy) > 1 else 0.0,
-                        fmt=markers[i % len(markers)], capsize=3, label=f"{r.label} ({len(r.seeds)})")
+                        fmt=markers[i % len(markers)], color=f"C{i % 10}", capsize=3, label=f"{r.label} ({len(r.seeds)})")
         ax.set_xscale("log")
         ax.margins(x=0.15)
         ax.set_xlabel("client MB (up + down, all clients)")
