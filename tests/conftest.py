@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -95,3 +96,28 @@ def replies_to(cmap, contents, message_type="train"):
     msgs = [cmap.message(c, RecordDict({"config": ConfigRecord({})}), message_type) for c in contents]
     grid = LoopbackGrid(cmap.hosted, lambda m: Message(contents[int(m.content["client"]["client-id"])], reply_to=m))
     return cmap.send_and_receive(grid, msgs, timeout=5)
+
+
+class Lines(logging.Handler):
+    """Collects the 'hetfl' logger's lines (it does not propagate to pytest's caplog)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def hetfl_lines():
+    """The hetfl logger's INFO lines while the test runs (progress lines, heartbeats, warnings)."""
+    log = logging.getLogger("hetfl")
+    handler, level = Lines(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield handler.lines
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)

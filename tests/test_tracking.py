@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import logging
 import time
 from pathlib import Path
 
@@ -21,30 +20,6 @@ from hetfl.common.tracking import crc32c, parse_tracking, read_records
 
 CFG = {"method": "fedavg", "dataset": "digits", "partitioner": "dirichlet", "dirichlet-alpha": 0.3, "seed": 7,
        "model": "cnn", "num-server-rounds": 3}
-
-
-class Lines(logging.Handler):
-    """Collects the 'hetfl' logger's lines (it does not propagate to pytest's caplog)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def hetfl_lines():
-    log = logging.getLogger("hetfl")
-    handler, level = Lines(), log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
-        yield handler.lines
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
 
 
 def event_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:

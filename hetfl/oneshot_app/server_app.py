@@ -43,6 +43,7 @@ from hetfl.common.train import Normalizer, evaluate, train
 from hetfl.fens_app.artifacts import save_ensemble, stored_phase1
 from hetfl.fens_app.core import build_members, ensemble_logits
 from hetfl.fens_app.server_app import collect_local_models
+from hetfl.methods import params_for
 
 from . import CVAE_LOCAL, LOCAL
 from .coboost import co_boost
@@ -90,8 +91,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     """Run FedKD, Fed-ET, Co-Boosting or FedCVAE-Ens end to end and return the summary."""
     method = cfg["method"]
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    params = {"fedkd": FedKDParams, "fedet": FedETParams, "coboost": CoBoostParams, "fedcvae": FedCVAEParams}[method]
-    recorder.rows = params.from_config(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
+    recorder.rows = params_for(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()
     discovery = grid.take()
