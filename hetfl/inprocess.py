@@ -71,11 +71,22 @@ class InProcessGrid:
 
 
 def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path, run_name: str) -> dict[str, Any]:
-    """Run the ServerApp's main on an :class:`InProcessGrid`; return the run's metrics.json."""
+    """Run the ServerApp's main on an :class:`InProcessGrid`; return the run's metrics.json, which gains ``engine``
+    (and, where CUDA is available, the GPU's name as ``cuda_device`` in its last ``machines`` entry) so that its wall times are not read as
+    the Simulation Engine's."""
+    import torch
+
     from hetfl.server_app import main
 
     run_config = {**run_config, "results-dir": str(results_dir), "run-name": run_name}
     grid = InProcessGrid(run_config, num_nodes)
     with task_identity():
         main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
-    return json.loads((results_dir / run_name / "metrics.json").read_text())
+    path = results_dir / run_name / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["engine"] = f"in-process ({num_nodes} nodes in one process, one after another; hetfl.inprocess)"
+    if torch.cuda.is_available():
+        for machine in metrics.get("machines", [])[-1:]:
+            machine["cuda_device"] = torch.cuda.get_device_name()
+    path.write_text(json.dumps(metrics, indent=1))
+    return metrics

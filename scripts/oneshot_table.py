@@ -8,7 +8,8 @@ Reads ``<dir>/<run>/metrics.json`` of every directory (``{alpha}`` filled in; a 
 first directory). A FENS run gives five rows on the same local models: one-shot FedAvg, FedENS, weighted averaging and
 voting (its static aggregators) and FENS; every other method (FedKD, Fed-ET, Co-Boosting, ...) one row. Beside a
 row: the seeds when some are missing, each run-config value that differs from the method's preset (``--presets``,
-e.g. ``--set fedkd-epochs=50``), and how many runs started from a reused phase 1. Writes
+e.g. ``--set fedkd-epochs=50``), how many runs started from a reused phase 1, and which seeds ran on a GPU (through
+``scripts/reproduce.py --engine inprocess``); server-step times are averaged per device (CPU and GPU apart). Writes
 results/reproduce/<name>/{table.md,table.json,accuracy-vs-mb.png} (docs/readings.md#oneshot).
 """
 
@@ -52,19 +53,34 @@ class Row:
     client_mb: list[float] = field(default_factory=list)  # up + down, MB
     server_s: list[float | None] = field(default_factory=list)
     configs: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # where each run trained: "CPU" or the GPU's short name
+    engines: list[str] = field(default_factory=list)  # "" = Flower's Simulation Engine, else the run's `engine`
     reused: int = 0  # runs whose phase 1 came from another run
 
     @property
     def label(self) -> str:
         return LABELS.get(self.key, self.key)
 
-    def add(self, seed: int, accuracy: float, mb: float, server_s: float | None, cfg: dict, reused: bool) -> None:
+    def add(self, seed: int, accuracy: float, mb: float, server_s: float | None, cfg: dict, reused: bool,
+            run: dict | None = None) -> None:
+        self.devices.append(device(run or {}))
+        self.engines.append((run or {}).get("engine", ""))
         self.seeds.append(seed)
         self.accuracy.append(100 * accuracy)
         self.client_mb.append(mb)
         self.server_s.append(server_s)
         self.configs.append(cfg)
         self.reused += bool(reused)
+
+
+def device(run: dict) -> str:
+    """Where a run trained: "CPU", or the GPU's short name ("H100") when its config asked for CUDA (or "auto" on a
+    machine that recorded a GPU's name: only the in-process engine records it, docs/readings.md#oneshot)."""
+    dev = str(run.get("config", {}).get("torch-device", "cpu"))
+    gpu = next((m["cuda_device"] for m in reversed(run.get("machines", [])) if m.get("cuda_device")), None)
+    if gpu and (dev.startswith("cuda") or dev == "auto"):
+        return gpu.replace("NVIDIA ", "").split()[0]
+    return "GPU" if dev.startswith("cuda") else "CPU"
 
 
 def client_mb(run: dict) -> float:
@@ -119,9 +135,9 @@ def collect(runs: list[dict], alpha: float, seeds: list[int]) -> dict[str, Row]:
             for name in STATIC:
                 acc = run.get("static_aggregators_test_accuracy", {}).get(name)
                 if acc is not None:
-                    rows.setdefault(name, Row(name)).add(seed, acc, static_mb(run, name), None, cfg, reused)
+                    rows.setdefault(name, Row(name)).add(seed, acc, static_mb(run, name), None, cfg, reused, run)
         rows.setdefault(method, Row(method)).add(seed, run["summary"]["final_accuracy"], client_mb(run),
-                                                 server_seconds(run), cfg, reused)
+                                                 server_seconds(run), cfg, reused, run)
     return rows
 
 
@@ -138,7 +154,7 @@ def notes(row: Row, wanted_seeds: list[int], reference: dict[str, Any] | None) -
     """What the reader must know beside a row: missing seeds, values that differ from the preset, reused phase 1."""
     out = []
     if row.seeds != sorted(wanted_seeds):
-        out.append(f"seeds {', '.join(map(str, row.seeds))} only")
+        out.append(f"seed{'s' if len(row.seeds) > 1 else ''} {', '.join(map(str, row.seeds))} only")
     if reference is not None:
         for k in noted_keys(row.key):
             if k in NOT_NOTED or k not in reference:
@@ -150,6 +166,11 @@ def notes(row: Row, wanted_seeds: list[int], reference: dict[str, Any] | None) -
                 out.append(f"{k} = {value}{scope} (preset: {reference[k]})")
     if row.reused:
         out.append(f"phase 1 reused in {row.reused} of {len(row.seeds)} runs (its bytes and time counted)")
+    for dev in dict.fromkeys(d for d in row.devices if d != "CPU"):
+        which = [s for s, d in zip(row.seeds, row.devices, strict=True) if d == dev]
+        inproc = any(e for d, e in zip(row.devices, row.engines, strict=True) if d == dev)
+        out.append(f"seed{'s' if len(which) > 1 else ''} {', '.join(map(str, which))} on one {dev}"
+                   + (" (in-process engine)" if inproc else ""))
     return "; ".join(out)
 
 
@@ -161,11 +182,21 @@ def order(rows: dict[str, Row], expected: list[str]) -> list[Row]:
     return [rows[k] for k in known + sorted(set(rows) - set(known))]
 
 
-def cell(xs: list[float | None]) -> str:
-    have = [x for x in xs if x is not None]
-    if not have:
-        return "n/a"
-    return mean_std(have) + (f" ({len(have)} of {len(xs)})" if len(have) < len(xs) else "")
+def cell(xs: list[float | None], devices: list[str] | None = None) -> str:
+    """Mean ± std of the timed runs, one group per device (a GPU's seconds are not a CPU's): "3,098 (CPU); 80 ± 4
+    (H100)"; the device is named unless every run was on the CPU."""
+    devices = devices or ["CPU"] * len(xs)
+    groups: dict[str, list[float | None]] = {}
+    for x, d in zip(xs, devices, strict=True):
+        groups.setdefault(d, []).append(x)
+    parts = []
+    for d, group in groups.items():
+        have = [x for x in group if x is not None]
+        if not have:
+            continue
+        parts.append(mean_std(have) + (f" ({len(have)} of {len(group)})" if len(have) < len(group) else "")
+                     + ("" if set(groups) == {"CPU"} else f" ({d})"))
+    return "; ".join(parts) or "n/a"
 
 
 def table(sections: dict[float, list[Row]], seeds: list[int], references: dict[tuple[float, str], dict | None]) -> str:
@@ -190,7 +221,7 @@ def table(sections: dict[float, list[Row]], seeds: list[int], references: dict[t
                 lines.append(f"| {r.label} | not run | 0 | | | |")
                 continue
             lines.append(f"| {r.label} | {mean_std(r.accuracy)} | {len(r.seeds)} | {mean_std(r.client_mb)} | "
-                         f"{cell(r.server_s)} | {notes(r, seeds, references.get((alpha, r.key)))} |")
+                         f"{cell(r.server_s, r.devices)} | {notes(r, seeds, references.get((alpha, r.key)))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -261,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             method = "fens" if r.key in STATIC else r.key
             refs[(alpha, r.key)] = reference(Path(a.presets.format(method=method, alpha=alpha)))
         data[str(alpha)] = [{"method": r.label, "seeds": r.seeds, "accuracy": r.accuracy, "client_mb": r.client_mb,
-                             "server_s": r.server_s, "notes": notes(r, a.seeds, refs[(alpha, r.key)]) if r.seeds else ""}
+                             "server_s": r.server_s, "devices": r.devices, "notes": notes(r, a.seeds, refs[(alpha, r.key)]) if r.seeds else ""}
                             for r in rows]
     out = a.out / a.name
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,11 @@ One-shot baselines (methods that read ``oneshot-reuse``: FedKD, Fed-ET, Co-Boost
 starts from the ensemble saved by an earlier run of the same seed in this reproduction whose phase-1 settings equal
 its own (``oneshot-reuse``; FedKD's and Fed-ET's presets train the same local models, Co-Boosting's, without the
 auxiliary hold-out, its own), and reports that run's phase-1 bytes and times (docs/readings.md#fens-artifacts).
+
+``--engine inprocess`` runs each ServerApp and its ClientApps in this one process over ``hetfl.inprocess``'s grid
+instead of the Simulation Engine (the same app code and byte metering; clients one after another): for a machine
+without Ray, such as a GPU box that only has PyTorch (``--set torch-device=cuda``). Its metrics.json says so
+(``engine``, and the GPU's name), and its wall times are not comparable with the Simulation Engine's.
 """
 
 from __future__ import annotations
@@ -160,11 +165,13 @@ def grid_picks(grids: dict[str, list[tuple[str, dict, dict]]]) -> list[dict]:
 
 
 def mean_std(xs: list[float]) -> str:
+    """"mean ± std" (sample std) of the values given; one value alone, without a std it does not have."""
     xs = [x for x in xs if x is not None]
     if not xs:
         return "n/a"
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
+    if len(xs) == 1:
+        return f"{xs[0]:.2f}"
+    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}"
 
 
 def client_mb(record: dict, kind: str = "cum") -> float:
@@ -283,6 +290,8 @@ def main() -> int:
     p.add_argument("--reuse", nargs="*", default=[], metavar="DIR", help="directories with finished runs to reuse")
     p.add_argument("--extend", nargs="*", default=[], metavar="DIR",
                    help="directories with shorter checkpointed runs of the same config to continue (see extendable)")
+    p.add_argument("--engine", choices=("simulation", "inprocess"), default="simulation",
+                   help="simulation: Flower's Simulation Engine (default); inprocess: hetfl.inprocess, no Ray")
     a = p.parse_args()
     launch.setup_signals()  # a killed reproduction stops its current run's SuperLink tree too
     out = Path("results/reproduce") / a.name
@@ -321,7 +330,14 @@ def main() -> int:
                 if source is not None:
                     print(f"{name}: phase 1 from {source} (same phase-1 settings)")
                     overrides["oneshot-reuse"] = str(source)
-                launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
+                if a.engine == "inprocess":
+                    from hetfl.inprocess import run_in_process
+
+                    run_config = {**tomllib.loads(preset.read_text()), **overrides}
+                    launch.preflight(run_config, a.supernodes)
+                    run_in_process(run_config, a.supernodes, runs_dir.resolve(), name)
+                else:
+                    launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
             trained.append(metrics.parent)
             results.setdefault(label(preset, suffix), []).append(load_metrics(metrics))
             if own and seed == a.seeds[0]:

@@ -116,7 +116,8 @@ def test_ensemble_members_on_a_hand_made_run():
         x["disagreement"] = d
     assert rep.ensemble_members(run, 1, 2)["disagreement"] == pytest.approx(25.0)  # (30 + 20) / 2, in percent
     cells = [rep.disagreement_cell(x) for x in ([s], [s, rep.ensemble_members(run, 1, 2)])]
-    assert cells == ["not recorded", "25.00 ± 0.00 (1 of 2 runs)"]
+    assert cells == ["not recorded", "25.00 (1 of 2 runs)"]  # one value: no "± 0.00" it does not have
+    assert rep.mean_std([1.0, 3.0]) == "2.00 ± 1.41" and rep.mean_std([None]) == "n/a"
 
 
 def test_local_work_counts_each_role_at_its_own_epochs():
@@ -211,6 +212,12 @@ def test_oneshot_table_on_hand_made_runs(tmp_path):
                                                 **({"fedet-epochs": 20} if seed == 2 else {})))
     _write(f, "fedkd-s0", _preset_run("fedkd", 0.1, 0, 0.99, 1, 1, phases=kd_phases))  # the same run name: first dir wins
     _write(a, "fedkd-dir0.01-s0", _preset_run("fedkd", 0.01, 0, 0.3, 1, 1, phases=kd_phases))  # another alpha
+    for seed, secs in ((0, 3000.0), (1, 80.0), (2, 90.0)):  # seed 0 on the CPU (Simulation Engine), 1 and 2 on a GPU
+        run = _preset_run("coboost", 0.1, seed, 0.5, 1, 1, phases={**kd_phases, "server_step_s": secs},
+                          **({"torch-device": "cuda"} if seed else {}))
+        if seed:
+            run.update(engine="in-process (20 nodes ...)", machines=[{"cpu": "x", "cuda_device": "NVIDIA H100 80GB HBM3"}])
+        _write(a, f"coboost-s{seed}", run)
     root = Path(__file__).resolve().parent.parent
     assert tab.main(["--name", "t1", "--alphas", "0.1", "--seeds", "0", "1", "2", "--out", str(tmp_path / "out"),
                      "--runs", str(tmp_path / "oneshot-{alpha}"), str(tmp_path / "fens-{alpha}"),
@@ -232,10 +239,14 @@ def test_oneshot_table_on_hand_made_runs(tmp_path):
     # FedKD: two seeds (the docs copy of seed 0 ignored), 6.0003 MB per run, server step 10 / 20 s, scaled epochs noted
     assert cells["FedKD"][:4] == ["55.00 ± 7.07", "2", "6.00 ± 0.00", "15.00 ± 7.07"]
     assert cells["FedKD"][4].startswith("seeds 0, 1 only; fedkd-epochs = 50 (preset: 200)")
+    assert "H100" not in cells["FedKD"][4] and "(CPU)" not in cells["FedKD"][3]  # all on the CPU: no device named
     assert cells["Fed-ET"][3] == "4.00 ± 0.00 (2 of 3)"  # seed 0 recorded no server step time
     assert cells["Fed-ET"][4] == ("fedet-epochs = 20 (seed 2) (preset: 200); phase 1 reused in 3 of 3 runs "
                                   "(its bytes and time counted) |")
-    assert cells["Co-Boosting"][:2] == ["not run", "0"]
+    # Co-Boosting: server seconds averaged per device, never a CPU's with a GPU's; the GPU seeds named
+    assert cells["Co-Boosting"][3] == "3000.00 (CPU); 85.00 ± 7.07 (H100)"
+    assert cells["Co-Boosting"][4] == "seeds 1, 2 on one H100 (in-process engine) |"
+    assert cells["FedCVAE-Ens"][:2] == ["not run", "0"]
     assert "fedadam" not in text.lower()
     data = json.loads((tmp_path / "out" / "t1" / "table.json").read_text())["0.1"]
     assert [r["seeds"] for r in data if r["method"] == "FedKD"] == [[0, 1]]
@@ -288,3 +299,28 @@ def test_grid_table_of_the_committed_fens_iterative_grids():
     assert {tab.NAMES[p.split("@lr=")[0]]: f"**{p.split('@lr=')[1]}**" for p in picks.split("=", 1)[1].split()} == picked
     stc = next(line for line in lines if line.startswith("| FedAvg-STC | **0.1**"))
     assert "| 6 (1,062) | 1,770 |" in stc and "| n/r |" not in stc
+
+
+def test_reproduce_inprocess_engine_runs_once_and_says_so(tmp_path, monkeypatch, task_identity):
+    """scripts/reproduce.py --engine inprocess: the run goes through hetfl.inprocess (no SuperLink, no Ray), its
+    metrics.json names that engine, and a second call finds it finished instead of running it again."""
+    from pathlib import Path
+
+    from .conftest import require_fmnist
+
+    require_fmnist()
+    root = Path(__file__).resolve().parent.parent
+    rep = _reproduce_script()
+    monkeypatch.chdir(tmp_path)
+    argv = ["reproduce.py", "--name", "t", "--engine", "inprocess", "--seeds", "0", "--supernodes", "4",
+            "--presets", str(root / "configs/quickstart.toml"), "--set", "num-server-rounds=1", "min-available-nodes=4",
+            "local-steps=1", "max-test-samples=200", "checkpoint=false"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert rep.main() == 0
+    metrics = tmp_path / "results/reproduce/t/runs/configs-quickstart-s0/metrics.json"
+    m = json.loads(metrics.read_text())
+    assert m["engine"].startswith("in-process (4 nodes") and m["summary"]["rounds_completed"] == 1
+    assert len(m["rounds"][1]["clients"]) == 2  # fraction-train 0.5 of the 4 nodes: the preset's own values ran
+    before = metrics.stat().st_mtime_ns
+    monkeypatch.setattr(rep.launch, "preflight", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
+    assert rep.main() == 0 and metrics.stat().st_mtime_ns == before
