@@ -71,9 +71,11 @@ class InProcessGrid:
 
 
 def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path, run_name: str) -> dict[str, Any]:
-    """Run the ServerApp's main on an :class:`InProcessGrid`; return the run's metrics.json, which gains ``engine``
-    (and, where CUDA is available, the GPU's name as ``cuda_device`` in its last ``machines`` entry) so that its wall times are not read as
-    the Simulation Engine's."""
+    """Run the ServerApp's main on an :class:`InProcessGrid`; return the run's metrics.json.
+
+    The file gains ``engine`` and, where CUDA is available, the GPU's name (``cuda_device`` in its last ``machines``
+    entry), so that its wall times are not read as the Simulation Engine's (docs/methods.md).
+    """
     import torch
 
     from hetfl.server_app import main
@@ -88,5 +90,5 @@ def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path
     if torch.cuda.is_available():
         for machine in metrics.get("machines", [])[-1:]:
             machine["cuda_device"] = torch.cuda.get_device_name()
-    path.write_text(json.dumps(metrics, indent=1))
+    path.write_text(json.dumps(metrics, indent=2))
     return metrics

@@ -74,13 +74,16 @@ class Row:
 
 
 def device(run: dict) -> str:
-    """Where a run trained: "CPU", or the GPU's short name ("H100") when its config asked for CUDA (or "auto" on a
-    machine that recorded a GPU's name: only the in-process engine records it, docs/readings.md#oneshot)."""
+    """Where a run trained: "CPU", or a GPU when its `torch-device` asked for CUDA or was "auto" on a machine that
+    had one: the GPU's short name ("H100") where the run recorded it (the in-process engine does,
+    docs/methods.md), else "GPU"."""
     dev = str(run.get("config", {}).get("torch-device", "cpu"))
-    gpu = next((m["cuda_device"] for m in reversed(run.get("machines", [])) if m.get("cuda_device")), None)
-    if gpu and (dev.startswith("cuda") or dev == "auto"):
-        return gpu.replace("NVIDIA ", "").split()[0]
-    return "GPU" if dev.startswith("cuda") else "CPU"
+    machines = run.get("machines", [])
+    gpu = next((m["cuda_device"] for m in reversed(machines) if m.get("cuda_device")), None)
+    on_gpu = dev.startswith("cuda") or (dev == "auto" and (gpu or any(m.get("cuda_devices") for m in machines)))
+    if not on_gpu:
+        return "CPU"
+    return gpu.replace("NVIDIA ", "").split()[0] if gpu else "GPU"
 
 
 def client_mb(run: dict) -> float:

@@ -240,6 +240,9 @@ def test_oneshot_table_on_hand_made_runs(tmp_path):
     assert cells["FedKD"][:4] == ["55.00 ± 7.07", "2", "6.00 ± 0.00", "15.00 ± 7.07"]
     assert cells["FedKD"][4].startswith("seeds 0, 1 only; fedkd-epochs = 50 (preset: 200)")
     assert "H100" not in cells["FedKD"][4] and "(CPU)" not in cells["FedKD"][3]  # all on the CPU: no device named
+    assert tab.device({"config": {"torch-device": "auto"}, "machines": [{"cuda_devices": 1}]}) == "GPU"  # no name kept
+    assert tab.device({"config": {"torch-device": "auto"}, "machines": [{"cuda_devices": 0}]}) == "CPU"
+    assert tab.device({"config": {"torch-device": "cpu"}, "machines": [{"cuda_device": "NVIDIA H100 80GB HBM3"}]}) == "CPU"
     assert cells["Fed-ET"][3] == "4.00 ± 0.00 (2 of 3)"  # seed 0 recorded no server step time
     assert cells["Fed-ET"][4] == ("fedet-epochs = 20 (seed 2) (preset: 200); phase 1 reused in 3 of 3 runs "
                                   "(its bytes and time counted) |")
