@@ -53,6 +53,37 @@ def test_fedadam_strategy_applies_the_chosen_step_with_weighted_deltas(update, t
     assert out["w"].numpy().dtype == np.float32
 
 
+@pytest.mark.parametrize("method", ["fedadam", "fedyogi"])
+def test_server_optimizers_average_batchnorm_statistics_and_step_the_weights(method, task_identity):
+    """FedAdam's and FedYogi's adaptive step moves the parameters; BatchNorm's running mean/var and batch count become
+    the clients' weighted mean, as in FedAvg (docs/training.md#server-optimizers-batchnorm-statistics-are-averaged)."""
+    from hetfl.common.fedopt import SeededFedYogi, is_buffer
+
+    assert is_buffer("features.1.running_var") and is_buffer("bn.num_batches_tracked") and not is_buffer("bn.weight")
+    x0 = {"w": np.array([0.0, 1.0], np.float32), "bn.running_var": np.array([1.0, 1.0], np.float32),
+          "bn.num_batches_tracked": np.array(4, np.int64)}
+    kw = dict(eta=0.1, eta_l=1.0, beta_1=0.9, beta_2=0.99, tau=1e-3)
+    s = SeededFedAdam(**kw, bias_correction=False) if method == "fedadam" else SeededFedYogi(**kw)
+    s.current_arrays = {k: v.copy() for k, v in x0.items()}
+    s._reference = {k: np.shape(v) for k, v in x0.items()}
+    s.bind(identity_map([0, 1]), 0).sampled = [0, 1]
+
+    def content(w, var, n):
+        return RecordDict({"arrays": ArrayRecord({"w": Array(np.asarray(w, np.float32)),
+                                                  "bn.running_var": Array(np.asarray(var, np.float32)),
+                                                  "bn.num_batches_tracked": Array(np.array(10, np.int64))}),
+                           "metrics": MetricRecord({"num-examples": n})})
+
+    # weighted (3:1) means: w [0.75, 1.5], running_var [0.4, 2.2]
+    out, _ = s.aggregate_train(1, replies_to(s.map, {0: content([1.0, 1.0], [0.2, 2.0], 3),
+                                                     1: content([0.0, 3.0], [1.0, 2.8], 1)}))
+    assert np.allclose(out["bn.running_var"].numpy(), [0.4, 2.2], atol=1e-6)  # the mean, not a step towards it
+    assert out["bn.running_var"].numpy().dtype == np.float32
+    assert int(out["bn.num_batches_tracked"].numpy()) == 10 and out["bn.num_batches_tracked"].numpy().dtype == np.int64
+    w = out["w"].numpy()
+    assert not np.allclose(w, [0.75, 1.5], atol=1e-3) and np.all(np.sign(w - x0["w"]) == [1, 1])  # stepped, not averaged
+
+
 def test_aggregator_starts_like_the_authors():
     M, C = 20, 10
     pc = make_aggregator("per-class", M, C, seed=1)

@@ -77,14 +77,31 @@ def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, ta
     return x + eta_t * m / (np.sqrt(v) + tau)
 
 
+BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")  # BatchNorm's state: no parameters
+
+
+def is_buffer(key: str) -> bool:
+    """Whether a state-dict key names a BatchNorm statistic (running mean/var, batch count), not a parameter."""
+    return key.rsplit(".", 1)[-1] in BUFFER_SUFFIXES
+
+
 class FedOptState:
-    """What this project adds to Flower's FedOpt family (FedAdam, FedYogi): checkpoint state, and the parameters'
-    dtypes kept.
+    """What this project adds to Flower's FedOpt family (FedAdam, FedYogi): checkpoint state, the parameters'
+    dtypes kept, and BatchNorm statistics averaged rather than stepped.
 
     Flower 1.41's FedAdam multiplies float32 arrays by a NumPy float64 scalar, which NumPy 2 promotes to float64,
     silently doubling every later download, and FedYogi turns an integer buffer into float64 (its step adds a float
-    to it); the result is cast back to each array's dtype. Put it before Flower's class: ``(FedOptState, FedYogi)``.
+    to it); the result is cast back to each array's dtype. Reddi et al.'s adaptive step is for the model's
+    parameters; BatchNorm's running mean/var and batch count (:func:`is_buffer`) are statistics, which Flower would
+    step like weights (a running variance can even go negative): they become the clients' weighted mean, as FedAvg
+    sets them (docs/training.md#server-optimizers-batchnorm-statistics-are-averaged). Put it before Flower's class: ``(FedOptState, FedYogi)``.
     """
+
+    _buffer_mean: dict[str, np.ndarray] = {}  # this round's weighted mean of the BatchNorm statistics
+
+    def _compute_deltat_and_mt(self, aggregated_arrayrecord: ArrayRecord):  # Flower's; remembers the buffers' mean
+        self._buffer_mean = {k: a.numpy() for k, a in aggregated_arrayrecord.items() if is_buffer(k)}
+        return super()._compute_deltat_and_mt(aggregated_arrayrecord)  # type: ignore[misc]
 
     def state_dict(self) -> dict:
         """Moments m_t, v_t and the current model (for checkpoints)."""
@@ -95,7 +112,11 @@ class FedOptState:
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         dtypes = {k: np.asarray(v).dtype for k, v in self.current_arrays.items()} if self.current_arrays else {}
+        self._buffer_mean = {}
         arrays, metrics = self.server_step(server_round, replies)
+        if arrays is not None and self._buffer_mean:  # BatchNorm statistics: the mean, not the step
+            arrays = ArrayRecord({k: Array(np.asarray(self._buffer_mean[k])) if k in self._buffer_mean else v
+                                  for k, v in arrays.items()})
         if arrays is not None and dtypes:
             arrays = ArrayRecord({k: Array(np.asarray(v.numpy(), dtype=dtypes.get(k))) for k, v in arrays.items()})
         return arrays, metrics
