@@ -333,7 +333,7 @@ def main() -> int:
                 if a.engine == "inprocess":
                     from hetfl.inprocess import run_in_process
 
-                    run_config = {**tomllib.loads(preset.read_text()), **overrides}
+                    run_config = {**launch.load_preset(str(preset)), **overrides}  # as launch.run reads it
                     launch.preflight(run_config, a.supernodes)
                     run_in_process(run_config, a.supernodes, runs_dir.resolve(), name)
                 else:
