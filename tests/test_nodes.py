@@ -74,15 +74,17 @@ def test_client_map_maps_clients_fields_and_moves_a_restarted_node(task_identity
 
 
 def test_two_nodes_of_one_answer_batch_claiming_a_client_warn_and_the_larger_node_id_serves_it(task_identity, caplog):
-    caplog.set_level("WARNING", logger="hetfl")
+    caplog.set_level("INFO", logger="hetfl")
     m = ClientMap({30: {"client-ids": [0, 1]}, 12: {"client-ids": [1, 2]}})
     assert m.node == {0: 30, 1: 30, 2: 12} and m.hosted == {12: [2], 30: [0, 1]}
     assert [r.getMessage() for r in caplog.records if "claimed" in r.getMessage()] == [
         "client 1 is claimed by nodes 12 and 30 (the same partition on two devices, or a restarted SuperNode's old id): "
         "node 30 serves it"]
+    assert not [r for r in caplog.records if "moved" in r.getMessage()]  # the warning says it once, not also "moved"
     caplog.clear()
     m.add_answers({40: {"client-ids": [2]}})  # a later batch: a restarted node takes its client over, quietly
     assert m.node[2] == 40 and not [r for r in caplog.records if "claimed" in r.getMessage()]
+    assert [r.getMessage() for r in caplog.records] == ["client 2 moved from node 12 to node 40"]
 
 
 def test_discovery_asks_nodes_in_bounded_batches(task_identity):

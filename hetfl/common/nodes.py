@@ -79,13 +79,15 @@ class ClientMap:
         later in that order), with a warning: two devices given the same partition, or a restarted SuperNode whose
         old node id is still registered (docs/deployment.md#client-ids)."""
         claimed: dict[int, int] = {}  # client id -> node of this batch that claimed it
+        added: set[int] = set()  # nodes of this batch added so far
         for node in sorted(answers):
             self.asked.add(int(node))
             try:
-                self.add(node, answers[node])
+                self.add(node, answers[node], batch=added)
             except (KeyError, ValueError, TypeError) as err:
                 log.warning("node %d: unusable discovery answer (%s: %s); it is left out", node, type(err).__name__, err)
                 continue
+            added.add(int(node))
             for c in self.hosted[int(node)]:
                 if c in claimed:
                     log.warning("client %d is claimed by nodes %d and %d (the same partition on two devices, or a "
@@ -94,8 +96,11 @@ class ClientMap:
 
     # --- who is where ---------------------------------------------------------------------
 
-    def add(self, node: int, answer: Mapping[str, Any]) -> None:
-        """Record a node's discovery answer; a client it reports moves to it (a restarted node has a new id)."""
+    def add(self, node: int, answer: Mapping[str, Any], batch: set[int] = frozenset()) -> None:
+        """Record a node's discovery answer; a client it reports moves to it (a restarted node has a new id).
+
+        ``batch``: the nodes already added from the same batch of answers; a client taken from one of them is a
+        duplicate claim, which :meth:`add_answers` warns about, so no "moved" line is logged for it."""
         node = int(node)
         ids = [int(c) for c in answer[CLIENT_IDS]]
         fields = {k: list(v) for k, v in answer.items() if k != CLIENT_IDS}
@@ -105,7 +110,8 @@ class ClientMap:
         for j, c in enumerate(ids):
             old = self.node.get(c)
             if old is not None and old != node:
-                log.info("client %d moved from node %d to node %d", c, old, node)
+                if old not in batch:
+                    log.info("client %d moved from node %d to node %d", c, old, node)
                 self.hosted[old] = [x for x in self.hosted.get(old, []) if x != c]
             self.node[c] = node
             self.info[c] = {k: v[j] for k, v in fields.items()}
