@@ -523,10 +523,12 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
     metrics = run_dir / "metrics.json"
     if rc != 0 or not metrics.exists():
         raise RuntimeError(f"run failed (flwr exit {rc}); no {metrics}")
-    summary, config = json.loads(metrics.read_text())["summary"], json.loads(metrics.read_text())["config"]
+    data = json.loads(metrics.read_text())
+    summary, config = data["summary"], data["config"]
     wanted = min(config["num-server-rounds"], config.get("stop-after-round") or config["num-server-rounds"])
     if summary["rounds_completed"] < wanted:
-        raise RuntimeError(f"run stopped after {summary['rounds_completed']} rounds; see the log above")
+        why = f": {data['stopped']['reason']}" if data.get("stopped") else "; see the log above"
+        raise RuntimeError(f"run stopped after {summary['rounds_completed']} rounds{why}")
     return run_dir
 
 

@@ -129,11 +129,14 @@ def start_from(src: Path, dest: Path) -> None:
 
 
 def finished(metrics: Path, wanted: dict | None = None) -> bool:
-    """A run whose metrics.json shows all configured rounds (and, if given, the wanted config values)."""
+    """A run whose metrics.json shows all configured rounds, or that the server stopped (``stopped``: no client update
+    accepted for max-idle-rounds rounds, e.g. a diverged method: its outcome, not an interruption; rerunning the same
+    seed stops the same way), and, if given, the wanted config values."""
     if not metrics.exists():
         return False
     m = load_metrics(metrics)
-    return _same(m, wanted) and m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"]
+    done = m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"] or bool(m.get("stopped"))
+    return _same(m, wanted) and done
 
 
 GRID_LAST = 3  # a grid point's score: the mean over its last 3 rounds (one round swings by 3-5 points under skew)
@@ -330,14 +333,20 @@ def main() -> int:
                 if source is not None:
                     print(f"{name}: phase 1 from {source} (same phase-1 settings)")
                     overrides["oneshot-reuse"] = str(source)
-                if a.engine == "inprocess":
-                    from hetfl.inprocess import run_in_process
+                try:
+                    if a.engine == "inprocess":
+                        from hetfl.inprocess import run_in_process
 
-                    run_config = {**launch.load_preset(str(preset)), **overrides}  # as launch.run reads it
-                    launch.preflight(run_config, a.supernodes)
-                    run_in_process(run_config, a.supernodes, runs_dir.resolve(), name)
-                else:
-                    launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
+                        run_config = {**launch.load_preset(str(preset)), **overrides}  # as launch.run reads it
+                        launch.preflight(run_config, a.supernodes)
+                        run_in_process(run_config, a.supernodes, runs_dir.resolve(), name)
+                    else:
+                        launch.run(str(preset), overrides, num_supernodes=a.supernodes, results_dir=runs_dir)
+                except Exception:
+                    if not finished(metrics, wanted):  # a crash or an interruption: the batch stops here
+                        raise
+                    print(f"{name}: stopped in round {load_metrics(metrics)['stopped']['round']}, kept as its outcome; "
+                          "going on", flush=True)
             trained.append(metrics.parent)
             results.setdefault(label(preset, suffix), []).append(load_metrics(metrics))
             if own and seed == a.seeds[0]:
@@ -354,7 +363,9 @@ def main() -> int:
         never = sum(c is None for c in conv)
         conv_s = (mean_std([float(c) for c in conv if c is not None]) + (f", {never} never" if never else "")
                   + " (" + " / ".join("never" if c is None else str(c) for c in conv) + ")")  # per seed, in seed order
-        table.append(f"| {lab} | {mean_std(final)} | {mean_std(best)} | {conv_s} | {mean_std(up)} | {mean_std(total)} | {mean_std(sec)} | {len(runs)} |")
+        stops = [f"s{r['config']['seed']} stopped in round {r['stopped']['round']}" for r in runs if r.get("stopped")]
+        table.append(f"| {lab} | {mean_std(final)} | {mean_std(best)} | {conv_s} | {mean_std(up)} | {mean_std(total)} | "
+                     f"{mean_std(sec)} | {len(runs)}{' (' + '; '.join(stops) + ')' if stops else ''} |")
         rows.append({"method": lab, "final": final, "best": best, "convergence_round": conv, "upload_mb_per_round": up,
                      "total_comm_mb": total, "s_per_round": sec, "threshold": runs[0]["summary"]["convergence_threshold"]})
         # FENS runs also evaluate the one-shot baselines on the same local models; their clients only upload

@@ -7,6 +7,7 @@ to a message that was never sent. Each is counted (failed or rejected), none is 
 run goes on to round 2.
 """
 
+import json
 import uuid
 
 import numpy as np
@@ -128,3 +129,10 @@ def test_a_run_where_no_client_succeeds_stops_with_a_clear_error(tmp_path, task_
     cfg = {**BASE, "method": "fedavg", "num-server-rounds": 5, "max-idle-rounds": 2, "min-available-nodes": 4}
     with pytest.raises(NoClientSucceeded, match="no client update was accepted in the last 2 rounds"):
         run_in_process(cfg, 4, tmp_path, "idle")
+    # the stop is the run's outcome, kept with its rows and plot; the reproduce script counts it as done (not rerun)
+    from .test_results import _reproduce_script
+
+    data = json.loads((tmp_path / "idle" / "metrics.json").read_text())
+    assert data["stopped"]["round"] == 2 and "max-idle-rounds" in data["stopped"]["reason"], data.get("stopped")
+    assert [r["round"] for r in data["rounds"]] == [0, 1] and (tmp_path / "idle" / "accuracy.png").exists()
+    assert _reproduce_script().finished(tmp_path / "idle" / "metrics.json")

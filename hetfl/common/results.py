@@ -294,6 +294,8 @@ def summary_lines(data: dict[str, Any], run_dir: Path | str | None = None) -> li
     lines.append(f"communication: {s['total_bytes_down'] / 1e6:.1f} MB down, {s['total_bytes_up'] / 1e6:.1f} MB up; "
                  f"{f'{mean:.2f} s/round, ' if mean is not None else ''}{s['wall_time_s']:.1f} s total, "
                  f"{s['rounds_completed']} rounds")
+    if data.get("stopped"):
+        lines.append(f"  stopped in round {data['stopped']['round']}: {data['stopped']['reason']}")
     members = s.get("final_members") or {}
     if members:
         lines.append("  last round, per member/level: " + ", ".join(f"{k} {_pct(v)}" for k, v in members.items()))
@@ -336,7 +338,8 @@ def plot_title(data: dict[str, Any]) -> str:
         part = f"Dirichlet \u03b1={cfg['dirichlet-alpha']:g}"
     fed = data.get("federation")
     who = f", {fed['clients']} clients on {fed['nodes']} nodes" if fed else ""
-    return f"{cfg.get('method')} on {cfg.get('dataset')} ({part}), {cfg.get('model')}, seed {cfg.get('seed')}{who}"
+    stop = f" (stopped in round {data['stopped']['round']})" if data.get("stopped") else ""
+    return f"{cfg.get('method')} on {cfg.get('dataset')} ({part}), {cfg.get('model')}, seed {cfg.get('seed')}{who}{stop}"
 
 
 def plot_run(metrics_path: Path | str, out: Path | str | None = None) -> Path:

@@ -28,7 +28,7 @@ from flwr.serverapp.strategy import Strategy
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .comm import Traffic
 from .progress import heartbeat
-from .results import RunRecorder
+from .results import RunRecorder, plot_run
 
 log = logging.getLogger("hetfl")
 CHECKPOINT = "checkpoint.json"  # names its tensor file, checkpoint-r<round>-<random>.safetensors
@@ -169,10 +169,12 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         accepted = len(replies) - errors - getattr(strategy, "rejected", 0)
         idle = idle + 1 if messages and accepted <= 0 else 0
         if idle >= cfg.get("max-idle-rounds", 0) > 0:
-            raise NoClientSucceeded(
-                f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
-                f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update; the server "
-                "log names each client's error")
+            why = (f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
+                   f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update")
+            # the outcome of the run (a diverged method, unusable data), kept with its rows: not an interrupted run
+            recorder.extra["stopped"] = {"round": rnd, "after_round": rnd - 1, "reason": why}
+            plot_run(recorder.write())
+            raise NoClientSucceeded(f"{why}; the server log names each client's error")
         log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
         record_round(grid, strategy, recorder, rnd, arrays, evaluate_fn)
         if cfg["checkpoint"]:
