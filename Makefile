@@ -211,17 +211,19 @@ reproduce-oneshot: install $(REPRO_DATA)
 ITER_GRID := fedavg:0.01,0.03,0.1,0.3 fedprox:0.01,0.03,0.1,0.3 fednova:0.003,0.01,0.03 scaffold:0.003,0.01,0.03,0.1 \
 	fedyogi:0.003,0.01,0.03,0.1 fedadam:0.003,0.01,0.03,0.1 fedavg-stc:0.01,0.03,0.1,0.3
 ITER_PICKS ?= fedavg@lr=0.1 fedprox@lr=0.1 fednova@lr=0.01 scaffold@lr=0.03 fedyogi@lr=0.1 fedadam@lr=0.1 fedavg-stc@lr=0.1
+# and 50 rounds at Scaffold's second grid value: at its pick (0.03) it diverged in round 27 (docs/results/fens-fmnist.md#iterative)
+ITER_MORE ?= scaffold@lr=0.01
 ITER_DOCS = docs/results/fens-iterative-fmnist-dir0.1
 iter_preset = configs/$(word 1,$(subst @, ,$(1)))/fmnist-dir0.1.toml$(if $(word 2,$(subst @, ,$(1))),@$(word 2,$(subst @, ,$(1))))
 iter_grid = $(foreach g,$(ITER_GRID),$(foreach lr,$(subst $(comma), ,$(word 2,$(subst :, ,$(g)))),configs/$(word 1,$(subst :, ,$(g)))/fmnist-dir0.1.toml@lr=$(lr)))
 reproduce-fens-iterative: install $(REPRO_DATA)
-	$(call say_mode,$@,~6.5 h: 27 grid runs of ~8 min and 7 runs of 40 more rounds of ~30-35 min (44-55 s a round))
+	$(call say_mode,$@,~7 h: 27 grid runs of ~8 min and 8 runs of 40 more rounds of ~30-45 min (44-67 s a round))
 	$(BIN)/python scripts/reproduce.py --name fens-iterative-fmnist-dir0.1-lrgrid-r10 --seeds 0 --supernodes 20 $(REPRO_MODE) \
 	  --set num-server-rounds=10 --presets $(iter_grid) --reuse $(ITER_DOCS)-lrgrid-r10/runs
 	$(BIN)/python scripts/grid_table.py $(if $(TRAINING),results/reproduce/fens-iterative-fmnist-dir0.1-lrgrid-r10/runs,$(ITER_DOCS)-lrgrid-r10/runs) \
 	  --fens docs/results/fens-fmnist-dir0.1/runs/fens-fmnist-dir0.1-s0/metrics.json
 	$(BIN)/python scripts/reproduce.py --name fens-iterative-fmnist-dir0.1 --seeds 0 --supernodes 20 $(REPRO_MODE) \
-	  --presets configs/fens/fmnist-dir0.1.toml $(foreach p,$(ITER_PICKS),$(call iter_preset,$(p))) \
+	  --presets configs/fens/fmnist-dir0.1.toml $(foreach p,$(ITER_PICKS) $(ITER_MORE),$(call iter_preset,$(p))) \
 	  --reuse docs/results/fens-fmnist-dir0.1/runs $(ITER_DOCS)/runs --extend results/reproduce/fens-iterative-fmnist-dir0.1-lrgrid-r10/runs
 
 # AdaptiveFL comparison on FMNIST at the paper's regime (CNN, 100 clients, 10% per round, 4:3:3 uncertain devices,
