@@ -172,7 +172,7 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
             why = (f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
                    f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update")
             # the outcome of the run (a diverged method, unusable data), kept with its rows: not an interrupted run
-            recorder.extra["stopped"] = {"round": rnd, "after_round": rnd - 1, "reason": why}
+            recorder.extra["stopped"] = {"round": rnd, "reason": why}  # rows end at round - 1
             plot_run(recorder.write())
             raise NoClientSucceeded(f"{why}; the server log names each client's error")
         log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
