@@ -17,14 +17,14 @@ from hetfl.common.comm import tag_host
 from hetfl.common.nodeconfig import validate_node_config
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.nodes import CLIENT_IDS
-from hetfl.common.task import config_of, node_clients
+from hetfl.common.task import client_data, config_of, node_clients
 
 app = ClientApp()
 
 
 def dispatch(msg: Message, context: Context) -> Message:
     """Run the handler that the run's `method` declares for this message type."""
-    cfg = config_of(context)
+    cfg = config_of(context, msg)
     return tag_host(methods.handler_for(cfg["method"], msg.metadata.message_type)(msg, context))
 
 
@@ -32,10 +32,15 @@ def node_query(msg: Message, context: Context) -> Message:
     """Answer discovery: the client ids this node hosts and, per client, its method's extra fields (as lists).
 
     The whole node config is checked first (docs/deployment.md#node-config): a bad key or value fails the query
-    with one line naming the key, the value and what is allowed, which the server logs.
+    with one line naming the key, the value and what is allowed, which the server logs. A node with data of its own
+    (``data-path``) then reads it against the run (classes by name, input shape, labels): data that does not fit
+    fails the query with one line naming the client, the path, what it holds and what the run expects, and the
+    server leaves the node out of the run (docs/node-data.md).
     """
     validate_node_config(context.node_config)
-    cfg = config_of(context)
+    cfg = config_of(context, msg)
+    if "data-path" in context.node_config:
+        client_data(context, cfg)  # read and checked once here (and cached for the rounds)
     clients = node_clients(context, cfg)
     answer: dict = {CLIENT_IDS: clients}
     for c in clients:

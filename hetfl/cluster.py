@@ -80,6 +80,10 @@ def check_node_config(cfg: dict[str, Any]) -> dict[str, Any]:
     except NodeConfigError as err:
         raise ArgError(str(err)) from None
     if "data-path" in cfg:  # data of its own: the client id is client-id, partition-id or from the data
+        if not Path(str(cfg["data-path"])).is_dir():
+            raise ArgError(f"node config key 'data-path' = {str(cfg['data-path'])!r}: no such directory on this machine; "
+                           "expected a directory with this node's data (an image folder, or python -m hetfl.export's "
+                           "output; docs/node-data.md)")
         return cfg
     for key in ("partition-id", "num-partitions"):
         if key not in cfg:
@@ -286,9 +290,18 @@ class Cluster:
         with open(log_file, "ab") as out:
             self.nodes[i] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def restart_node(self, i: int) -> None:
-        """Kill SuperNode `i` and start it again with the same node config (same client ids, new node id)."""
-        self.kill_node(i)
+    def restart_node(self, i: int, graceful: bool = True) -> None:
+        """Stop SuperNode `i` and start it again with the same node config (same client ids, new node id).
+
+        `graceful` stops it as a service manager does (SIGTERM, then SIGKILL after 10 s): the SuperNode deactivates
+        its node id on the way out, so the SuperLink answers a message still addressed to it with 'Node Unavailable'
+        at once. Without it the node is killed (a crash): that answer comes only when its heartbeats have been
+        missed for HEARTBEAT_PATIENCE x 30 s (Flower 1.41), or at the round timeout.
+        """
+        if graceful:
+            launch.stop_tree([self.nodes[i]], timeout=10.0)
+        else:
+            self.kill_node(i)
         self.start_node(i, *self.commands[i])
 
     def kill_node(self, pid: int, sig: int = signal.SIGKILL) -> None:
@@ -358,6 +371,7 @@ def submit(cluster: Cluster, config_file: str | None, overrides: dict[str, Any],
     run_dir = Path(results_dir).resolve() / overrides["run-name"]
     if rc != 0 or not (run_dir / "metrics.json").exists():
         raise RuntimeError(f"run failed (flwr exit {rc}); no {run_dir / 'metrics.json'}")
+    launch.check_outcome(json.loads((run_dir / "metrics.json").read_text()))
     return run_dir
 
 

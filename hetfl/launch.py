@@ -524,12 +524,18 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
     if rc != 0 or not metrics.exists():
         raise RuntimeError(f"run failed (flwr exit {rc}); no {metrics}")
     data = json.loads(metrics.read_text())
+    check_outcome(data)
+    return run_dir
+
+
+def check_outcome(data: dict[str, Any]) -> None:
+    """RuntimeError if a run's metrics.json records a failed outcome: it stopped before its last round, or it ran every
+    round without ever accepting a client update (``stopped``, written by the round loop)."""
     summary, config = data["summary"], data["config"]
     wanted = min(config["num-server-rounds"], config.get("stop-after-round") or config["num-server-rounds"])
-    if summary["rounds_completed"] < wanted:
+    if summary["rounds_completed"] < wanted or data.get("stopped"):
         why = f": {data['stopped']['reason']}" if data.get("stopped") else "; see the log above"
-        raise RuntimeError(f"run stopped after {summary['rounds_completed']} rounds{why}")
-    return run_dir
+        raise RuntimeError(f"run failed after {summary['rounds_completed']} rounds{why}")
 
 
 def keys_table() -> str:

@@ -157,13 +157,16 @@ def after_round_1(metrics, action, limit: float = 300.0) -> tuple[threading.Thre
 
 @pytest.mark.slow
 def test_killed_supernode_mid_run_the_run_completes(tmp_path):
-    """Kill one of 4 SuperNodes during round 2: the round aggregates the 3 replies that arrive, the run ends.
+    """Kill one of 4 SuperNodes (SIGKILL: a crash) during round 2: the round aggregates the 3 replies that arrive and
+    the run ends.
 
-    The SuperLink answers for the dead node with 'Node Unavailable' once it misses heartbeats
-    (about 60 s); the round-timeout is the upper bound.
+    The SuperLink answers for the dead node with 'Node Unavailable' once it misses heartbeats (at most
+    HEARTBEAT_PATIENCE x 30 s in Flower 1.41); the round-timeout is only the upper bound. The run stops after that
+    round: a further round would first wait up to round-timeout for min-available-nodes = 4 nodes
+    (:meth:`ClientMap.await_nodes`), which the restart test covers.
     """
     require_fmnist()
-    over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 3,
+    over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 2,
             "round-timeout": 150.0, "run-name": "kill"}
     with cluster.local_cluster(4, tmp_path / "flwr") as c:
         t, killed = after_round_1(tmp_path / "kill" / "metrics.json", lambda: c.kill_node(3))  # round 2 is training
@@ -171,20 +174,26 @@ def test_killed_supernode_mid_run_the_run_completes(tmp_path):
         t.join()
     m = json.loads((run_dir / "metrics.json").read_text())
     rows = m["rounds"]
-    assert "at" in killed and m["summary"]["rounds_completed"] == 3
+    assert "at" in killed and m["summary"]["rounds_completed"] == 2
     ok = [r["replies"] for r in rows]  # successful replies per round
-    assert ok[1] == 4 and ok[2] == 3 and ok[3] == 3, ok
-    # round 2: the SuperLink answers for the dead node ('Node Unavailable'); round 3 samples only live nodes
-    assert rows[1]["failures"] == 0 and rows[2]["failures"] == 1 and rows[3]["failures"] == 0
+    assert ok[1] == 4 and ok[2] == 3, ok
+    # round 2: the SuperLink answers for the dead node ('Node Unavailable'), well before the round timeout
+    assert rows[1]["failures"] == 0 and rows[2]["failures"] == 1, rows
+    assert rows[2]["round_s"] < over["round-timeout"], rows[2]
     assert rows[-1]["accuracy"] > rows[1]["accuracy"]  # the 3 remaining updates were applied
 
 
 @pytest.mark.slow
 def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
-    """Kill and restart one of 3 SuperNodes after round 1 (same node config, so the same client id, but a new
-    node id): the client map moves the client to the new node, and in round 3 the client trains again, for FedAvg,
-    SHEFL (client 2 is the one LPC: sampled every round) and AdaptiveFL (random selection of 3 of 3). Round 2 may
-    lose it: a message to the dead node id is lost until the round timeout."""
+    """Restart one of 3 SuperNodes after round 1 (same node config, so the same client id, but a new node id): the
+    client map moves the client to the new node, and in round 3 the client trains again, for FedAvg, SHEFL (client 2
+    is the one LPC: sampled every round) and AdaptiveFL (random selection of 3 of 3).
+
+    The restart is graceful (SIGTERM, as a service manager restarts a device's SuperNode): the old node id is
+    deactivated on the way out, so a round-2 message still addressed to it is answered 'Node Unavailable' at once
+    and no round waits on the clock. The round timeout is only an upper bound, far above a ClientApp's cold start
+    on a loaded machine (under load a cold start plus 2 steps took 28 s, past the 25 s this test once used: every
+    reply was dropped). A crash (SIGKILL) is the killed-node test's case."""
     require_fmnist()
     runs = {
         "fedavg": {"method": "fedavg"},
@@ -195,7 +204,7 @@ def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
         for name, over in runs.items():
             t, restarted = after_round_1(tmp_path / name / "metrics.json", lambda: c.restart_node(2))  # client 2
             run_dir = cluster.submit(c, None, {**FMNIST, **over, "fraction-train": 1.0, "local-steps": 2,
-                                               "max-test-samples": 200, "num-server-rounds": 3, "round-timeout": 25.0,
+                                               "max-test-samples": 200, "num-server-rounds": 3, "round-timeout": 300.0,
                                                "max-idle-rounds": 0, "run-name": name}, results_dir=tmp_path, timeout=400)
             t.join()
             rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]

@@ -63,8 +63,8 @@ def test_client_map_maps_clients_fields_and_moves_a_restarted_node(task_identity
     m = ClientMap({900: one(2, **{"device-class": "hpc"}), 17: one(0), 55: {"client-ids": [1, 3]}})
     assert m.node == {2: 900, 0: 17, 1: 55, 3: 55} and m.clients() == [0, 1, 2, 3]
     assert m.field("device-class") == {2: "hpc"}
-    # node 55 restarts as node 4 (same clients), node 17 is gone
-    grid = Grid({900: one(2), 55: {"client-ids": [1, 3]}, 4: {"client-ids": [1, 3]}})
+    # node 55 restarts as node 4 (same clients; its old id is gone), node 17 is gone
+    grid = Grid({900: one(2), 4: {"client-ids": [1, 3]}})
     m.refresh(grid, timeout=1)
     assert grid.asked == [4]  # only the node that connected later is asked
     assert m.node[1] == 4 and m.node[3] == 4 and m.hosted[55] == []
@@ -73,18 +73,28 @@ def test_client_map_maps_clients_fields_and_moves_a_restarted_node(task_identity
         m.add(7, {"client-ids": [5, 6], "tier": ["weak"]})
 
 
-def test_two_nodes_of_one_answer_batch_claiming_a_client_warn_and_the_larger_node_id_serves_it(task_identity, caplog):
+def test_a_client_claimed_while_its_node_is_live_is_refused_until_that_node_is_gone(task_identity, caplog):
     caplog.set_level("INFO", logger="hetfl")
+    # one batch of answers: the first node (in node-id order) serves client 1; the second claim is refused
     m = ClientMap({30: {"client-ids": [0, 1]}, 12: {"client-ids": [1, 2]}})
-    assert m.node == {0: 30, 1: 30, 2: 12} and m.hosted == {12: [2], 30: [0, 1]}
-    assert [r.getMessage() for r in caplog.records if "claimed" in r.getMessage()] == [
-        "client 1 is claimed by nodes 12 and 30 (the same partition on two devices, or a restarted SuperNode's old id): "
-        "node 30 serves it"]
-    assert not [r for r in caplog.records if "moved" in r.getMessage()]  # the warning says it once, not also "moved"
+    assert m.node == {0: 30, 1: 12, 2: 12} and m.hosted == {12: [1, 2], 30: [0]}
+    assert [r.getMessage() for r in caplog.records if "claims" in r.getMessage()] == [
+        "client 1: node 30 claims it while node 12, which serves it, is still connected: refused (two devices with the "
+        "same client id or data?); it moves to node 30 only once node 12 is gone"]
+    assert 30 not in m.asked  # asked again at the next round
     caplog.clear()
-    m.add_answers({40: {"client-ids": [2]}})  # a later batch: a restarted node takes its client over, quietly
-    assert m.node[2] == 40 and not [r for r in caplog.records if "claimed" in r.getMessage()]
-    assert [r.getMessage() for r in caplog.records] == ["client 2 moved from node 12 to node 40"]
+    # a node that connects later claims client 2 while node 12 still answers: refused, with one line naming both
+    grid = Grid({12: {"client-ids": [1, 2]}, 30: {"client-ids": [0, 1]}, 40: {"client-ids": [2]}})
+    m.refresh(grid, timeout=1)
+    assert m.node[2] == 12 and m.node[1] == 12, m.node
+    assert any("client 2: node 40 claims it while node 12" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    # node 12 is gone (a restart): the next round's refresh asks node 40 (and 30) again and the clients move
+    grid = Grid({30: {"client-ids": [0, 1]}, 40: {"client-ids": [2]}})
+    m.refresh(grid, timeout=1)
+    assert m.node == {0: 30, 1: 30, 2: 40} and m.online(grid) == [0, 1, 2]
+    assert sorted(r.getMessage() for r in caplog.records if "moved" in r.getMessage()) == [
+        "client 1 moved from node 12 to node 30", "client 2 moved from node 12 to node 40"]
 
 
 def test_discovery_asks_nodes_in_bounded_batches(task_identity):

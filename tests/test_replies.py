@@ -136,3 +136,48 @@ def test_a_run_where_no_client_succeeds_stops_with_a_clear_error(tmp_path, task_
     assert data["stopped"]["round"] == 2 and "max-idle-rounds" in data["stopped"]["reason"], data.get("stopped")
     assert [r["round"] for r in data["rounds"]] == [0, 1] and (tmp_path / "idle" / "accuracy.png").exists()
     assert _reproduce_script().finished(tmp_path / "idle" / "metrics.json")
+
+
+def test_a_run_that_never_accepted_an_update_is_failed_whatever_max_idle_rounds(tmp_path, task_identity, monkeypatch):
+    """Every client fails in every round and max-idle-rounds is off (0): the run still reaches its last round, but
+    it never trained, so it ends as failed (NoClientSucceeded, ``stopped`` in metrics.json, which the launcher and
+    ``hetfl.cluster --submit`` turn into a non-zero exit), not as a completed run at chance accuracy."""
+    require_fmnist()
+    from hetfl import launch
+    from hetfl.baselines import client_app
+    from hetfl.common.data import LocalDataError
+    from hetfl.common.rounds import NoClientSucceeded
+
+    def no_data(context, cfg, client_id=None):
+        raise LocalDataError("node data-path '/data': label 12 outside [0, 10)")
+
+    monkeypatch.setattr(client_app, "client_data", no_data)
+    cfg = {**BASE, "method": "fedavg", "num-server-rounds": 2, "max-idle-rounds": 0, "min-available-nodes": 4}
+    with pytest.raises(NoClientSucceeded, match="in any of the run's 2 round"):
+        run_in_process(cfg, 4, tmp_path, "never")
+    data = json.loads((tmp_path / "never" / "metrics.json").read_text())
+    assert data["stopped"]["round"] == 2 and [r["round"] for r in data["rounds"]] == [0, 1, 2], data.get("stopped")
+    with pytest.raises(RuntimeError, match="never trained"):
+        launch.check_outcome(data)
+
+
+def test_replies_of_clients_without_data_are_not_accepted_updates(tmp_path, task_identity, monkeypatch):
+    """Every client holds no rows, so every reply weighs 0: such a reply trains nothing and is not an accepted update,
+    so max-idle-rounds stops a federation of empty clients (it used to count them and run forever)."""
+    require_fmnist()
+    from hetfl.baselines import client_app
+    from hetfl.common.data import ArrayData
+    from hetfl.common.rounds import NoClientSucceeded
+
+    real = client_app.client_data
+
+    def empty(context, cfg, client_id=None):
+        d = real(context, cfg, client_id)
+        return ArrayData(d.x[:0], d.y[:0])
+
+    monkeypatch.setattr(client_app, "client_data", empty)
+    cfg = {**BASE, "method": "fedavg", "num-server-rounds": 5, "max-idle-rounds": 2, "min-available-nodes": 4}
+    with pytest.raises(NoClientSucceeded, match="in the last 2 rounds"):
+        run_in_process(cfg, 4, tmp_path, "empty")
+    rows = json.loads((tmp_path / "empty" / "metrics.json").read_text())["rounds"]
+    assert rows[1]["replies"] == len(rows[1]["clients"]) > 0 and rows[1]["accepted"] == 0, rows[1]  # all answered; none accepted

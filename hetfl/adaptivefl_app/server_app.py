@@ -13,7 +13,7 @@ from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import compute_options, dataset_threshold, log, pack_models, test_data, unpack_models
+from hetfl.common.task import compute_options, dataset_threshold, eval_splits, log, pack_models, unpack_models
 from hetfl.common.train import Normalizer, evaluate
 
 from .core import slice_state, tier_capacities
@@ -46,7 +46,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     else:
         initial = [full]
     models = {level: pool.build(pool.index(level)) for level in LEVELS}
-    data, norm = test_data(cfg), Normalizer(cfg["dataset"])
+    val, data = eval_splits(cfg)  # val: the half hyper-parameters are chosen on (eval-split = "test-half"; hetfl.tune)
+    norm = Normalizer(cfg["dataset"])
     opts = compute_options(cfg, server=True)  # server-torch-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size, "exits": e.depth}
@@ -64,8 +65,11 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
             model = models[level]
             set_state(model, slice_state(src, pool.shapes(pool.index(level))))
             losses[level], accs[level] = evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
-        return {"accuracy": accs["L1"], "loss": losses["L1"], **{f"acc_{k}": v for k, v in accs.items()},
-                "acc_avg": sum(accs.values()) / len(accs)}
+        out = {"accuracy": accs["L1"], "loss": losses["L1"], **{f"acc_{k}": v for k, v in accs.items()},
+               "acc_avg": sum(accs.values()) / len(accs)}
+        if val is not None:  # the full model (L1) is what is reported, so it is what is chosen on
+            out["val_accuracy"] = evaluate(models["L1"], val, norm, cfg["eval-batch-size"], **opts)[1]
+        return out
 
     # the paper's figures: accuracy of each level (S1, M1, L1 = the full model) and the waste rate (Eq. 5)
     recorder.describe("L1 (full model)", panels={"waste rate": ["waste_rate", "cum_waste_rate"]}, same_as="acc_L1")

@@ -157,7 +157,7 @@ register_keys(
     Key("seed", int, 0, "seed for sampling, initialisation and local shuffling", min=0),
     Key("num-server-rounds", int, 3, "number of federated rounds", min=1),
     Key("fraction-train", float, 0.1, "fraction of connected clients sampled per round", min=0.0, max=1.0, min_inclusive=False),
-    Key("min-available-nodes", int, 2, "wait for at least this many nodes before round 1", min=1),
+    Key("min-available-nodes", int, 2, "wait for at least this many nodes before round 1, and up to round-timeout before each later round", min=1),
     Key("num-clients", int, 0, "clients of the federation (0 = one per SuperNode); > 0: each SuperNode hosts several, round robin", min=0),
     Key("round-timeout", float, 3600.0, "seconds to wait for replies in a round", min=0.0, min_inclusive=False),
     Key("max-idle-rounds", int, 3, "stop the run with an error after this many rounds in a row without one accepted client update (0 = never)", min=0),

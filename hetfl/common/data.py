@@ -39,7 +39,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,7 @@ class DatasetInfo:
     kind: str = "image"
     local_dirs: tuple[str, ...] = ()
     how_to_get: str = ""
+    class_names: tuple[str, ...] = ()  # the name of each class id (a ClassLabel's names); () = plain integer ids
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -71,15 +72,19 @@ DATASETS: dict[str, DatasetInfo] = {
         local_dirs=("/usr/share/datasets/fashion-mnist",),
         how_to_get="apt-get install dataset-fashion-mnist (IDX files in /usr/share/datasets/fashion-mnist), "
         "or put train/t10k-*-idx*-ubyte[.gz] in data-dir/fashion_mnist",
+        class_names=("T - shirt / top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                     "Ankle boot"),
     ),
     "mnist": DatasetInfo(
         "ylecun/mnist", "image", "label", 10, (1, 28, 28), (0.1307,), (0.3081,), 0.90,
         local_dirs=("/usr/share/datasets/mnist",),
         how_to_get="put the MNIST IDX files (train/t10k-*-idx*-ubyte[.gz]) in data-dir/mnist",
+        class_names=tuple(str(i) for i in range(10)),
     ),
     "cifar10": DatasetInfo(
         "uoft-cs/cifar10", "img", "label", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 0.70,
         how_to_get="extract cifar-10-python.tar.gz so that data-dir/cifar10/cifar-10-batches-py exists",
+        class_names=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
     ),
     "cifar100": DatasetInfo(
         "uoft-cs/cifar100", "img", "fine_label", 100, (3, 32, 32), (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), 0.50,
@@ -89,14 +94,17 @@ DATASETS: dict[str, DatasetInfo] = {
         "ufldl-stanford/svhn", "image", "label", 10, (3, 32, 32), (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970), 0.90,
         subset="cropped_digits",
         how_to_get="put train_32x32.mat and test_32x32.mat in data-dir/svhn",
+        class_names=tuple(str(i) for i in range(10)),
     ),
     "ag_news": DatasetInfo(
         "fancyzhx/ag_news", "text", "label", 4, (), (), (), 0.85, kind="text",
         how_to_get="put train.csv and test.csv (class index 1-4, title, description) in data-dir/ag_news",
+        class_names=("World", "Sports", "Business", "Sci/Tech"),
     ),
     "digits": DatasetInfo(
         "", "image", "label", 10, (1, 8, 8), (0.3031,), (0.3763,), 0.90,
         how_to_get="ships with scikit-learn (sklearn.datasets.load_digits)",
+        class_names=tuple(str(i) for i in range(10)),
     ),
 }
 
@@ -304,11 +312,57 @@ def _label_classes(feature) -> int | None:
     raise ValueError(str(feature))
 
 
+def _class_key(name: str) -> str:
+    """How class names are compared: case, spaces and punctuation ignored ('T-shirt/top' = 'T - shirt / top')."""
+    return "".join(ch for ch in str(name).casefold() if ch.isalnum())
+
+
+def is_integer_names(names: Sequence[str]) -> bool:
+    """Whether `names` are a ClassLabel's default names ``'0', '1', ...`` (``ClassLabel(num_classes=n)``): ids, not names."""
+    return list(names) == [str(i) for i in range(len(names))]
+
+
+def class_ids(found: Sequence[str], run: Sequence[str], num_classes: int, where: str) -> np.ndarray:
+    """The run's class id of each of a dataset's own class names (``found[i]`` -> ``out[i]``), matched by name.
+
+    A node's image folder names its classes after its own sorted folders, so its label 0 is whatever class it holds
+    first; the run's labels are the server's. Names are compared without case, spaces or punctuation. Default
+    ClassLabel names (``'0'``, ``'1'``, ...) are class ids and keep their meaning, as do the names of a run whose
+    classes have no names (plain integer labels). docs/node-data.md#labels
+
+    Raises
+    ------
+    LocalDataError
+        A class the run does not know (one line naming `where`, the classes and the run's classes), or an id outside
+        [0, num_classes).
+    """
+    run_keys = {_class_key(n): i for i, n in enumerate(run)}
+    out, unknown = [], []
+    for name in found:
+        if _class_key(name) in run_keys:
+            out.append(run_keys[_class_key(name)])
+        elif str(name).isdigit() and (is_integer_names(found) or not run) and int(name) < num_classes:
+            out.append(int(name))
+        else:
+            unknown.append(str(name))
+    if unknown:
+        known = f"the run's classes are {list(run)}" if run else (
+            f"the run's classes have no names: integer ids 0..{num_classes - 1}")
+        raise LocalDataError(f"{where}: holds {len(unknown)} class(es) the run does not know ({', '.join(map(repr, unknown))}); "
+                             f"{known}; name every class folder (or ClassLabel name) like the server's data")
+    if len(set(out)) < len(out):
+        dup = sorted({run[i] if run else str(i) for i in out if out.count(i) > 1})
+        raise LocalDataError(f"{where}: several of its classes {list(found)} match the run's class(es) {dup}; expected "
+                             "one folder (or ClassLabel name) per class")
+    return np.asarray(out, dtype=np.int64)
+
+
 def _input_column(columns: list[str], input_col: str) -> str | None:
     return input_col if input_col else next((c for c in INPUT_COLUMNS if c in columns), None)
 
 
-def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classes: int = 0, where: str = "") -> DatasetInfo:
+def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classes: int = 0, where: str = "",
+             run: DatasetInfo | None = None) -> DatasetInfo:
     """The :class:`DatasetInfo` of a bring-your-own dataset from its (train) split `ds`.
 
     Text if the input column holds strings, else images whose shape (C, H, W) is the first row's; the class count
@@ -321,8 +375,13 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
         Column names ('' = the first of :data:`INPUT_COLUMNS` present / ``label``).
     where : str
         What the data is, for the error message (default: the run-config key ``dataset``).
+    run : DatasetInfo, optional
+        The run's description as the server sent it (a node describing its own ``data-path``): the result keeps this
+        data's columns and takes the run's classes (names and count), shape and normalisation; a different kind of
+        input or image shape is a LocalDataError naming both. The node's class names are matched to the run's when
+        its data is read (:func:`class_ids`).
     """
-    from datasets import Value
+    from datasets import ClassLabel
 
     where = where or f"run-config key 'dataset' = {name!r}"
     cols = list(ds.column_names)
@@ -339,16 +398,31 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
     except ValueError:
         raise LocalDataError(f"{where}: label column {lcol!r} is {ds.features[lcol]}; expected integer class ids "
                              "(a ClassLabel or int column)") from None
+    names = tuple(ds.features[lcol].names) if isinstance(ds.features[lcol], ClassLabel) else ()
+    if run is not None:
+        return _fit_to_run(ds, icol, lcol, run, where)
     if num_classes and found and num_classes < found:
         raise LocalDataError(f"{where}: label column {lcol!r} is a ClassLabel of {found} classes; run-config key "
                              f"'num-classes' = {num_classes} is fewer; expected 0 (= {found}) or at least {found}")
+    names = () if is_integer_names(names) else names
     n = num_classes or found
     if not n:
         raise LocalDataError(f"{where}: label column {lcol!r} holds plain integers, so the number of classes is not "
                              "known; set run-config key 'num-classes' (or save the labels as a ClassLabel)")
+    kind, shape = _input_kind(ds, icol, where)
+    if kind == "text":
+        return DatasetInfo("", icol, lcol, int(n), (), (), (), BYO_THRESHOLD, kind="text", class_names=names)
+    return DatasetInfo("", icol, lcol, int(n), shape, (BYO_NORM,) * shape[0], (BYO_NORM,) * shape[0], BYO_THRESHOLD,
+                       class_names=names)
+
+
+def _input_kind(ds, icol: str, where: str) -> tuple[str, tuple[int, ...]]:
+    """("text", ()) or ("image", (C, H, W) of the first row) of a split's input column; LocalDataError otherwise."""
+    from datasets import Value
+
     feat = ds.features[icol]
     if isinstance(feat, Value) and feat.dtype in ("string", "large_string"):
-        return DatasetInfo("", icol, lcol, int(n), (), (), (), BYO_THRESHOLD, kind="text")
+        return "text", ()
     first = np.asarray(ds.with_format("numpy", columns=[icol])[0][icol])
     if first.dtype == object or first.ndim not in (2, 3):
         raise LocalDataError(f"{where}: input column {icol!r} holds {feat} values of shape {first.shape}; expected "
@@ -356,7 +430,26 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
     shape = _image_shape(first)
     if shape[0] not in (1, 3):
         raise LocalDataError(f"{where}: images have {shape[0]} channels (shape {shape}); expected 1 (grayscale) or 3 (RGB)")
-    return DatasetInfo("", icol, lcol, int(n), shape, (BYO_NORM,) * shape[0], (BYO_NORM,) * shape[0], BYO_THRESHOLD)
+    return "image", shape
+
+
+def _fit_to_run(ds, icol: str, lcol: str, run: DatasetInfo, where: str) -> DatasetInfo:
+    """A node's own split described for the run: its columns, the run's classes, shape and normalisation.
+
+    Raises
+    ------
+    LocalDataError
+        Its inputs are of another kind (text / images) or another image shape than the run's (one line naming both).
+    """
+    from dataclasses import replace
+
+    kind, shape = _input_kind(ds, icol, where)
+    if kind != run.kind:
+        raise LocalDataError(f"{where}: holds {kind} inputs (column {icol!r}); the run expects {run.kind} inputs")
+    if kind == "image" and tuple(shape) != tuple(run.shape):
+        raise LocalDataError(f"{where}: holds images of shape {tuple(shape)} (channels, height, width); the run expects "
+                             f"{tuple(run.shape)}")
+    return replace(run, image_col=icol, label_col=lcol)
 
 
 def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) -> ArrayData:
@@ -385,17 +478,11 @@ def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) 
     if y.dtype.kind not in "iu":
         raise LocalDataError(f"{where}: label column {info.label_col!r} holds {y.dtype} values (e.g. {y[0]!r}); "
                              f"the run expects integer class ids in [0, {info.num_classes})")
-    bad = (y < 0) | (y >= info.num_classes)
-    if bad.any():
-        raise LocalDataError(f"{where}: {int(bad.sum())} label(s) outside [0, {info.num_classes}) (e.g. {int(y[bad][0])} "
-                             f"at row {int(np.nonzero(bad)[0][0])}, labels span {int(y.min())}..{int(y.max())}); the run "
-                             f"expects {info.num_classes} classes")
-    y = y.astype(np.int64)
     if info.kind == "text":
         x = np.asarray(ds[info.image_col], dtype=object)
         if not all(isinstance(t, str) for t in x):
             raise LocalDataError(f"{where}: input column {info.image_col!r} does not hold strings; the run expects texts")
-        return ArrayData(x, y)
+        return ArrayData(x, _run_labels(ds, y, info, where))
     x = data[info.image_col]
     if x.dtype == object:  # images of different sizes or modes come back one array each
         shapes = sorted({_image_shape(np.asarray(i)) for i in x})
@@ -415,7 +502,21 @@ def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) 
             raise LocalDataError(f"{where}: pixel values of type {x.dtype} in [{x.min()}, {x.max()}]; the run expects "
                                  "integers in [0, 255]")
         x = x.astype(np.uint8)
-    return ArrayData(np.ascontiguousarray(x), y)
+    return ArrayData(np.ascontiguousarray(x), _run_labels(ds, y, info, where))
+
+
+def _run_labels(ds, y: np.ndarray, info: DatasetInfo, where: str) -> np.ndarray:
+    """A split's labels as the run's class ids: a ClassLabel's ids matched by name (:func:`class_ids`), plain integers
+    as they are; LocalDataError for a class the run does not know or an id outside [0, num_classes)."""
+    feature = ds.features[info.label_col]
+    if hasattr(feature, "names") and len(y) and y.min() >= 0:  # a ClassLabel: its ids become the run's, by name
+        y = class_ids(feature.names, info.class_names, info.num_classes, where)[y]
+    bad = (y < 0) | (y >= info.num_classes)
+    if bad.any():
+        raise LocalDataError(f"{where}: {int(bad.sum())} label(s) outside [0, {info.num_classes}) (e.g. {int(y[bad][0])} "
+                             f"at row {int(np.nonzero(bad)[0][0])}, labels span {int(y.min())}..{int(y.max())}); the run "
+                             f"expects {info.num_classes} classes")
+    return y.astype(np.int64)
 
 
 # ---------------------------------------------------------------------------
@@ -533,7 +634,8 @@ def _to_hf(dataset: str | DatasetInfo, split: ArrayData):
     from datasets import Array2D, Array3D, ClassLabel, Dataset, Features, Value
 
     info = dataset_info(dataset) if isinstance(dataset, str) else dataset
-    label = ClassLabel(num_classes=info.num_classes)
+    named = len(info.class_names) == info.num_classes
+    label = ClassLabel(names=list(info.class_names)) if named else ClassLabel(num_classes=info.num_classes)
     if info.kind == "text":
         feats = Features({info.image_col: Value("string"), info.label_col: label})
         return Dataset.from_dict({info.image_col: [str(t) for t in split.x], info.label_col: split.y}, features=feats)
@@ -593,11 +695,13 @@ def adopt_description(key: tuple[str, str, str, int], info: DatasetInfo) -> None
 
 
 def describe_from_directory(path: str | Path, name: str, input_col: str, label_col: str, num_classes: int,
-                            where: str) -> DatasetInfo:
+                            where: str, run: DatasetInfo | None = None) -> DatasetInfo:
     """Describe the reference `name` from a node's own data directory and adopt it for this process (once).
 
-    A SuperNode with a ``data-path`` never reads the server's ``hub:``/``dir:`` reference; its model, normalisation
-    and data checks follow the description of its own train split (:func:`describe`). docs/bring-your-own.md
+    A SuperNode with a ``data-path`` never reads the server's ``hub:``/``dir:`` reference. With `run` (the
+    description the server sends with every message, :func:`run_description`) its classes, input shape and
+    normalisation are the run's and its own data is checked against them; without it (an older server) they follow
+    its own train split (:func:`describe`). docs/bring-your-own.md
 
     Raises
     ------
@@ -605,10 +709,29 @@ def describe_from_directory(path: str | Path, name: str, input_col: str, label_c
         The directory cannot be read or describes no classification dataset; the message starts with `where`.
     """
     key = (name, input_col, label_col, int(num_classes))
-    if key not in _DESCRIBED:
+    if key not in _DESCRIBED or (run is not None and _DESCRIBED[key].class_names != run.class_names):
         train = choose_split(read_directory(path, where), "train", where)
-        adopt_description(key, describe(train, *key, where=where))
+        adopt_description(key, describe(train, *key, where=where, run=run))
     return _DESCRIBED[key]
+
+
+RUN_DATA = "run-data"
+"""Record of every message of a ``hub:``/``dir:`` run: the server's description of the run's data."""
+
+
+def run_description(info: DatasetInfo) -> dict[str, Any]:
+    """What the server tells nodes about a bring-your-own dataset (a ConfigRecord's fields): the classes by name,
+    their count, the kind of input and the image shape. A node that holds only its own data cannot know them."""
+    return {"class-names": list(info.class_names), "num-classes": int(info.num_classes), "kind": info.kind,
+            "shape": [int(v) for v in info.shape]}
+
+
+def from_run_description(fields: dict[str, Any]) -> DatasetInfo:
+    """The run's :class:`DatasetInfo` from :func:`run_description` (columns are filled in from the node's data)."""
+    shape = tuple(int(v) for v in fields.get("shape", []))
+    norm = (BYO_NORM,) * shape[0] if shape else ()
+    return DatasetInfo("", "", "", int(fields["num-classes"]), shape, norm, norm, BYO_THRESHOLD,
+                       kind=str(fields["kind"]), class_names=tuple(str(n) for n in fields.get("class-names", [])))
 
 
 def info_by_name(name: str) -> DatasetInfo:

@@ -70,52 +70,58 @@ class ClientMap:
         self.hosted: dict[int, list[int]] = {}  # node id -> client ids it serves
         self._sender: dict[str, int] = {}  # message id -> client id, of the latest send_and_receive
         self.asked: set[int] = set()  # nodes asked once (answered or not): never asked again
+        self.min_nodes = 0  # min-available-nodes: a round waits (bounded) until this many nodes are connected
+        self.records: dict[str, ConfigRecord] = {}  # sent with every message (the run's data description)
         self.add_answers(answers or {})
 
-    def add_answers(self, answers: Mapping[int, Mapping[str, Any]]) -> None:
+    def add_answers(self, answers: Mapping[int, Mapping[str, Any]], live: Iterable[int] = ()) -> None:
         """:meth:`add` every node's answer in node-id order; a malformed answer leaves that node out, with a warning.
 
-        A client claimed by two nodes of the same batch of answers is served by the one with the larger node id (the
-        later in that order), with a warning: two devices given the same partition, or a restarted SuperNode whose
-        old node id is still registered (docs/deployment.md#client-ids)."""
-        claimed: dict[int, int] = {}  # client id -> node of this batch that claimed it
-        added: set[int] = set()  # nodes of this batch added so far
+        A client already served by a node that is still live (in `live`, the connected nodes, or a node of this same
+        batch of answers) is not taken over: the later claim is refused with one warning naming both nodes (two
+        devices given the same client id or data, or a misconfigured or hostile node), and the claiming node is asked
+        again at the next round, so that a restarted SuperNode takes its client over once its old node id is gone
+        (docs/deployment.md#client-ids)."""
+        live_now = {int(n) for n in live}
         for node in sorted(answers):
             self.asked.add(int(node))
             try:
-                self.add(node, answers[node], batch=added)
+                refused = self.add(node, answers[node], live=live_now)
             except (KeyError, ValueError, TypeError) as err:
                 log.warning("node %d: unusable discovery answer (%s: %s); it is left out", node, type(err).__name__, err)
                 continue
-            added.add(int(node))
-            for c in self.hosted[int(node)]:
-                if c in claimed:
-                    log.warning("client %d is claimed by nodes %d and %d (the same partition on two devices, or a "
-                                "restarted SuperNode's old id): node %d serves it", c, claimed[c], int(node), int(node))
-                claimed[c] = int(node)
+            live_now.add(int(node))
+            if refused:
+                self.asked.discard(int(node))  # asked again next round: its claim stands once the holder is gone
 
     # --- who is where ---------------------------------------------------------------------
 
-    def add(self, node: int, answer: Mapping[str, Any], batch: set[int] = frozenset()) -> None:
-        """Record a node's discovery answer; a client it reports moves to it (a restarted node has a new id).
-
-        ``batch``: the nodes already added from the same batch of answers; a client taken from one of them is a
-        duplicate claim, which :meth:`add_answers` warns about, so no "moved" line is logged for it."""
+    def add(self, node: int, answer: Mapping[str, Any], live: set[int] = frozenset()) -> list[int]:
+        """Record a node's discovery answer; a client it reports moves to it (a restarted node has a new id) unless the
+        node serving it is in `live`. Returns the client ids refused to it."""
         node = int(node)
         ids = [int(c) for c in answer[CLIENT_IDS]]
         fields = {k: list(v) for k, v in answer.items() if k != CLIENT_IDS}
         for k, v in fields.items():
             if len(v) != len(ids):
                 raise ValueError(f"node {node}: field '{k}' has {len(v)} values for {len(ids)} client ids")
+        kept, refused = [], []
         for j, c in enumerate(ids):
             old = self.node.get(c)
             if old is not None and old != node:
-                if old not in batch:
-                    log.info("client %d moved from node %d to node %d", c, old, node)
+                if old in live:
+                    log.warning("client %d: node %d claims it while node %d, which serves it, is still connected: refused "
+                                "(two devices with the same client id or data?); it moves to node %d only once node %d "
+                                "is gone", c, node, old, node, old)
+                    refused.append(c)
+                    continue
+                log.info("client %d moved from node %d to node %d", c, old, node)
                 self.hosted[old] = [x for x in self.hosted.get(old, []) if x != c]
             self.node[c] = node
             self.info[c] = {k: v[j] for k, v in fields.items()}
-        self.hosted[node] = ids
+            kept.append(c)
+        self.hosted[node] = kept
+        return refused
 
     def clients(self) -> list[int]:
         """Every known client id, sorted."""
@@ -131,18 +137,38 @@ class ClientMap:
         return [c for c in sorted(self.node) if self.node[c] in connected]
 
     def refresh(self, grid, timeout: float) -> None:
-        """Ask nodes that connected after discovery (a restarted SuperNode gets a new node id) what they host."""
-        new = sorted({int(n) for n in grid.get_node_ids()} - self.asked)
+        """Ask nodes that connected after discovery (a restarted SuperNode gets a new node id) what they host.
+
+        First, as Flower's strategies do with ``min_available_nodes`` before every round, wait until
+        :attr:`min_nodes` nodes are connected, for at most `timeout` seconds (then the round goes on with the
+        nodes that are): a SuperNode that restarts between two rounds is back before the next round samples.
+        """
+        self.await_nodes(grid, timeout)
+        connected = {int(n) for n in grid.get_node_ids()}
+        new = sorted(connected - self.asked)
         if new:
             log.info("discovering %d node(s) that connected after the start", len(new))
             self.asked.update(new)
-            self.add_answers(ask_nodes(grid, new, timeout))
+            self.add_answers(ask_nodes(grid, new, timeout, records=self.records), live=set(self.hosted) & connected)
+
+    def await_nodes(self, grid, timeout: float, poll: float = 0.5) -> int:
+        """Wait until :attr:`min_nodes` nodes are connected or `timeout` seconds have passed; the connected count."""
+        end = time.monotonic() + timeout
+        count = len(grid.get_node_ids())
+        if count < self.min_nodes:
+            log.info("%d of min-available-nodes = %d SuperNodes connected: waiting up to %.0f s before the round",
+                     count, self.min_nodes, timeout)
+            while count < self.min_nodes and time.monotonic() < end:
+                time.sleep(poll)
+                count = len(grid.get_node_ids())
+            log.info("%d SuperNodes connected: the round starts", count)
+        return count
 
     # --- sending ------------------------------------------------------------------------------
 
     def message(self, client: int, content: RecordDict, message_type: str) -> Message:
         """A message for `client`: `content` (shared records are not copied) plus the client's id, to its node."""
-        records = dict(content.items())
+        records = {**self.records, **dict(content.items())}
         records[CLIENT] = ConfigRecord({"client-id": int(client)})
         return Message(RecordDict(records), message_type=message_type, dst_node_id=self.node[int(client)])
 
@@ -182,7 +208,8 @@ def error_line(reply: Message) -> str:
     return reason if len(reason) <= 300 else reason[:297] + "..."
 
 
-def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY_BATCH) -> dict[int, dict[str, Any]]:
+def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY_BATCH,
+              records: Mapping[str, ConfigRecord] | None = None) -> dict[int, dict[str, Any]]:
     """Send each node the :data:`NODE_QUERY`, `batch` nodes at a time; node id -> its answer (failures left out).
 
     Flower's simulation pump walks every stored message for every node on each pass, so asking
@@ -191,7 +218,8 @@ def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY
     out: dict[int, dict[str, Any]] = {}
     end = time.monotonic() + timeout
     for i in range(0, len(nodes), batch):
-        msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=NODE_QUERY, dst_node_id=int(n))
+        msgs = [Message(RecordDict({**(records or {}), "config": ConfigRecord({})}), message_type=NODE_QUERY,
+                        dst_node_id=int(n))
                 for n in nodes[i:i + batch]]
         for r in grid.send_and_receive(msgs, timeout=max(1.0, end - time.monotonic())):
             if r.has_error():
@@ -201,13 +229,28 @@ def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY
     return out
 
 
+def run_records(cfg: dict[str, Any]) -> dict[str, ConfigRecord]:
+    """The records every message of the run carries: for a ``hub:``/``dir:`` dataset the server's description of it
+    (classes by name, input shape), which a node holding only its own data cannot know; none for a named dataset
+    (every node knows it from the catalog)."""
+    from . import data as D
+
+    if not D.is_byo(cfg["dataset"]):
+        return {}
+    info = D.dataset_info(cfg["dataset"], cfg["input-column"], cfg["label-column"], cfg["num-classes"])
+    return {D.RUN_DATA: ConfigRecord(D.run_description(info))}
+
+
 def discover_clients(grid, cfg: dict[str, Any], timeout: float = 600.0) -> ClientMap:
     """Wait for min-available-nodes nodes and ask each which clients it hosts (and its method's fields)."""
     nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
-    answers = ask_nodes(grid, nodes, cfg["round-timeout"])
+    records = run_records(cfg)
+    answers = ask_nodes(grid, nodes, cfg["round-timeout"], records=records)
     if len(answers) < len(nodes):
         log.warning("%d of %d nodes did not answer the discovery query", len(nodes) - len(answers), len(nodes))
     cmap = ClientMap(answers)
+    cmap.min_nodes = int(cfg["min-available-nodes"])
+    cmap.records = records
     cmap.asked.update(int(n) for n in nodes)  # the ones that did not answer are not asked again every round
     log.info("%d clients on %d nodes", len(cmap.node), len(answers))
     return cmap

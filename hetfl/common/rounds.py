@@ -14,10 +14,11 @@ in the same state as an uninterrupted one (same seed). An old-format ``checkpoin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,36 @@ LEGACY_CHECKPOINT = "checkpoint.pkl"  # the old pickle format: never loaded
 _CHECKPOINT_KEYS = {"round", "arrays", "strategy", "python_random", "numpy_random", "recorder"}
 
 
+_OBSERVERS: list[Callable[[dict[str, Any]], None]] = []
+
+
+@contextlib.contextmanager
+def observe_rounds(fn: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+    """Call ``fn(row)`` with every round's recorded row (metrics.json's) in this process while the context is open.
+
+    How :mod:`hetfl.tune` reports each round's validation accuracy to its pruner; an exception raised by `fn` ends
+    the run (Optuna's ``TrialPruned``).
+    """
+    _OBSERVERS.append(fn)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(fn)
+
+
 class NoClientSucceeded(RuntimeError):
     """No sampled client's update was accepted for ``max-idle-rounds`` rounds in a row: the run stops."""
+
+
+def zero_weight(reply) -> bool:
+    """Whether a reply's aggregation weight (``num-examples`` of its metric record) is 0: a client without data,
+    whose update changes nothing and so is not an accepted update (``max-idle-rounds``)."""
+    from flwr.app import MetricRecord
+
+    for rec in reply.content.values():
+        if isinstance(rec, MetricRecord) and "num-examples" in rec:
+            return float(rec["num-examples"]) == 0.0
+    return False
 
 
 def _arrays_to_numpy(arrays: ArrayRecord) -> dict[str, np.ndarray]:
@@ -98,7 +127,10 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
     columns = {"eval_s": eval_s, "comm_s": traffic.comm_s, "replies": traffic.replies, "failures": traffic.failures,
                "rejected": getattr(strategy, "rejected", 0) if server_round else 0,
                "hosts": dict(sorted(traffic.hosts.items())), **metrics, **own}
-    return recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
+    row = recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
+    for fn in list(_OBSERVERS):
+        fn(row)
+    return row
 
 
 def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
@@ -166,7 +198,9 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         new, _ = strategy.aggregate_train(rnd, replies)
         if new is not None:
             arrays = new
-        accepted = len(replies) - errors - getattr(strategy, "rejected", 0)
+        empty = sum(1 for r in replies if not r.has_error() and zero_weight(r))  # a client without data trains nothing
+        accepted = max(0, len(replies) - errors - getattr(strategy, "rejected", 0) - empty)
+        recorder.stage(accepted=accepted)
         idle = idle + 1 if messages and accepted <= 0 else 0
         if idle >= cfg.get("max-idle-rounds", 0) > 0:
             why = (f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
@@ -179,4 +213,11 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         record_round(grid, strategy, recorder, rnd, arrays, evaluate_fn)
         if cfg["checkpoint"]:
             save_checkpoint(path, rnd, arrays, strategy, recorder)
+    trained = [r for r in recorder.rounds if r["round"] >= 1 and r.get("clients")]
+    if trained and not any(r.get("accepted", r.get("replies", 0) - r.get("rejected", 0)) > 0 for r in trained):
+        why = (f"no client update was accepted in any of the run's {len(trained)} round(s): every sampled client "
+               "failed or sent a malformed update, so the model was never trained")
+        recorder.extra["stopped"] = {"round": trained[-1]["round"], "reason": why}
+        plot_run(recorder.write())
+        raise NoClientSucceeded(f"{why}; the server log names each client's error")
     return arrays

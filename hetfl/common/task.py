@@ -45,12 +45,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def config_of(context: Context) -> dict[str, Any]:
+def config_of(context: Context, msg=None) -> dict[str, Any]:
     """The validated run config of a ServerApp/ClientApp context.
 
-    On a SuperNode with a ``data-path`` whose run brings its own dataset (``hub:``/``dir:``), the dataset is
-    described from the node's data (it does not read the server's reference), so that the model, the
-    normalisation and the data checks of this process follow it (docs/node-data.md).
+    On a SuperNode with a ``data-path`` whose run brings its own dataset (``hub:``/``dir:``), the node does not read
+    the server's reference: the run's classes (by name), input shape and normalisation come with the message
+    (`msg`'s :data:`~hetfl.common.data.RUN_DATA` record) and the node's own data is described for them, so that
+    the model, the labels and the data checks of this process follow the run (docs/node-data.md#labels).
 
     Raises
     ------
@@ -60,8 +61,11 @@ def config_of(context: Context) -> dict[str, Any]:
     cfg = validate(dict(context.run_config))
     path = context.node_config.get("data-path")
     if path and D.is_byo(cfg["dataset"]):
+        run = None
+        if msg is not None and D.RUN_DATA in msg.content:
+            run = D.from_run_description(dict(msg.content[D.RUN_DATA]))
         D.describe_from_directory(str(path), cfg["dataset"], cfg["input-column"], cfg["label-column"],
-                                  cfg["num-classes"], node_data_where(str(path)))
+                                  cfg["num-classes"], node_data_where(str(path), context), run=run)
     return cfg
 
 
@@ -164,9 +168,15 @@ def node_partition(context: Context) -> tuple[int, int]:
     return pid, n
 
 
-def node_data_where(path: str) -> str:
-    """How errors name a node's data (:class:`~hetfl.common.data.LocalDataError` messages start with it)."""
-    return f"node data-path {path!r}"
+def node_data_where(path: str, context: Context | None = None) -> str:
+    """How errors name a node's data (:class:`~hetfl.common.data.LocalDataError` messages start with it): the client
+    id it serves (with `context`) and the path."""
+    if context is None:
+        return f"node data-path {path!r}"
+    try:
+        return f"client {node_client_id(context)}: node data-path {path!r}"
+    except Exception:  # noqa: BLE001 - an unreadable directory has no content id: the data error says why
+        return f"node data-path {path!r}"
 
 
 def node_client_id(context: Context) -> int:
@@ -306,7 +316,7 @@ def client_data(context: Context, cfg: dict[str, Any], client_id: int | None = N
         if client_id is not None and client_id != node_client_id(context):
             raise ValueError(f"{node_data_where(path)} holds the data of client {node_client_id(context)}, "
                              f"not of client {client_id}")
-        data = load_local_data(path, dataset_info(cfg), node_data_where(path), "train", cfg["cache-dir"])
+        data = load_local_data(path, dataset_info(cfg), node_data_where(path, context), "train", cfg["cache-dir"])
         return model_inputs(data, cfg)
     if "num-partitions" not in nc:
         raise KeyError("node config lacks 'num-partitions': start the SuperNode with --node-config "
@@ -365,7 +375,7 @@ def compute_options(cfg: dict[str, Any], server: bool = False) -> dict[str, Any]
 def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_round: int, *,
                 steps: int | None = None, epochs: int | None = None, proximal_mu: float = 0.0,
                 seed_offset: int = 0, loss_fn: Callable[..., torch.Tensor] | None = None,
-                normalize: Normalizer | None = None) -> TrainResult:
+                normalize: Normalizer | None = None, epoch_end: Callable[[int], bool | None] | None = None) -> TrainResult:
     """Run the one training loop with the config's hyper-parameters (overridable steps/epochs) on `torch-device`;
     batches normalised with the dataset's statistics unless `normalize` says otherwise."""
     torch.set_num_threads(cfg["client-threads"])
@@ -376,7 +386,7 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
         batch_size=cfg["batch-size"], lr=round_lr(cfg, server_round), momentum=cfg["momentum"],
         weight_decay=cfg["weight-decay"], optimizer=cfg["optimizer"], lr_schedule=cfg["lr-schedule"],
         lr_min=cfg["lr-min"], proximal_mu=proximal_mu, seed=cfg["seed"] * 1_000_003 + server_round * 1009 + seed_offset,
-        augment=cfg["augment"], drop_last=cfg["drop-last"], loss_fn=loss_fn, **compute_options(cfg),
+        augment=cfg["augment"], drop_last=cfg["drop-last"], loss_fn=loss_fn, epoch_end=epoch_end, **compute_options(cfg),
     )
 
 

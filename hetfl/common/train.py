@@ -226,7 +226,7 @@ def train(
     augment: str = "none",
     drop_last: bool = False,
     loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-    epoch_end: Callable[[int], None] | None = None,
+    epoch_end: Callable[[int], bool | None] | None = None,
 ) -> TrainResult:
     """Train `model` in place on `data` (Sec. 'local training' of every method; FedProx adds mu/2 ||w - w_g||^2).
 
@@ -241,7 +241,8 @@ def train(
     loss_fn : ``loss_fn(model, x, y) -> loss`` in place of cross-entropy of ``model(x)`` (e.g. ScaleFL's
         weighted early-exit loss); it runs under the same autocast.
     epoch_end : called with the 0-based epoch after its last step (e.g. to evaluate a server distillation after
-        every epoch without restarting the optimizer); the model is put back in training mode after it.
+        every epoch without restarting the optimizer); the model is put back in training mode after it. A true
+        return value ends training there (FENS's members trained to completion stop early on validation).
 
     All of it in docs/training.md. Same arguments and seed, same result.
     """
@@ -266,10 +267,12 @@ def train(
     if device.type != "cpu":  # the whole (uint8) partition moves once; batches are gathered on the device
         x_all, y_all = x_all.to(device), y_all.to(device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    done, current_epoch = 0, -1
+    done, current_epoch, stopped = 0, -1, False
     for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last):
         if epoch_end is not None and epoch != current_epoch >= 0:
-            epoch_end(current_epoch)
+            if epoch_end(current_epoch):  # True: stop here (early stopping on a validation carve-out)
+                stopped = True
+                break
             model.train()
         if lr_schedule == "cosine-epoch" and epoch != current_epoch:
             for group in opt.param_groups:
@@ -291,7 +294,7 @@ def train(
             sched.step()
         loss_sum += loss.detach().double()  # on the device: no host sync per step
         done += 1
-    if epoch_end is not None and current_epoch >= 0:
+    if epoch_end is not None and current_epoch >= 0 and not stopped:
         epoch_end(current_epoch)
     return TrainResult(float(loss_sum) / max(done, 1), done, n, time.perf_counter() - t0)
 

@@ -35,7 +35,7 @@ PHASE1_KEYS = (
     "lr-decay-every", "lr-schedule", "lr-min", "drop-last", "augment", "precision",
 )
 # what a phase-1 message type adds (FENS trains on a seeded split, from a downloaded or its own initial model)
-MESSAGE_KEYS = {FENS_LOCAL: ("fens-local-fraction", "fens-diff-init")}
+MESSAGE_KEYS = {FENS_LOCAL: ("fens-local-fraction", "fens-diff-init", "fens-member-val-fraction", "fens-member-patience")}
 
 
 def phase1_settings(cfg: dict[str, Any], message_type: str, clients: int | None = None) -> dict[str, Any]:

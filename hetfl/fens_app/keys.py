@@ -14,6 +14,8 @@ KEYS = (
     Key("fens-aggregator-hidden", int, 0, "FENS: hidden width k of the NN aggregator (0 = 2 x number of models, the authors')", min=0, methods=ONLY),
     Key("fens-aggregator-init", str, "xavier", "FENS: start of the per-class and linear aggregators (authors: xavier)", choices=INITS, methods=ONLY),
     Key("fens-local-fraction", float, 0.9, "FENS: share of a client's data for local training (rest: aggregator)", min=0.0, max=1.0, min_inclusive=False, max_inclusive=False, methods=ONLY),
+    Key("fens-member-val-fraction", float, 0.0, "FENS phase 1: share of a client's local split held out to choose its model's epochs (the best validation epoch of at most local-epochs is kept; 0 = exactly local-epochs)", min=0.0, max=1.0, max_inclusive=False, methods=ONLY),
+    Key("fens-member-patience", int, 0, "FENS phase 1 with fens-member-val-fraction: stop after this many epochs without a better validation accuracy (0 = run every local epoch)", min=0, methods=ONLY),
     Key("fens-quantize", bool, True, "FENS: send the ensemble as INT8 (per-channel symmetric weights)", methods=ONLY),
     Key("fens-exclude-own", bool, False, "FENS: do not send a client its own model (it uses its local copy)", methods=ONLY),
     Key("fens-diff-init", bool, False, "FENS: every client starts from its own random model (authors' diff_init; no initial download)", methods=ONLY),
@@ -45,6 +47,9 @@ class FENSParams(MethodParams):
         Start of the per-class and linear aggregators.
     local_fraction : float
         Share of a client's data for its one-shot local model; the rest trains the aggregator.
+    member_val_fraction, member_patience : float, int
+        Members trained to completion (Sec. 3.1's "until convergence"): a share of the local split held out, the
+        epoch of best accuracy on it kept, training stopped after `member_patience` epochs without a better one.
     quantize : bool
         Download the ensemble as INT8 (per-channel symmetric).
     exclude_own, diff_init : bool
@@ -63,6 +68,8 @@ class FENSParams(MethodParams):
     aggregator_hidden: int = key("fens-aggregator-hidden", 0)
     aggregator_init: str = key("fens-aggregator-init", "xavier")
     local_fraction: float = key("fens-local-fraction", 0.9)
+    member_val_fraction: float = key("fens-member-val-fraction", 0.0)
+    member_patience: int = key("fens-member-patience", 0)
     quantize: bool = key("fens-quantize", True)
     exclude_own: bool = key("fens-exclude-own", False)
     diff_init: bool = key("fens-diff-init", False)

@@ -71,6 +71,7 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
         raw = cmap.send_and_receive(grid, [cmap.message(c, content, message_type) for c in clients], cfg["round-timeout"])
 
     C = num_classes(cfg)
+    epochs: dict[int, int | None] = {}  # client -> local epochs kept (members trained to completion)
 
     def check(r: Message) -> tuple[dict[str, np.ndarray], float, list[int], float]:
         metrics = r.content["metrics"]
@@ -78,6 +79,7 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
         if len(counts) != C or min(counts) < 0:
             raise ValueError(f"label_counts: expected {C} non-negative counts, got {len(counts)}")
         # check_arrays: keys, shapes, dtypes, finite values (a diverged model would make every prediction NaN)
+        epochs[cmap.client_of(r)] = int(metrics["epochs"]) if "epochs" in metrics else None
         return (check_arrays(r.content["arrays"], expected, dtypes), check_weight(metrics["num-examples"]), counts,
                 float(metrics["train_s"]))
 
@@ -100,7 +102,9 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
         num_examples=[int(n) for _, _, n, _, _ in kept],
         phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
                 "phase1_client_train_s": [secs for *_, secs in kept],
-                "rejected_models": rejected, "phase1_comm_s": traffic.comm_s},
+                "rejected_models": rejected, "phase1_comm_s": traffic.comm_s,
+                **({"phase1_member_epochs": [epochs[cmap.client_of(r)] for r, *_ in kept]}
+                   if any(epochs.get(cmap.client_of(r)) is not None for r, *_ in kept) else {})},
         settings=phase1_settings(cfg, message_type, len(clients)),
     )
 

@@ -12,7 +12,7 @@ from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import compute_options, dataset_threshold, log, make_model, pack_models, test_data, unpack_models
+from hetfl.common.task import compute_options, dataset_threshold, eval_splits, log, make_model, pack_models, unpack_models
 from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba
 
 from .keys import SHEFLParams
@@ -38,7 +38,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     members = [make_model(cfg, seed=cfg["seed"] * 1000 + m) for m in range(M)]  # distinct inits
     roles, cmap = discover_roles(grid, cfg)
     strategy = SHEFL(params, FederationParams.from_config(cfg), roles, cmap)
-    data, norm = test_data(cfg), Normalizer(cfg["dataset"])
+    val, data = eval_splits(cfg)  # val: the half hyper-parameters are chosen on (eval-split = "test-half"; hetfl.tune)
+    norm = Normalizer(cfg["dataset"])
     opts = compute_options(cfg, server=True)  # server-torch-device and precision (docs/training.md)
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),
@@ -50,8 +51,11 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         probs = predict_proba(members, data, norm, cfg["eval-batch-size"], **opts)
         loss, acc, accs = ensemble_metrics(probs, data.y)
         disagreement = member_disagreement(probs)  # None with one member: the key is then left out
-        return {"accuracy": acc, "loss": loss, **{f"acc_m{m}": a for m, a in enumerate(accs)},
-                **({"disagreement": disagreement} if disagreement is not None else {})}
+        out = {"accuracy": acc, "loss": loss, **{f"acc_m{m}": a for m, a in enumerate(accs)},
+               **({"disagreement": disagreement} if disagreement is not None else {})}
+        if val is not None:
+            out["val_accuracy"] = ensemble_metrics(predict_proba(members, val, norm, cfg["eval-batch-size"], **opts), val.y)[1]
+        return out
 
     recorder.describe("ensemble")  # the mean of the members' softmax; acc_m<j>: each member
     final = run_rounds(grid, strategy, pack_models([get_state(m) for m in members]), cfg, recorder, evaluate_fn)

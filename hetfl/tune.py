@@ -1,0 +1,382 @@
+"""One tuning protocol for every method: hyper-parameters chosen on validation data, the same budget for all.
+
+    python -m hetfl.tune configs/fedavg/fmnist-dir0.1.toml --space "lr=log:0.003:0.3 momentum=0,0.9" \
+        --trials 12 --rounds 20 --study results/tune/fedavg-dir0.1
+
+Each trial is one whole run of the method (the real ServerApp and ClientApp code on the in-process grid of
+:mod:`hetfl.inprocess`, byte metering included) with the preset, the ``--set`` overrides and the trial's values.
+Every trial runs with ``eval-split = "test-half"``: the server's evaluation set is split in two, the first half is
+the validation set that the objective and the pruner read (``val_accuracy`` of each round's row), and the second
+half is the test set, which the tuner never reads. The objective is the validation accuracy after the last round.
+
+* **Sampler**: Optuna's TPE seeded with ``--seed`` (``--sampler tpe``), or the full grid of ``--space`` choices in
+  the order written (``--sampler grid``: every value of every key must be a list).
+* **Pruning**: after each round the trial reports its validation accuracy; Optuna's median pruner stops a trial
+  whose accuracy is below the median of earlier trials at the same round (after ``--prune-after`` rounds).
+* **Resume**: the study lives in a SQLite file (``<study>/study.db``) and every trial keeps its own
+  ``<study>/trials/t<k>/metrics.json``. A stopped process leaves its running trial behind: the next call marks it
+  failed, queues its values again and goes on until ``--trials`` trials have finished (completed or pruned).
+* **The chosen values** are run once more from scratch with ``--final`` (the default): that run must give the best
+  trial's validation accuracy again (same seed, same run), and its test accuracy is the one number reported
+  (``<study>/summary.json``, ``<study>/chosen/metrics.json``).
+
+The budget of a study is trials x rounds; a comparison gives every method the same (docs/tuning.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("hetfl")
+
+OBJECTIVE = "val_accuracy"
+
+
+class TuneError(ValueError):
+    """Bad tuning input: one line naming the option or key, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One searched key: a float or int range (``log`` for a log-uniform float) or a list of choices."""
+
+    key: str
+    kind: str  # "log", "float", "int" or "choice"
+    low: float = 0.0
+    high: float = 0.0
+    choices: tuple = ()
+
+    def suggest(self, trial) -> Any:
+        if self.kind == "choice":
+            return trial.suggest_categorical(self.key, list(self.choices))
+        if self.kind == "int":
+            return trial.suggest_int(self.key, int(self.low), int(self.high))
+        return trial.suggest_float(self.key, self.low, self.high, log=self.kind == "log")
+
+    def ends(self) -> list[Any]:
+        """The values at the edges of the range (or every choice): what validation is run on before a trial."""
+        if self.kind == "choice":
+            return list(self.choices)
+        if self.kind == "int":
+            return [int(self.low), int(self.high)]
+        return [float(self.low), float(self.high)]
+
+
+def _typed(key: str, text: str) -> Any:
+    """`text` as the run-config key's type (the schema's), e.g. '0.9' -> 0.9 for a float key."""
+    from hetfl.common.config import SCHEMA
+
+    typ = SCHEMA[key].type
+    try:
+        if typ is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        return typ(text) if typ is not int else int(float(text)) if float(text).is_integer() else int(text)
+    except ValueError:
+        raise TuneError(f"--space: {key}={text!r} is not a {typ.__name__}") from None
+
+
+def parse_space(text: str) -> list[Dim]:
+    """``"lr=log:0.001:0.3 momentum=0,0.9 local-epochs=int:1:10 optimizer=sgd,adam"`` -> the searched dimensions.
+
+    Raises
+    ------
+    TuneError
+        An unknown key (with a suggestion), a malformed range, or a value of the wrong type.
+    """
+    import difflib
+
+    import hetfl  # noqa: F401  (registers every method's keys)
+    from hetfl.common.config import SCHEMA
+
+    dims: list[Dim] = []
+    for token in text.split():
+        key, eq, spec = token.partition("=")
+        if not eq or not key or not spec:
+            raise TuneError(f"--space: {token!r} is not key=<range or choices>; expected e.g. lr=log:0.001:0.3, "
+                            "local-epochs=int:1:10 or momentum=0,0.5,0.9")
+        if key not in SCHEMA:
+            close = difflib.get_close_matches(key, SCHEMA, n=2)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; see python -m hetfl.launch --keys"
+            raise TuneError(f"--space: unknown run-config key {key!r}{hint}")
+        if key in (d.key for d in dims):
+            raise TuneError(f"--space: key {key!r} is given twice")
+        m = re.fullmatch(r"(log|float|int):([^:]+):([^:]+)", spec)
+        if m:
+            kind, lo, hi = m.group(1), m.group(2), m.group(3)
+            try:
+                low, high = float(lo), float(hi)
+            except ValueError:
+                raise TuneError(f"--space: {key}={spec!r}: bounds must be numbers") from None
+            if not low < high or (kind == "log" and low <= 0):
+                raise TuneError(f"--space: {key}={spec!r}: expected low < high" + (" and low > 0 for log" if kind == "log" else ""))
+            if kind == "int" and not (low.is_integer() and high.is_integer()):
+                raise TuneError(f"--space: {key}={spec!r}: int bounds must be integers")
+            if SCHEMA[key].type not in (int, float) or (kind != "int" and SCHEMA[key].type is int):
+                raise TuneError(f"--space: {key}={spec!r}: key {key!r} is a {SCHEMA[key].type.__name__}; "
+                                + ("use int:<low>:<high> or choices" if SCHEMA[key].type is int else "use choices a,b,c"))
+            dims.append(Dim(key, kind, low, high))
+        else:
+            dims.append(Dim(key, "choice", choices=tuple(_typed(key, v) for v in spec.split(","))))
+    if not dims:
+        raise TuneError("--space: empty; expected at least one key=<range or choices>")
+    return dims
+
+
+def grid(dims: list[Dim]) -> list[dict[str, Any]]:
+    """Every combination of the choices, in the order written (the first key varies slowest)."""
+    if any(d.kind != "choice" for d in dims):
+        raise TuneError("--sampler grid: every --space key must list its values (a,b,c), not a range")
+    return [dict(zip((d.key for d in dims), values)) for values in product(*(d.choices for d in dims))]
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """Everything a study is: the base run config, the space, the budget and the protocol's settings."""
+
+    base: dict[str, Any]
+    space: tuple[Dim, ...]
+    trials: int
+    rounds: int
+    nodes: int
+    sampler: str = "tpe"
+    seed: int = 0
+    prune_after: int = 1
+    prune: bool = True
+
+    def trial_config(self, values: dict[str, Any], run_dir: Path, name: str) -> dict[str, Any]:
+        return {**self.base, **values, "num-server-rounds": self.rounds, "eval-split": "test-half",
+                "checkpoint": False, "resume": False, "results-dir": str(run_dir), "run-name": name}
+
+
+def check_spec(spec: TuneSpec) -> None:
+    """Validate the base config and both ends of every range before any trial starts (one line each)."""
+    from hetfl.common.config import ConfigError, validate
+
+    if spec.trials < 1 or spec.rounds < 1 or spec.nodes < 1:
+        raise TuneError(f"--trials {spec.trials}, --rounds {spec.rounds}, --nodes {spec.nodes}: each must be >= 1")
+    if spec.base.get("eval-split", "test-half") != "test-half":
+        raise TuneError(f"run-config key 'eval-split' = {spec.base['eval-split']!r}: a study needs 'test-half' (its first "
+                        "half is the validation set the tuner reads; the second half is never read)")
+    try:
+        for d in spec.space:
+            for v in d.ends():
+                validate(spec.trial_config({d.key: v}, Path("."), "check"))
+    except ConfigError as err:
+        raise TuneError(str(err)) from None
+
+
+def _storage(path: Path):
+    import optuna
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}")
+
+
+def _finished(study) -> list:
+    from optuna.trial import TrialState
+
+    return [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+
+def _recover(study) -> int:
+    """Mark trials left RUNNING by a stopped process as failed and queue their values again; how many."""
+    from optuna.trial import TrialState
+
+    stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+    for t in stale:
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        study.enqueue_trial(t.params, skip_if_exists=False)
+        log.warning("trial %d was left running by a stopped process: marked failed, its values queued again", t.number)
+    return len(stale)
+
+
+def open_study(spec: TuneSpec, study_dir: Path):
+    """The study of `study_dir` (created, or loaded and recovered); its settings must be those of `spec`."""
+    import optuna
+
+    settings = {"space": [asdict(d) for d in spec.space], "rounds": spec.rounds, "sampler": spec.sampler,
+                "seed": spec.seed, "nodes": spec.nodes, "base": spec.base}
+    settings = json.loads(json.dumps(settings, default=list))
+    sampler = optuna.samplers.TPESampler(seed=spec.seed) if spec.sampler == "tpe" else optuna.samplers.RandomSampler(seed=spec.seed)
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=max(0, spec.prune_after - 1))
+              if spec.prune else optuna.pruners.NopPruner())
+    study = optuna.create_study(study_name="hetfl", storage=_storage(study_dir / "study.db"), direction="maximize",
+                                sampler=sampler, pruner=pruner, load_if_exists=True)
+    old = study.user_attrs.get("settings")
+    if old is None:
+        study.set_user_attr("settings", settings)
+        if spec.sampler == "grid":
+            for values in grid(list(spec.space)):
+                study.enqueue_trial(values)
+    elif old != settings:
+        raise TuneError(f"{study_dir / 'study.db'} holds a study with other settings; use another --study directory")
+    else:
+        _recover(study)
+    return study
+
+
+def run_trial(spec: TuneSpec, values: dict[str, Any], run_dir: Path, name: str, report=None) -> dict[str, Any]:
+    """One run of the method with `values` on the in-process grid; its metrics.json. `report(round, val)` is called
+    after every round (it may raise optuna.TrialPruned)."""
+    from hetfl.common.rounds import observe_rounds
+    from hetfl.inprocess import run_in_process
+
+    def observe(row: dict[str, Any]) -> None:
+        if report is not None and row["round"] >= 1 and row.get(OBJECTIVE) is not None:
+            report(row["round"], float(row[OBJECTIVE]))
+
+    with observe_rounds(observe):
+        return run_in_process(spec.trial_config(values, run_dir, name), spec.nodes, run_dir, name)
+
+
+def _objective(row: dict[str, Any]) -> float:
+    if row.get(OBJECTIVE) is None:
+        raise TuneError("a trial's rows hold no val_accuracy: the method does not evaluate on eval-split = 'test-half'")
+    return float(row[OBJECTIVE])
+
+
+def tune(spec: TuneSpec, study_dir: Path, final: bool = True) -> dict[str, Any]:
+    """Run (or resume) the study until `spec.trials` trials have finished; returns the summary (also written to
+    ``<study_dir>/summary.json``)."""
+    import optuna
+
+    check_spec(spec)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = open_study(spec, study_dir)
+    trials_dir = study_dir / "trials"
+    t0 = time.perf_counter()
+    while len(_finished(study)) < spec.trials:
+        if spec.sampler == "grid" and not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            log.info("the grid is exhausted after %d trials", len(_finished(study)))
+            break
+        trial = study.ask()
+        values = {d.key: d.suggest(trial) for d in spec.space}
+        name = f"t{trial.number:03d}"
+        log.info("trial %d: %s", trial.number, values)
+
+        def report(rnd: int, val: float, trial=trial) -> None:
+            trial.report(val, rnd)
+            if spec.prune and trial.should_prune():
+                raise optuna.TrialPruned(f"round {rnd}: validation accuracy {val:.4f} below the median")
+
+        try:
+            m = run_trial(spec, values, trials_dir, name, report)
+        except optuna.TrialPruned as why:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            log.info("trial %d pruned: %s", trial.number, why)
+            continue
+        except Exception:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        study.tell(trial, _objective(m["rounds"][-1]))
+        log.info("trial %d: validation accuracy %.4f", trial.number, _objective(m["rounds"][-1]))
+    return summarize(spec, study, study_dir, final, time.perf_counter() - t0)
+
+
+def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: float) -> dict[str, Any]:
+    """The study's outcome; with `final`, the chosen values run once more and their test accuracy is reported."""
+    from optuna.trial import TrialState
+
+    done = _finished(study)
+    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    if not complete:
+        raise TuneError(f"{study_dir}: no trial completed (all {len(done)} pruned or failed)")
+    best = max(complete, key=lambda t: (t.value, -t.number))
+    rounds_run = sum(max(t.intermediate_values, default=0) for t in done)
+    out: dict[str, Any] = {
+        "protocol": "hetfl.tune: objective = validation accuracy (first half of the server's evaluation set) after the "
+                    "last round; the test half is read once, by the chosen values' final run",
+        "budget": {"trials": spec.trials, "rounds_per_trial": spec.rounds, "trial_rounds": spec.trials * spec.rounds,
+                   "rounds_run": rounds_run},
+        "space": {d.key: (list(d.choices) if d.kind == "choice" else f"{d.kind}:{d.low:g}:{d.high:g}") for d in spec.space},
+        "sampler": spec.sampler, "seed": spec.seed, "nodes": spec.nodes,
+        "trials": [{"number": t.number, "state": t.state.name.lower(), "values": t.params, "val_accuracy": t.value,
+                    "rounds": max(t.intermediate_values, default=0)} for t in done],
+        "pruned": sum(t.state == TrialState.PRUNED for t in done),
+        "best": {"trial": best.number, "values": best.params, "val_accuracy": best.value},
+        "seconds_this_call": seconds,
+    }
+    if final:
+        m = run_trial(spec, best.params, study_dir, "chosen")
+        last = m["rounds"][-1]
+        out["chosen"] = {"val_accuracy": _objective(last), "test_accuracy": float(last["accuracy"]),
+                         "same_as_trial": abs(_objective(last) - best.value) < 1e-9, "metrics": str(study_dir / "chosen" / "metrics.json")}
+        if not out["chosen"]["same_as_trial"]:
+            log.warning("the chosen values' final run gave validation accuracy %.4f, trial %d gave %.4f: not the same run",
+                        _objective(last), best.number, best.value)
+    (study_dir / "summary.json").write_text(json.dumps(out, indent=2, default=str))
+    return out
+
+
+# --- command line ----------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hetfl.tune", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="The protocol: docs/tuning.md. Example: python -m hetfl.tune configs/fedavg/"
+                                       "fmnist-dir0.1.toml --space \"lr=log:0.003:0.3\" --trials 8 --rounds 10 "
+                                       "--study results/tune/fedavg")
+    p.add_argument("preset", help="a preset TOML (configs/<method>/<name>.toml) whose method is tuned")
+    p.add_argument("--space", required=True, help="the searched keys, space-separated: key=log:<lo>:<hi> (log-uniform), "
+                   "key=float:<lo>:<hi>, key=int:<lo>:<hi>, or key=a,b,c (choices)")
+    p.add_argument("--trials", type=int, required=True, help="trials to finish (completed or pruned); the budget with --rounds")
+    p.add_argument("--rounds", type=int, required=True, help="num-server-rounds of every trial")
+    p.add_argument("--study", required=True, help="directory of the study: study.db (SQLite), trials/, chosen/, summary.json")
+    p.add_argument("--nodes", type=int, help="clients of every trial (default: the preset's min-available-nodes)")
+    p.add_argument("--sampler", choices=("tpe", "grid"), default="tpe", help="seeded TPE, or the grid of listed values")
+    p.add_argument("--seed", type=int, default=0, help="the sampler's seed (the runs' seed is run-config 'seed')")
+    p.add_argument("--prune-after", type=int, default=1, help="rounds before a trial can be pruned (default 1)")
+    p.add_argument("--no-prune", action="store_true", help="run every trial to its last round")
+    p.add_argument("--no-final", action="store_true", help="do not rerun the chosen values (no test accuracy)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides for every trial")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hetfl import launch
+    from hetfl.common.task import setup_logging
+
+    a = _parser().parse_args(argv)
+    setup_logging()
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        print("error: hetfl.tune needs Optuna: pip install 'hetfl[tune]' (or pip install optuna)", file=sys.stderr)
+        return 2
+    try:
+        path = Path(a.preset)
+        if not path.is_file():
+            raise TuneError(f"preset {a.preset!r}: no such file")
+        base = {**tomllib.loads(path.read_text()), **launch.parse_set(a.set)}
+        spec = TuneSpec(base=base, space=tuple(parse_space(a.space)), trials=a.trials, rounds=a.rounds,
+                        nodes=a.nodes or int(base.get("min-available-nodes", 2)), sampler=a.sampler, seed=a.seed,
+                        prune_after=a.prune_after, prune=not a.no_prune)
+        out = tune(spec, Path(a.study), final=not a.no_final)
+    except (TuneError, launch.PreflightError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    best = out["best"]
+    print(f"best of {len(out['trials'])} trials ({out['pruned']} pruned): trial {best['trial']} {best['values']} "
+          f"validation accuracy {best['val_accuracy']:.4f}")
+    if "chosen" in out:
+        print(f"chosen values rerun: validation {out['chosen']['val_accuracy']:.4f} (same run: "
+              f"{out['chosen']['same_as_trial']}), test {out['chosen']['test_accuracy']:.4f}")
+    print(f"summary: {Path(a.study) / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""FENS members trained to completion (fens-member-val-fraction / fens-member-patience): the epoch count each client
+keeps is chosen on a carve-out of its own local split, never on the server's data."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetfl.common import data as D
+from hetfl.common.data import ArrayData
+from hetfl.common.models import build_model
+from hetfl.common.train import Normalizer, evaluate, train
+
+
+def _digits(n: int) -> ArrayData:
+    train_split = D.local_arrays("digits")[0]
+    return ArrayData(train_split.x[:n], train_split.y[:n])
+
+
+def test_a_true_epoch_end_stops_training_after_that_epoch():
+    data, seen = _digits(64), []
+    model = build_model("cnn", 10, (1, 8, 8))
+
+    def stop_after_second(epoch: int) -> bool:
+        seen.append(epoch)
+        return epoch == 1
+
+    res = train(model, data, Normalizer("digits"), epochs=5, batch_size=16, epoch_end=stop_after_second)
+    assert seen == [0, 1] and res.steps == 2 * 4  # 64 rows / 16 = 4 steps an epoch, two epochs
+
+
+def test_best_epoch_training_keeps_the_best_validation_epoch(monkeypatch):
+    from hetfl.common.config import validate
+    from hetfl.fens_app import client_app
+
+    cfg = validate({"method": "fens", "dataset": "digits", "model": "cnn", "local-steps": 0, "local-epochs": 6,
+                    "batch-size": 16, "lr": 0.05, "fens-member-val-fraction": 0.25, "fens-member-patience": 2})
+    fit, val = _digits(200), ArrayData(_digits(300).x[200:], _digits(300).y[200:])
+    scores: list[float] = []
+    real = client_app.local_train
+
+    def spy(model, data, cfg_, server_round, **kw):
+        hook = kw["epoch_end"]
+
+        def wrapped(epoch):
+            scores.append(evaluate(model, val, Normalizer("digits"), 256)[1])
+            return hook(epoch)
+
+        return real(model, data, cfg_, server_round, **{**kw, "epoch_end": wrapped})
+
+    monkeypatch.setattr(client_app, "local_train", spy)
+    model = build_model("cnn", 10, (1, 8, 8))
+    _, epochs = client_app.best_epoch_training(model, fit, val, cfg, pid=0)
+    assert 1 <= epochs <= 6 and len(scores) <= 6
+    best = int(np.argmax(scores))  # the earliest epoch of best validation accuracy
+    assert epochs == best + 1
+    assert evaluate(model, val, Normalizer("digits"), 256)[1] == scores[best]  # the model is that epoch's
+    # patience 2: training stopped two epochs after the best one, or at the last epoch
+    assert len(scores) == min(6, best + 3)

@@ -1,0 +1,97 @@
+"""hetfl.tune: the one tuning protocol (docs/tuning.md). A small study on scikit-learn's digits prunes, is
+interrupted and resumes from its SQLite file, and its chosen values rerun to the same result; the space syntax and
+bad input give one line each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hetfl import tune as T
+from hetfl.tune import Dim, TuneError, TuneSpec, parse_space
+
+BASE = {"method": "fedavg", "dataset": "digits", "partitioner": "dirichlet", "dirichlet-alpha": 0.5,
+        "dirichlet-min-size": 5, "min-available-nodes": 4, "fraction-train": 1.0, "local-steps": 10,
+        "batch-size": 16, "lr": 0.1, "model": "cnn", "tracking": "none"}
+
+
+def spec(space: str, **kw) -> TuneSpec:
+    args = {"base": BASE, "space": tuple(parse_space(space)), "trials": 3, "rounds": 3, "nodes": 4, **kw}
+    return TuneSpec(**args)
+
+
+def test_space_syntax():
+    assert parse_space("lr=log:0.001:0.3 momentum=0,0.9 local-epochs=int:1:10 optimizer=sgd,adam") == [
+        Dim("lr", "log", 0.001, 0.3), Dim("momentum", "choice", choices=(0.0, 0.9)), Dim("local-epochs", "int", 1, 10),
+        Dim("optimizer", "choice", choices=("sgd", "adam"))]
+    assert T.grid(parse_space("lr=0.1,0.01 momentum=0,0.9")) == [
+        {"lr": 0.1, "momentum": 0.0}, {"lr": 0.1, "momentum": 0.9}, {"lr": 0.01, "momentum": 0.0}, {"lr": 0.01, "momentum": 0.9}]
+
+
+@pytest.mark.parametrize("space,fragment", [
+    ("lr-decai=0.9,0.99", "unknown run-config key 'lr-decai'; did you mean 'lr-decay'"),
+    ("lr=log:0:0.1", "expected low < high and low > 0 for log"),
+    ("lr=float:0.3:0.1", "expected low < high"),
+    ("local-epochs=float:1:5", "key 'local-epochs' is a int; use int:<low>:<high> or choices"),
+    ("momentum=fast", "momentum='fast' is not a float"),
+    ("lr", "is not key=<range or choices>"),
+    ("lr=0.1 lr=0.2", "given twice"),
+])
+def test_bad_space_is_one_line(space, fragment):
+    with pytest.raises(TuneError) as err:
+        parse_space(space)
+    assert fragment in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_range_end_outside_a_keys_range_fails_before_any_trial(tmp_path):
+    with pytest.raises(TuneError, match="'momentum' = 1.5"):
+        T.tune(spec("momentum=float:0:1.5"), tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(TuneError, match="'eval-split' = 'all': a study needs 'test-half'"):
+        T.tune(TuneSpec(base={**BASE, "eval-split": "all"}, space=(Dim("lr", "log", 0.01, 0.1),), trials=1, rounds=1,
+                        nodes=4), tmp_path / "s")
+
+
+def test_a_grid_study_prunes_the_bad_values_and_its_choice_reruns_to_the_same_result(tmp_path):
+    out = T.tune(spec("lr=0.1,0.0001,0.00001", sampler="grid"), tmp_path / "grid")
+    states = [(t["values"]["lr"], t["state"], t["rounds"]) for t in out["trials"]]
+    # the good value runs first and completes; both bad ones fall below its validation accuracy after round 1
+    assert states == [(0.1, "complete", 3), (0.0001, "pruned", 1), (0.00001, "pruned", 1)], states
+    assert out["pruned"] == 2 and out["budget"] == {"trials": 3, "rounds_per_trial": 3, "trial_rounds": 9, "rounds_run": 5}
+    assert out["best"]["values"] == {"lr": 0.1}
+    # the chosen values, run once more from scratch, give the same validation accuracy; test accuracy reported
+    assert out["chosen"]["same_as_trial"] and 0.0 < out["chosen"]["test_accuracy"] <= 1.0
+    # the tuner read validation rows only: every trial row has both halves, and the objective is the validation one
+    rows = json.loads((tmp_path / "grid" / "trials" / "t000" / "metrics.json").read_text())["rounds"]
+    assert rows[-1]["val_accuracy"] == pytest.approx(out["best"]["val_accuracy"])
+    assert rows[-1]["accuracy"] == pytest.approx(out["chosen"]["test_accuracy"])  # the test half: reported, never chosen on
+    assert json.loads((tmp_path / "grid" / "summary.json").read_text())["best"] == out["best"]
+
+
+def test_an_interrupted_study_resumes_from_its_file(tmp_path, monkeypatch):
+    study = tmp_path / "tpe"
+    s = spec("lr=log:0.01:0.3", trials=3, rounds=2, prune=False)
+    real, calls = T.run_trial, []
+
+    def stopped_in_trial_2(spec_, values, run_dir, name, report=None):
+        calls.append(values)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process is stopped in the middle of the second trial
+        return real(spec_, values, run_dir, name, report)
+
+    monkeypatch.setattr(T, "run_trial", stopped_in_trial_2)
+    with pytest.raises(KeyboardInterrupt):
+        T.tune(s, study, final=False)
+    monkeypatch.setattr(T, "run_trial", real)
+    import optuna
+
+    left = optuna.load_study(study_name="hetfl", storage=f"sqlite:///{study / 'study.db'}")
+    assert [t.state.name for t in left.trials] == ["COMPLETE", "RUNNING"]  # what the stopped process left
+    out = T.tune(s, study, final=True)  # a new process: the running trial is failed and its values queued again
+    again = optuna.load_study(study_name="hetfl", storage=f"sqlite:///{study / 'study.db'}")
+    assert [t.state.name for t in again.trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert again.trials[2].params == again.trials[1].params == calls[1]  # the interrupted values ran in full
+    assert len(out["trials"]) == 3 and out["chosen"]["same_as_trial"]
+    with pytest.raises(TuneError, match="holds a study with other settings"):
+        T.tune(spec("lr=log:0.01:0.3", trials=3, rounds=5, prune=False), study)
