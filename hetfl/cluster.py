@@ -571,7 +571,7 @@ def _run_superlink(a: argparse.Namespace, plan: dict[str, Any]) -> int:
         print(f"  each device: flower-supernode --superlink {address} "
               f"{'--root-certificates ca.crt ' if plan['tls'] else '--insecure '}"
               f"{'--auth-supernode-private-key supernode.key ' if plan['auth'] else ''}"
-              "--node-config 'partition-id=<i> num-partitions=<n> device-class=\"hpc\" capacity=\"weak\"'\n"
+              "--node-config \"client-id=<i> data-path=\\\"$HOME/data\\\" device-class=\\\"hpc\\\" capacity=\\\"weak\\\"\"\n"
               "Ctrl-C or SIGTERM stops the SuperLink and every ServerApp it runs.", flush=True)
         link.proc.wait()
         print(f"the SuperLink exited with {link.proc.returncode}; see {plan['home'] / 'superlink.log'}", file=sys.stderr)

@@ -185,9 +185,11 @@ def _storage(path: Path):
 
 
 def _finished(study) -> list:
+    """Trials that used budget: completed, pruned, or failed by their run (a diverged value; not a stopped process)."""
     from optuna.trial import TrialState
 
-    return [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    return [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            or (t.state == TrialState.FAIL and "run_error" in t.user_attrs)]
 
 
 def _recover(study) -> int:
@@ -196,7 +198,7 @@ def _recover(study) -> int:
 
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
     for t in stale:
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        study.tell(t.number, state=TrialState.FAIL)
         study.enqueue_trial(t.params, skip_if_exists=False)
         log.warning("trial %d was left running by a stopped process: marked failed, its values queued again", t.number)
     return len(stale)
@@ -209,21 +211,26 @@ def open_study(spec: TuneSpec, study_dir: Path):
     settings = {"space": [asdict(d) for d in spec.space], "rounds": spec.rounds, "sampler": spec.sampler,
                 "seed": spec.seed, "nodes": spec.nodes, "base": spec.base}
     settings = json.loads(json.dumps(settings, default=list))
-    sampler = optuna.samplers.TPESampler(seed=spec.seed) if spec.sampler == "tpe" else optuna.samplers.RandomSampler(seed=spec.seed)
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=max(0, spec.prune_after - 1))
+    # rounds start at 1: a trial can be pruned from round prune-after on (Optuna prunes once step >= warm-up)
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=spec.prune_after)
               if spec.prune else optuna.pruners.NopPruner())
     study = optuna.create_study(study_name="hetfl", storage=_storage(study_dir / "study.db"), direction="maximize",
-                                sampler=sampler, pruner=pruner, load_if_exists=True)
+                                pruner=pruner, load_if_exists=True)
     old = study.user_attrs.get("settings")
     if old is None:
-        study.set_user_attr("settings", settings)
-        if spec.sampler == "grid":
+        if spec.sampler == "grid":  # the grid first, then the settings: a study with settings has its whole grid
             for values in grid(list(spec.space)):
                 study.enqueue_trial(values)
+        study.set_user_attr("settings", settings)
     elif old != settings:
         raise TuneError(f"{study_dir / 'study.db'} holds a study with other settings; use another --study directory")
     else:
         _recover(study)
+    # seeded by the study's seed and how many trials it holds: a resumed study does not redraw its first values
+    seed = spec.seed * 100_003 + len(study.trials)
+    startup = min(10, max(3, spec.trials // 3))  # random draws before TPE models the results
+    study.sampler = (optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup) if spec.sampler == "tpe"
+                     else optuna.samplers.RandomSampler(seed=seed))
     return study
 
 
@@ -252,6 +259,8 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True) -> dict[str, Any]:
     ``<study_dir>/summary.json``)."""
     import optuna
 
+    from hetfl.common.rounds import NoClientSucceeded
+
     check_spec(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(spec, study_dir)
@@ -277,8 +286,14 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True) -> dict[str, Any]:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             log.info("trial %d pruned: %s", trial.number, why)
             continue
-        except Exception:
+        except (NoClientSucceeded, FloatingPointError) as why:  # the values made the run fail (e.g. it diverged)
+            trial.set_user_attr("run_error", " ".join(str(why).split())[:300])
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            log.warning("trial %d failed: %s", trial.number, why)
+            continue
+        except BaseException:  # a stopped process, a bug: the trial is failed and its values are queued again next time
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            study.enqueue_trial(values, skip_if_exists=False)
             raise
         study.tell(trial, _objective(m["rounds"][-1]))
         log.info("trial %d: validation accuracy %.4f", trial.number, _objective(m["rounds"][-1]))
@@ -303,7 +318,8 @@ def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: floa
         "space": {d.key: (list(d.choices) if d.kind == "choice" else f"{d.kind}:{d.low:g}:{d.high:g}") for d in spec.space},
         "sampler": spec.sampler, "seed": spec.seed, "nodes": spec.nodes,
         "trials": [{"number": t.number, "state": t.state.name.lower(), "values": t.params, "val_accuracy": t.value,
-                    "rounds": max(t.intermediate_values, default=0)} for t in done],
+                    "rounds": max(t.intermediate_values, default=0),
+                    **({"error": t.user_attrs["run_error"]} if "run_error" in t.user_attrs else {})} for t in done],
         "pruned": sum(t.state == TrialState.PRUNED for t in done),
         "best": {"trial": best.number, "values": best.params, "val_accuracy": best.value},
         "seconds_this_call": seconds,

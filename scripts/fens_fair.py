@@ -78,6 +78,69 @@ def step_complete(alpha: str, out: Path, max_epochs: int) -> dict:
     return run(cfg, out, f"complete-e{max_epochs}")
 
 
+DOCS = ROOT / "docs/results/fens-fair"
+PAGE = ROOT / "docs/results/fens-fair.md"
+BEGIN, END = "<!-- table: scripts/fens_fair.py --page -->", "<!-- end table -->"
+
+
+def keep(out: Path, alpha: str) -> None:
+    """Copy what a finished step measured (metrics.json, summary.json, upper.json) under docs/results/fens-fair/."""
+    import shutil
+
+    dst = DOCS / f"dir{alpha}"
+    for f in [out / "base/metrics.json", out / "upper.json", out / "tune-agg/summary.json",
+              out / "tune-agg/chosen/metrics.json", *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
+              *sorted(out.glob("complete-e*/metrics.json"))]:
+        if f.exists():
+            (dst / f.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst / f.relative_to(out))
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{100 * x:.2f}"
+
+
+def page_table() -> str:
+    """The page's table, from the committed files only."""
+    rows = ["| alpha | FENS as preset (Table 8 lrs, 500 rounds) | tuned aggregator (client lr, server lr) | "
+            "central upper bound | members to completion + tuned aggregator (epochs kept: min / median / max) | "
+            "weighted avg. | voting | study budget |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for d in sorted(DOCS.glob("dir*"), key=lambda p: float(p.name[3:])):
+        base = json.loads((d / "base/metrics.json").read_text()) if (d / "base/metrics.json").exists() else None
+        summ = json.loads((d / "tune-agg/summary.json").read_text()) if (d / "tune-agg/summary.json").exists() else None
+        up = json.loads((d / "upper.json").read_text()) if (d / "upper.json").exists() else None
+        comp = sorted(d.glob("complete-e*/metrics.json"))
+        cells = [d.name[3:]]
+        cells.append(_pct(base["rounds"][-1]["accuracy"]) if base else "not run")
+        if summ and "chosen" in summ:
+            v = summ["best"]["values"]
+            cells.append(f"{_pct(summ['chosen']['test_accuracy'])} ({v['fens-agg-client-lr']:.3g}, "
+                         f"{v['fens-agg-server-lr']:.3g})")
+        else:
+            cells.append("not run")
+        cells.append(f"{_pct(up['test_accuracy'])} (epoch {up['best_epoch']})" if up else "not run")
+        if comp:
+            m = json.loads(comp[-1].read_text())
+            ep = sorted(m["phases"].get("phase1_member_epochs") or [0])
+            cells.append(f"{_pct(m['rounds'][-1]['accuracy'])} ({ep[0]} / {ep[len(ep) // 2]} / {ep[-1]})")
+        else:
+            cells.append("not run")
+        st = (base or {}).get("static_aggregators_test_accuracy", {})
+        cells += [_pct(st.get("weighted-average")), _pct(st.get("voting"))]
+        cells.append(f"{summ['budget']['trials']} x {summ['budget']['rounds_per_trial']} rounds "
+                     f"({summ['pruned']} pruned)" if summ else "")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def write_page() -> None:
+    text = PAGE.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    PAGE.write_text(text[:start] + "\n" + page_table() + "\n" + text[end:])
+    print(f"wrote {PAGE}")
+
+
 def main() -> int:
     from hetfl.common.task import setup_logging
 
@@ -89,7 +152,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=500)
     p.add_argument("--max-epochs", type=int, default=50)
     p.add_argument("--out", default="results/fens-fair")
+    p.add_argument("--page", action="store_true", help="only rewrite the table of docs/results/fens-fair.md from "
+                   "the committed runs (seconds)")
     a = p.parse_args()
+    if a.page:
+        write_page()
+        return 0
     setup_logging()
     for alpha in a.alphas:
         out = Path(a.out) / f"dir{alpha}"
@@ -103,6 +171,7 @@ def main() -> int:
                 step_upper(alpha, out)
             else:
                 step_complete(alpha, out, a.max_epochs)
+            keep(out, alpha)
             print(f"=== dir{alpha} {step}: {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
 

@@ -553,3 +553,27 @@ def test_adaptivefl_fmnist_end_to_end(tmp_path):
     # 4 weak devices of 10: over 3 rounds something came back pruned
     assert sum(r["pruned"] for r in rows[1:]) > 0
     assert (run_dir / "accuracy.png").exists()
+
+
+def test_a_declared_capacity_below_the_smallest_submodel_is_named_at_discovery():
+    """The README's example capacity=300000 cannot hold any submodel of a 32x32 RGB CNN: the node says so at
+    discovery with the client and both sizes (the server logs it), instead of an empty slot every round."""
+    from flwr.app import Context, RecordDict
+
+    from hetfl.adaptivefl_app.client_app import capacity_warning
+    from hetfl.adaptivefl_app.task import pool_of
+    from hetfl.common.config import validate
+
+    cfg = validate({"method": "adaptivefl", "dataset": "cifar10", "model": "cnn"})
+    smallest = min(e.size for e in pool_of(cfg).entries)
+
+    def ctx(capacity):
+        return Context(run_id=1, node_id=5, node_config={"capacity": capacity, "partition-id": 0, "num-partitions": 1},
+                       state=RecordDict(), run_config=cfg)
+
+    line = capacity_warning(ctx(300000), cfg, 7)["capacity-warning"]
+    assert smallest > 300000, smallest
+    assert line.startswith("client 7: node config capacity = 300,000 parameters is below the smallest submodel") and \
+        f"{smallest:,} parameters of model 'cnn' for inputs (3, 32, 32)" in line, line
+    assert capacity_warning(ctx(smallest), cfg, 7) == {"capacity-warning": ""}
+    assert capacity_warning(ctx("weak"), cfg, 7) == {}  # a tier always fits: no field

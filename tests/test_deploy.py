@@ -213,3 +213,42 @@ def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
             # every sampled client answered (the restarted node's discovery reply is round 3's traffic too)
             assert rows[3]["replies"] >= len(rows[3]["clients"]), (name, rows[3])
             assert rows[3]["failures"] == 0 and rows[3]["rejected"] == 0, (name, rows[3])
+
+
+@pytest.mark.slow
+def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
+    """README "Your own data and model on devices" on a real SuperLink + 4 SuperNodes: the server evaluates on an image
+    folder of 10 named classes (digits as 8x8 PNGs), three devices hold image folders of their own, one of them only 4
+    of the classes, and a fourth device holds a class the server does not have. The run's classes travel to the
+    devices with every message; the subset device trains with the server's labels; the fourth device is refused at
+    discovery (one line naming its client, path and class) and left out; the run completes."""
+    from hetfl.common import data as D
+
+    from .test_labels import NAMES
+    from .test_local_data import write_pngs
+
+    d = D.local_arrays("digits")[0]
+    rng = np.random.default_rng(0)
+
+    def folder(root, classes, per_class):
+        return write_pngs(root, {NAMES[k]: [d.x[i, 0] for i in rng.choice(np.flatnonzero(d.y == k), per_class)]
+                                 for k in classes})
+
+    server = folder(tmp_path / "server", range(10), 20)
+    devices = [folder(tmp_path / "dev0", range(10), 40), folder(tmp_path / "dev1", range(10), 40),
+               folder(tmp_path / "dev2", [2, 0, 5, 8], 60)]  # the subset device: coat, bag, sandal, trouser
+    extra = write_pngs(tmp_path / "dev3", {NAMES[0]: [d.x[0, 0]] * 5, "hat": [d.x[1, 0]] * 5})
+    configs = [{"client-id": i, "data-path": str(p)} for i, p in enumerate([*devices, extra])]
+    over = {"dataset": f"dir:{server}", "server-data-path": str(server), "model": "cnn", "batch-size": 16,
+            "lr": 0.05, "momentum": 0.9, "fraction-train": 1.0, "local-steps": 20, "num-server-rounds": 2,
+            "round-timeout": 300.0, "run-name": "own"}
+    with cluster.local_cluster(4, tmp_path / "flwr", configs=configs) as c:
+        run_dir = cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["federation"]["clients"] == 3, m.get("federation")  # the device with 'hat' was left out at discovery
+    assert [sorted(r["clients"]) for r in m["rounds"][1:]] == [[0, 1, 2], [0, 1, 2]]
+    assert all(r["failures"] == 0 and r["accepted"] == 3 for r in m["rounds"][1:]), m["rounds"]
+    assert m["rounds"][-1]["accuracy"] > 0.5, m["rounds"][-1]  # 10 classes: chance is 0.1
+    # the refused device's one line, as the server got it, is kept with the run
+    refused = f"client 3: node data-path '{extra}': holds 1 class(es) the run does not know ('hat')"
+    assert len(m["left_out"]) == 1 and refused in next(iter(m["left_out"].values())), m.get("left_out")

@@ -56,3 +56,28 @@ def test_best_epoch_training_keeps_the_best_validation_epoch(monkeypatch):
     assert evaluate(model, val, Normalizer("digits"), 256)[1] == scores[best]  # the model is that epoch's
     # patience 2: training stopped two epochs after the best one, or at the last epoch
     assert len(scores) == min(6, best + 3)
+
+
+def test_ensemble_logits_are_cached_by_content(tmp_path, monkeypatch):
+    """A study's trials on one saved ensemble compute the same logits once: cached by the ensemble's and the data's
+    content; another ensemble or other data is another entry."""
+    import torch
+
+    from hetfl.common.models import get_state
+    from hetfl.fens_app import core
+
+    torch.manual_seed(0)
+    models = [build_model("cnn", 10, (1, 8, 8)) for _ in range(2)]
+    data, norm = _digits(50), Normalizer("digits")
+    digest = core.states_digest([get_state(m) for m in models])
+    want = core.ensemble_logits(models, data, norm)
+    first = core.cached_logits(models, digest, data, norm, str(tmp_path))
+    assert np.array_equal(first.x, want) and np.array_equal(first.y, data.y) and first.x.shape == (50, 2, 10)
+    calls = []
+    monkeypatch.setattr(core, "ensemble_logits", lambda *a, **k: calls.append(1) or want)
+    assert np.array_equal(core.cached_logits(models, digest, data, norm, str(tmp_path)).x, want) and not calls
+    other = core.states_digest([get_state(models[1]), get_state(models[0])])  # another ensemble (order matters)
+    assert other != digest
+    core.cached_logits(models, other, data, norm, str(tmp_path))
+    core.cached_logits(models, digest, _digits(60), norm, str(tmp_path))  # other data
+    assert len(calls) == 2 and len(list((tmp_path / "fens-logits").glob("*.npz"))) == 3

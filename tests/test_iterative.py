@@ -29,6 +29,7 @@ from hetfl.baselines.core import (
 )
 from hetfl.baselines.params import FedNovaParams, ScaffoldParams
 from hetfl.baselines.strategy import SeededFedNova, SeededScaffold
+from hetfl.common.clientstore import ClientStateStore
 from hetfl.common.params import LocalSGDParams
 from hetfl.common.checkpoint import read_checkpoint
 from hetfl.common.config import ConfigError, validate
@@ -283,13 +284,16 @@ def test_scaffold_control_variates_live_in_the_node_state_and_come_back_after_a_
     full = run_in_process(SCAFFOLD, 4, tmp_path, "full")
     state = read_checkpoint(tmp_path / "full" / "checkpoint.json")["strategy"]
     nodes = _KeptGrid.made[-1].contexts.values()
-    assert sorted(state["c_i"]) == [0, 1, 2, 3] and all(v == 3 for v in state["ci_round"].values())
+    # the server's copies of the c_i are one file per client beside the checkpoint, not in it (bounded memory)
+    store = ClientStateStore(tmp_path / "full" / "scaffold-ci")
+    assert "c_i" not in state and sorted(int(c) for c in state["ci_round"]) == [0, 1, 2, 3]
+    assert all(v == 3 for v in state["ci_round"].values()) and all(store.rounds(c) == [2, 3] for c in range(4))
     assert any(np.abs(v).max() > 0 for v in state["c"].values())
     for ctx in nodes:
         client = int(ctx.node_config["partition-id"])
         kept = ctx.state[state_key(client, CI_STATE)]
         assert int(ctx.state[state_key(client, CI_ROUND_STATE)]["round"]) == 3
-        for k, v in state["c_i"][client].items():
+        for k, v in store.get(client, 3).items():
             np.testing.assert_array_equal(kept[k].numpy(), v)  # node and server agree bit for bit
         assert any(np.abs(kept[k].numpy()).max() > 0 for k in kept.keys())
 
@@ -409,3 +413,30 @@ def test_a_run_extended_from_its_checkpoint_equals_the_longer_run(tmp_path, task
     stc = {**SCAFFOLD, "method": "fedavg-stc", "num-server-rounds": 1, "stc-error-feedback": True}
     run_in_process(stc, 4, tmp_path / "grid", "stc")
     assert "error-feedback" in rep.extendable(tmp_path / "grid" / "stc", {**stc, "num-server-rounds": 2})
+
+
+def test_scaffold_server_memory_does_not_grow_with_the_clients_it_has_seen(tmp_path):
+    """10,000 clients, 5 rounds of 100 distinct clients with a CNN-sized c_i each: with the store the server's
+    Python heap stays at c and the ci_round table (each c_i is written to its file and dropped), where the in-memory
+    copy grows by one c_i per client seen."""
+    import tracemalloc
+
+    from hetfl.baselines.strategy import SeededScaffold
+
+    params = {"w": np.zeros((256, 1024), np.float32)}  # 1 MiB per c_i
+    mem = {}
+    for where in ("memory", "store"):
+        s = SeededScaffold(fraction_train=0.01).setup(params, ScaffoldParams())
+        if where == "store":
+            s.keep_state_in(tmp_path / where)
+        rng = np.random.default_rng(0)
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        for rnd in range(1, 6):
+            for client in range((rnd - 1) * 100, rnd * 100):
+                s._set_c_i(client, rnd, {"w": rng.standard_normal((256, 1024)).astype(np.float32)})
+        mem[where] = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        assert len(s.ci_round) == 500 and np.array_equal(s.c_i(250)["w"].shape, (256, 1024))
+    assert mem["memory"] > 500 * 2**20 * 0.95, mem  # every c_i seen stays in memory
+    assert mem["store"] < 2 * 2**20, mem  # a table of rounds: bounded by one c_i, whatever the clients seen

@@ -201,3 +201,40 @@ def test_a_malformed_discovery_answer_leaves_that_node_out(task_identity):
     grid = Grid({1: one(0), 2: {"client-id": 1}, 3: one(2), 4: one(3)})
     m.refresh(grid, timeout=1)
     assert grid.asked == [4] and m.node == {0: 1, 3: 4}  # nodes that answered badly are not asked every round
+
+
+def test_a_node_whose_message_timed_out_gets_no_new_message_until_it_answers(task_identity, caplog):
+    """At most one message in flight per node across rounds: a message that got no reply in its round may still be
+    running on its node; the next round skips that node's client until the SuperLink has its late reply."""
+    caplog.set_level("WARNING", logger="hetfl")
+    late: dict[str, Message] = {}
+
+    class SlowGrid(Grid):
+        def __init__(self, answers):
+            super().__init__(answers, train=lambda m: Message(RecordDict({"config": ConfigRecord({})}), reply_to=m))
+            self.slow, self.pulled = {12}, []
+
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            out = super().send_and_receive(messages, timeout=timeout)
+            kept = [r for r in out if r.metadata.reply_to_message_id not in
+                    {m.metadata.message_id for m in messages if m.metadata.dst_node_id in self.slow}]
+            for m in messages:
+                if m.metadata.dst_node_id in self.slow:
+                    late[m.metadata.message_id] = Message(RecordDict({"config": ConfigRecord({})}), reply_to=m)
+            return kept
+
+        def pull_messages(self, message_ids):
+            self.pulled.append(list(message_ids))
+            return [late[i] for i in message_ids if i in late and not self.slow]
+
+    grid = SlowGrid({12: one(0), 30: one(1)})
+    m = ClientMap({12: one(0), 30: one(1)})
+    send = lambda: m.send_and_receive(grid, [m.message(c, RecordDict({}), "train") for c in (0, 1)], timeout=1)  # noqa: E731
+    assert [m.client_of(r) for r in send()] == [1]  # round 1: node 12's reply does not come in time
+    assert [m.client_of(r) for r in send()] == [1]  # round 2: node 12 still runs it: client 0 is not sent
+    assert any("client(s) [0] not sent: node 12 still runs a message" in r.getMessage() for r in caplog.records)
+    assert grid.batches[-1] == [30]
+    grid.slow = set()  # node 12's late reply reaches the SuperLink
+    assert sorted(m.client_of(r) for r in send()) == [0, 1]  # round 3: node 12 is free again
+    assert m.pending == {}

@@ -86,12 +86,38 @@ def test_an_interrupted_study_resumes_from_its_file(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "run_trial", real)
     import optuna
 
-    left = optuna.load_study(study_name="hetfl", storage=f"sqlite:///{study / 'study.db'}")
-    assert [t.state.name for t in left.trials] == ["COMPLETE", "RUNNING"]  # what the stopped process left
-    out = T.tune(s, study, final=True)  # a new process: the running trial is failed and its values queued again
-    again = optuna.load_study(study_name="hetfl", storage=f"sqlite:///{study / 'study.db'}")
-    assert [t.state.name for t in again.trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
-    assert again.trials[2].params == again.trials[1].params == calls[1]  # the interrupted values ran in full
+    storage = f"sqlite:///{study / 'study.db'}"
+    left = optuna.load_study(study_name="hetfl", storage=storage)
+    # Ctrl-C: the trial is failed and its values queued again
+    assert [t.state.name for t in left.trials] == ["COMPLETE", "FAIL", "WAITING"]
+    # then a hard kill (SIGKILL, power loss) in the middle of that queued trial: it stays "running" in the file
+    killed = left.ask()
+    assert killed.suggest_float("lr", 0.01, 0.3, log=True) == calls[1]["lr"]  # the queued values
+    assert left.trials[-1].state.name == "RUNNING"
+    out = T.tune(s, study, final=True)  # a new process: the running trial is failed, its values queued and run
+    again = optuna.load_study(study_name="hetfl", storage=storage)
+    assert [t.state.name for t in again.trials] == ["COMPLETE", "FAIL", "FAIL", "COMPLETE", "COMPLETE"]
+    assert again.trials[3].params == calls[1]  # the interrupted values ran in full
+    finished = [t.params["lr"] for t in again.trials if t.state.name == "COMPLETE"]
+    assert len(set(finished)) == 3, finished  # a resumed sampler does not redraw the first values
     assert len(out["trials"]) == 3 and out["chosen"]["same_as_trial"]
     with pytest.raises(TuneError, match="holds a study with other settings"):
         T.tune(spec("lr=log:0.01:0.3", trials=3, rounds=5, prune=False), study)
+
+
+def test_a_trial_whose_run_fails_uses_its_budget_and_the_study_goes_on(tmp_path, monkeypatch):
+    """A value that makes the run fail (NoClientSucceeded: every update diverged) is a failed trial with its reason,
+    counted in the budget; the study continues with the next values."""
+    from hetfl.common.rounds import NoClientSucceeded
+
+    real = T.run_trial
+
+    def diverges_at_large_lr(spec_, values, run_dir, name, report=None):
+        if values["lr"] > 0.05:
+            raise NoClientSucceeded("no client update was accepted in the last 2 rounds")
+        return real(spec_, values, run_dir, name, report)
+
+    monkeypatch.setattr(T, "run_trial", diverges_at_large_lr)
+    out = T.tune(spec("lr=0.1,0.01", sampler="grid", trials=2, rounds=2), tmp_path / "f", final=False)
+    assert [(t["values"]["lr"], t["state"]) for t in out["trials"]] == [(0.1, "fail"), (0.01, "complete")]
+    assert "no client update was accepted" in out["trials"][0]["error"] and out["best"]["values"] == {"lr": 0.01}

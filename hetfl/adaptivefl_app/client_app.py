@@ -8,10 +8,12 @@ from typing import Any
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.models import get_state, set_state
-from hetfl.common.task import client_data, config_of, local_train, message_client, pack_models, unpack_models
+from hetfl.common.nodeconfig import declared
+from hetfl.common.task import (client_data, config_of, local_train, message_client, model_input_shape, pack_models,
+                               unpack_models)
 
 from .core import request_capacity, slice_state
-from .keys import AdaptiveFLParams
+from .keys import TIERS, AdaptiveFLParams
 from .scalefl import scalefl_loss
 from .task import device_capacity, pool_of
 
@@ -19,7 +21,28 @@ from .task import device_capacity, pool_of
 def node_info(context: Context, cfg: dict[str, Any], client: int) -> dict[str, Any]:
     """What an AdaptiveFL node reports for a client when discovered: its device tier, only to the baselines that know
     tiers (HeteroFL, ScaleFL, Decoupled; AdaptiveFL's server learns capacities only from the models that come back)."""
-    return {"tier": device_capacity(context, cfg, client)[0]} if AdaptiveFLParams.from_config(cfg).variant.knows_tiers else {}
+    tier = device_capacity(context, cfg, client)[0]  # a device that must declare its capacity and does not: fails here
+    out = {"tier": tier} if AdaptiveFLParams.from_config(cfg).variant.knows_tiers else {}
+    out.update(capacity_warning(context, cfg, client))
+    return out
+
+
+def capacity_warning(context: Context, cfg: dict[str, Any], client: int) -> dict[str, str]:
+    """A node that declares a number of parameters (node config ``capacity``) too small for the smallest submodel of
+    the run's pool reports it at discovery (``capacity-warning``; "" when it fits), so that the server names the
+    client and both sizes instead of leaving its slot empty every round without a word. Only nodes that declare a
+    number carry the field; AdaptiveFL's server uses it for the warning alone, never to plan."""
+    value = declared(context.node_config, "capacity")
+    if value is None or str(value) in TIERS:
+        return {}
+    pool, gamma = pool_of(cfg), float(value)
+    smallest = min(pool.entries, key=lambda e: e.size)
+    if gamma >= smallest.size:
+        return {"capacity-warning": ""}
+    return {"capacity-warning": f"client {client}: node config capacity = {gamma:,.0f} parameters is below the smallest "
+                                f"submodel ({smallest.name}, {smallest.size:,} parameters of model {cfg['model']!r} for "
+                                f"inputs {tuple(model_input_shape(cfg))}): it can never train; declare at least "
+                                f"{smallest.size:,} or a tier (weak, medium, strong)"}
 
 
 def train(msg: Message, context: Context) -> Message:

@@ -27,6 +27,9 @@ def discover_tiers(grid: MeteredGrid, cfg: dict[str, Any]) -> tuple[ClientMap, d
     (they assume known tiers; AdaptiveFL's server never asks)."""
     cmap = discover_clients(grid, cfg)
     tiers = {c: str(t) for c, t in cmap.field("tier").items()}
+    for c, line in cmap.field("capacity-warning").items():
+        if line:
+            log.warning("%s", line)
     if tiers:
         log.info("device tiers: %s", {t: sum(v == t for v in tiers.values()) for t in ("weak", "medium", "strong")})
     return cmap, tiers

@@ -90,6 +90,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     params = params_for(cfg)
     strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg), model)
+    if isinstance(strategy, SeededScaffold):  # the server's copies of the clients' c_i: one file each, not in memory
+        strategy.keep_state_in(recorder.run_dir)
     if isinstance(params, FedBEParams):
         strategy = _fedbe(cfg, params, strategy)
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pathlib import Path
+
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedProx
 
+from hetfl.common.clientstore import ClientStateStore
 from hetfl.common.comm import get_sparse
 from hetfl.common.compression import StateLayout, topk_count
 from hetfl.common.models import get_state
@@ -158,8 +161,11 @@ class SeededScaffold(SeededIterative):
     reply the local model y_i and Delta c_i (twice the model up). Each client's c_i lives in its node's state
     (:func:`hetfl.baselines.client_app.train_scaffold`). The server keeps a copy of every c_i (the sum of the
     Delta c_i it accepted) and the round it last changed, so that a node that lost its state (a resumed run, a
-    restarted SuperNode) or whose reply was not accepted gets its c_i once more in its next message.
-    docs/readings.md#fens-scaffold
+    restarted SuperNode) or whose reply was not accepted gets its c_i once more in its next message. Those copies
+    live on disk, one file per client (:class:`~hetfl.common.clientstore.ClientStateStore` under
+    ``<run-dir>/scaffold-ci/``, set by :meth:`keep_state_in`), so the server's memory holds c, the round of each
+    c_i and the c_i of the current round's clients only, however many clients there are (in memory without a
+    directory: tests). docs/readings.md#fens-scaffold
     """
 
     train_type = TRAIN_SCAFFOLD
@@ -167,11 +173,33 @@ class SeededScaffold(SeededIterative):
     def setup(self, params: dict[str, np.ndarray], p: MethodParams) -> SeededScaffold:
         super().setup(params, p)
         self.c = {k: np.zeros(np.shape(v), np.float32) for k, v in self.params.items()}
-        self.c_i: dict[int, dict[str, np.ndarray]] = {}  # client -> its control variate (the server's copy)
+        self.store: ClientStateStore | None = None  # the server's copy of every c_i (None: in `_mem`)
+        self._mem: dict[int, dict[str, np.ndarray]] = {}
         self.ci_round: dict[int, int] = {}  # client -> round its c_i last changed (0 = never: c_i = 0)
         self.synced: dict[int, int] = {}  # client -> node known to hold its current c_i (this process only)
         self._c_record: ArrayRecord | None = None
         return self
+
+    def keep_state_in(self, run_dir: Path) -> SeededScaffold:
+        """Keep the server's copies of the c_i in ``<run_dir>/scaffold-ci/`` (one file per client)."""
+        self.store = ClientStateStore(Path(run_dir) / "scaffold-ci")
+        for client, ci in self._mem.items():
+            self.store.put(client, self.ci_round.get(client, 0), ci)
+        self._mem = {}
+        return self
+
+    def c_i(self, client: int) -> dict[str, np.ndarray] | None:
+        """The server's copy of `client`'s c_i (None: never changed, i.e. zero)."""
+        if client not in self.ci_round:
+            return None
+        return self.store.get(client, self.ci_round[client]) if self.store is not None else self._mem[client]
+
+    def _set_c_i(self, client: int, rnd: int, ci: dict[str, np.ndarray]) -> None:
+        if self.store is not None:
+            self.store.put(client, rnd, ci)
+        else:
+            self._mem[client] = ci
+        self.ci_round[client] = rnd
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._c_record = ArrayRecord({k: Array(v) for k, v in self.c.items()})  # one record, shared by the messages
@@ -180,8 +208,8 @@ class SeededScaffold(SeededIterative):
     def client_records(self, client: int) -> dict:
         """c, the round of the client's c_i, and its c_i itself when its node may not hold it."""
         out = {CONTROL: self._c_record, SCAFFOLD: ConfigRecord({"ci-round": self.ci_round.get(client, 0)})}
-        if client in self.c_i and self.synced.get(client) != self.map.node.get(client):
-            out[CONTROL_OWN] = ArrayRecord({k: Array(v) for k, v in self.c_i[client].items()})
+        if client in self.ci_round and self.synced.get(client) != self.map.node.get(client):
+            out[CONTROL_OWN] = ArrayRecord({k: Array(v) for k, v in self.c_i(client).items()})
         return out
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -197,9 +225,9 @@ class SeededScaffold(SeededIterative):
         done = set()
         for r, (_, dc, _) in ok:  # client-id order (run_rounds orders the replies)
             client = self.map.client_of(r)
-            before = self.c_i[client] if client in self.c_i else {k: np.zeros_like(v) for k, v in self.c.items()}
-            self.c_i[client] = apply_delta(before, dc)
-            self.ci_round[client], self.synced[client] = server_round, self.map.node[client]
+            before = self.c_i(client) or {k: np.zeros_like(v) for k, v in self.c.items()}
+            self._set_c_i(client, server_round, apply_delta(before, dc))
+            self.synced[client] = self.map.node[client]
             done.add(client)
         for client in set(self.sampled) - done:  # its node may or may not have changed c_i: send it next time
             self.synced.pop(client, None)
@@ -216,11 +244,18 @@ class SeededScaffold(SeededIterative):
         return self._result([r for r, _, _ in trained], new)
 
     def state_dict(self) -> dict:
-        """c, the server's copy of every client's c_i and the round each last changed."""
-        return {"c": self.c, "c_i": self.c_i, "ci_round": self.ci_round}
+        """c and the round each client's c_i last changed (the c_i themselves: in the store's files, which keep that
+        round's version; without a store, in the checkpoint)."""
+        return {"c": self.c, "ci_round": self.ci_round, **({"c_i": self._mem} if self.store is None else {})}
 
     def load_state_dict(self, st: dict) -> None:
-        self.c, self.c_i, self.ci_round = st["c"], st["c_i"], st["ci_round"]
+        self.c, self.ci_round = st["c"], {int(k): int(v) for k, v in st["ci_round"].items()}
+        old = {int(k): v for k, v in st.get("c_i", {}).items()}  # a checkpoint that holds the c_i (no store, or older)
+        if self.store is not None:
+            for client, ci in old.items():
+                self.store.put(client, self.ci_round.get(client, 0), ci)
+        else:
+            self._mem = old
         self.synced = {}  # a new process: no node is known to hold its client's c_i
 
 

@@ -336,12 +336,14 @@ def class_ids(found: Sequence[str], run: Sequence[str], num_classes: int, where:
         A class the run does not know (one line naming `where`, the classes and the run's classes), or an id outside
         [0, num_classes).
     """
+    if is_integer_names(found):  # ClassLabel(num_classes=n): ids, never matched as names (a run's '10' sorts before '2')
+        return np.arange(len(found), dtype=np.int64)
     run_keys = {_class_key(n): i for i, n in enumerate(run)}
     out, unknown = [], []
     for name in found:
         if _class_key(name) in run_keys:
             out.append(run_keys[_class_key(name)])
-        elif str(name).isdigit() and (is_integer_names(found) or not run) and int(name) < num_classes:
+        elif str(name).isdigit() and not run and int(name) < num_classes:
             out.append(int(name))
         else:
             unknown.append(str(name))
@@ -509,8 +511,17 @@ def _run_labels(ds, y: np.ndarray, info: DatasetInfo, where: str) -> np.ndarray:
     """A split's labels as the run's class ids: a ClassLabel's ids matched by name (:func:`class_ids`), plain integers
     as they are; LocalDataError for a class the run does not know or an id outside [0, num_classes)."""
     feature = ds.features[info.label_col]
-    if hasattr(feature, "names") and len(y) and y.min() >= 0:  # a ClassLabel: its ids become the run's, by name
-        y = class_ids(feature.names, info.class_names, info.num_classes, where)[y]
+    # a ClassLabel: its ids become the run's, by name. A catalog dataset whose classes the catalog does not name
+    # (CIFAR-100) keeps the ids of its own hub ClassLabel, as every copy of it has the same.
+    if hasattr(feature, "names") and len(y) and y.min() >= 0 and (info.class_names or not info.hub_id):
+        names = list(feature.names)
+        if y.max() >= len(names):
+            raise LocalDataError(f"{where}: label {int(y.max())} has no name in its ClassLabel of {len(names)} classes")
+        used = np.unique(y)  # only the classes its rows use must be known to the run
+        lookup = np.full(len(names), -1, np.int64)
+        lookup[used] = class_ids([names[i] for i in used], info.class_names, info.num_classes, where) \
+            if not is_integer_names(names) else used
+        y = lookup[y]
     bad = (y < 0) | (y >= info.num_classes)
     if bad.any():
         raise LocalDataError(f"{where}: {int(bad.sum())} label(s) outside [0, {info.num_classes}) (e.g. {int(y[bad][0])} "
@@ -709,10 +720,15 @@ def describe_from_directory(path: str | Path, name: str, input_col: str, label_c
         The directory cannot be read or describes no classification dataset; the message starts with `where`.
     """
     key = (name, input_col, label_col, int(num_classes))
-    if key not in _DESCRIBED or (run is not None and _DESCRIBED[key].class_names != run.class_names):
+    node_key = (str(Path(path).resolve()), key, run)
+    if node_key not in _NODE_DESCRIBED:  # per directory and run description: several nodes may share a process
         train = choose_split(read_directory(path, where), "train", where)
-        adopt_description(key, describe(train, *key, where=where, run=run))
+        _NODE_DESCRIBED[node_key] = describe(train, *key, where=where, run=run)
+    adopt_description(key, _NODE_DESCRIBED[node_key])  # this node's description is the process's until the next
     return _DESCRIBED[key]
+
+
+_NODE_DESCRIBED: dict[tuple, DatasetInfo] = {}  # (node data directory, run key, run description) -> description
 
 
 RUN_DATA = "run-data"

@@ -71,7 +71,10 @@ class ClientMap:
         self._sender: dict[str, int] = {}  # message id -> client id, of the latest send_and_receive
         self.asked: set[int] = set()  # nodes asked once (answered or not): never asked again
         self.min_nodes = 0  # min-available-nodes: a round waits (bounded) until this many nodes are connected
+        self._gave_up_at = -1  # connected count when a wait last ran out (not waited for again at that count)
         self.records: dict[str, ConfigRecord] = {}  # sent with every message (the run's data description)
+        self.left_out: dict[int, str] = {}  # node id -> why it did not answer discovery (its error line)
+        self.pending: dict[int, str] = {}  # node id -> id of a message sent to it that got no reply in its round
         self.add_answers(answers or {})
 
     def add_answers(self, answers: Mapping[int, Mapping[str, Any]], live: Iterable[int] = ()) -> None:
@@ -149,19 +152,26 @@ class ClientMap:
         if new:
             log.info("discovering %d node(s) that connected after the start", len(new))
             self.asked.update(new)
-            self.add_answers(ask_nodes(grid, new, timeout, records=self.records), live=set(self.hosted) & connected)
+            self.add_answers(ask_nodes(grid, new, timeout, records=self.records, errors=self.left_out),
+                             live=set(self.hosted) & connected)
 
     def await_nodes(self, grid, timeout: float, poll: float = 0.5) -> int:
-        """Wait until :attr:`min_nodes` nodes are connected or `timeout` seconds have passed; the connected count."""
+        """Wait until :attr:`min_nodes` nodes are connected or `timeout` seconds have passed; the connected count.
+
+        A wait that ran out is not repeated while the same number of nodes is connected (a node gone for good costs
+        one wait, not one per round); another count below min-available-nodes waits again."""
         end = time.monotonic() + timeout
         count = len(grid.get_node_ids())
-        if count < self.min_nodes:
+        if count < self.min_nodes and count != self._gave_up_at:
             log.info("%d of min-available-nodes = %d SuperNodes connected: waiting up to %.0f s before the round",
                      count, self.min_nodes, timeout)
             while count < self.min_nodes and time.monotonic() < end:
                 time.sleep(poll)
                 count = len(grid.get_node_ids())
             log.info("%d SuperNodes connected: the round starts", count)
+            self._gave_up_at = count if count < self.min_nodes else -1
+        elif count >= self.min_nodes:
+            self._gave_up_at = -1
         return count
 
     # --- sending ------------------------------------------------------------------------------
@@ -182,6 +192,10 @@ class ClientMap:
         queues: dict[int, list[Message]] = defaultdict(list)
         for m in messages:
             queues[int(m.metadata.dst_node_id)].append(m)
+        for node in self.still_busy(grid, set(queues)):  # across rounds too: one ClientApp at a time per node
+            skipped = [int(m.content[CLIENT]["client-id"]) for m in queues.pop(node)]
+            log.warning("client(s) %s not sent: node %d still runs a message of an earlier round that timed out "
+                        "(its node state must not be written by two ClientApps at once)", skipped, node)
         self._sender = {}
         replies: list[Message] = []
         end = time.monotonic() + timeout
@@ -195,7 +209,22 @@ class ClientMap:
             got = list(grid.send_and_receive(batch, timeout=left))  # pushing gives every message its id
             self._sender.update({m.metadata.message_id: int(m.content[CLIENT]["client-id"]) for m in batch})
             replies.extend(got)
+            answered = {r.metadata.reply_to_message_id for r in got}
+            for m in batch:
+                if m.metadata.message_id and m.metadata.message_id not in answered:
+                    self.pending[int(m.metadata.dst_node_id)] = m.metadata.message_id
         return replies
+
+    def still_busy(self, grid, nodes: set[int]) -> list[int]:
+        """The nodes among `nodes` whose message of an earlier round has neither been answered nor been given up by
+        the SuperLink (a late reply or an error: the node is free again; that reply is not used)."""
+        busy = []
+        for node in sorted(set(self.pending) & nodes):
+            if hasattr(grid, "pull_messages") and list(grid.pull_messages([self.pending[node]])):
+                del self.pending[node]
+            else:
+                busy.append(node)
+        return busy
 
     def client_of(self, reply: Message) -> int | None:
         """The client a reply of the latest :meth:`send_and_receive` came from (None: a reply to none of its messages)."""
@@ -209,7 +238,8 @@ def error_line(reply: Message) -> str:
 
 
 def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY_BATCH,
-              records: Mapping[str, ConfigRecord] | None = None) -> dict[int, dict[str, Any]]:
+              records: Mapping[str, ConfigRecord] | None = None,
+              errors: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
     """Send each node the :data:`NODE_QUERY`, `batch` nodes at a time; node id -> its answer (failures left out).
 
     Flower's simulation pump walks every stored message for every node on each pass, so asking
@@ -224,6 +254,8 @@ def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY
         for r in grid.send_and_receive(msgs, timeout=max(1.0, end - time.monotonic())):
             if r.has_error():
                 log.warning("node %d did not answer discovery: %s", r.metadata.src_node_id, error_line(r))
+                if errors is not None:
+                    errors[int(r.metadata.src_node_id)] = error_line(r)
             else:
                 out[int(r.metadata.src_node_id)] = dict(r.content["config"])
     return out
@@ -245,13 +277,16 @@ def discover_clients(grid, cfg: dict[str, Any], timeout: float = 600.0) -> Clien
     """Wait for min-available-nodes nodes and ask each which clients it hosts (and its method's fields)."""
     nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
     records = run_records(cfg)
-    answers = ask_nodes(grid, nodes, cfg["round-timeout"], records=records)
+    errors: dict[int, str] = {}
+    answers = ask_nodes(grid, nodes, cfg["round-timeout"], records=records, errors=errors)
     if len(answers) < len(nodes):
         log.warning("%d of %d nodes did not answer the discovery query", len(nodes) - len(answers), len(nodes))
     cmap = ClientMap(answers)
     cmap.min_nodes = int(cfg["min-available-nodes"])
     cmap.records = records
-    cmap.asked.update(int(n) for n in nodes)  # the ones that did not answer are not asked again every round
+    cmap.left_out.update(errors)
+    # the ones that did not answer are not asked again every round (those whose claims were refused are: add_answers)
+    cmap.asked.update(int(n) for n in nodes if n not in answers)
     log.info("%d clients on %d nodes", len(cmap.node), len(answers))
     return cmap
 

@@ -181,6 +181,8 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
     cmap = getattr(strategy, "map", None)
     if cmap is not None and "federation" not in recorder.extra:
         recorder.federation(len(cmap.clients()), len(cmap.hosted))
+    if cmap is not None and getattr(cmap, "left_out", None):  # nodes refused at discovery, and why (their one line)
+        recorder.extra["left_out"] = {str(n): why for n, why in sorted(cmap.left_out.items())}
     if start == 1:
         record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)
     last = recorder.last_round  # num-server-rounds, or stop-after-round if earlier
@@ -198,8 +200,10 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         new, _ = strategy.aggregate_train(rnd, replies)
         if new is not None:
             arrays = new
-        empty = sum(1 for r in replies if not r.has_error() and zero_weight(r))  # a client without data trains nothing
-        accepted = max(0, len(replies) - errors - getattr(strategy, "rejected", 0) - empty)
+        # a client without data (weight 0) trains nothing: not an accepted update. At most the replies the strategy
+        # kept, and at most those of positive weight (a rejected reply may weigh 0 too: never counted twice)
+        weighted = sum(1 for r in replies if not r.has_error() and not zero_weight(r))
+        accepted = max(0, min(len(replies) - errors - getattr(strategy, "rejected", 0), weighted))
         recorder.stage(accepted=accepted)
         idle = idle + 1 if messages and accepted <= 0 else 0
         if idle >= cfg.get("max-idle-rounds", 0) > 0:
@@ -210,11 +214,13 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
             plot_run(recorder.write())
             raise NoClientSucceeded(f"{why}; the server log names each client's error")
         log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
+        if cmap is not None and getattr(cmap, "left_out", None):  # nodes that connected later and were refused too
+            recorder.extra["left_out"] = {str(n): why for n, why in sorted(cmap.left_out.items())}
         record_round(grid, strategy, recorder, rnd, arrays, evaluate_fn)
         if cfg["checkpoint"]:
             save_checkpoint(path, rnd, arrays, strategy, recorder)
     trained = [r for r in recorder.rounds if r["round"] >= 1 and r.get("clients")]
-    if trained and not any(r.get("accepted", r.get("replies", 0) - r.get("rejected", 0)) > 0 for r in trained):
+    if last == cfg["num-server-rounds"] and trained and not any(r.get("accepted", r.get("replies", 0) - r.get("rejected", 0)) > 0 for r in trained):
         why = (f"no client update was accepted in any of the run's {len(trained)} round(s): every sampled client "
                "failed or sent a malformed update, so the model was never trained")
         recorder.extra["stopped"] = {"round": trained[-1]["round"], "reason": why}

@@ -59,9 +59,13 @@ def phase1_settings(cfg: dict[str, Any], message_type: str, clients: int | None 
 def mismatch(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first setting (``phase1-message``, a run-config key, or ``clients``) in which two phase-1 settings differ,
     as (name, ours, theirs); None if they agree. A setting one side lacks (``clients`` at pre-flight) is skipped."""
+    from hetfl.common.config import SCHEMA
+
     for name in ours:
-        if name in theirs and ours[name] != theirs[name]:
-            return name, ours[name], theirs[name]
+        # a run-config key the saved side predates counts at its default (how that ensemble was trained)
+        value = theirs[name] if name in theirs else SCHEMA[name].default if name in SCHEMA else ours[name]
+        if ours[name] != value:
+            return name, ours[name], value
     return None
 
 

@@ -12,7 +12,7 @@ from hetfl.common.task import arrays_to_model, client_data, client_device, compu
 from hetfl.common.train import Normalizer, TrainResult, train
 
 from .aggregators import confusion_counts, make_aggregator
-from .core import build_members, ensemble_logits, split_indices, subset
+from .core import build_members, cached_logits, split_indices, states_digest, subset
 from .keys import FENSParams
 
 OWN, CACHE = "fens-own-model", "fens-logits"
@@ -50,8 +50,8 @@ def train_and_upload(msg: Message, context: Context, cfg: dict, pid: int, local_
     else:  # fens-diff-init: this client's own random start (authors' diff_init)
         model = make_model(cfg, seed=client_init_seed(cfg, pid))
     epochs = None
-    if val_fraction > 0:
-        fit_idx, val_idx = split_indices(len(local_data), 1.0 - val_fraction, cfg["seed"] * 100_019 + pid)
+    fit_idx, val_idx = split_indices(len(local_data), 1.0 - val_fraction, cfg["seed"] * 100_019 + pid)
+    if val_fraction > 0 and len(val_idx) and len(fit_idx):  # a client too small for a carve-out trains local-epochs
         local_data, val = subset(local_data, fit_idx), subset(local_data, val_idx)
         res, epochs = best_epoch_training(model, local_data, val, cfg, pid)
     else:
@@ -110,7 +110,8 @@ def logits(msg: Message, context: Context) -> Message:
     models = build_members(cfg, states, bool(conf["quantized"]))
     _, agg_data = _splits(context, cfg, pid)
     torch.set_num_threads(cfg["client-threads"])
-    z = ensemble_logits(models, agg_data, Normalizer(dataset_info(cfg)), **compute_options(cfg))
+    z = cached_logits(models, states_digest(states), agg_data, Normalizer(dataset_info(cfg)), cfg["cache-dir"],
+                      **compute_options(cfg)).x  # once per ensemble and split (a study's trials reuse them)
     context.state[state_key(pid, CACHE)] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
     C = num_classes(cfg)
     counts = confusion_counts(z[:, own], agg_data.y, C) if own >= 0 else np.zeros((C, C), np.int64)

@@ -5,6 +5,8 @@ How the code reads the FENS paper and the authors' code: docs/readings.md#fens.
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +53,33 @@ def ensemble_logits(models: Sequence[nn.Module], data: ArrayData, normalize: Nor
     Clients compute them once and cache them (docs/readings.md#fens-logit-cache).
     """
     return member_logits(models, data, normalize, batch_size, device, precision).permute(1, 0, 2).numpy()
+
+
+def states_digest(states: Sequence[dict[str, np.ndarray]]) -> str:
+    """SHA-1 of an ensemble's states (names, dtypes, shapes and bytes, in order): what its logits depend on."""
+    h = hashlib.sha1()
+    for st in states:
+        for k in sorted(st):
+            a = np.ascontiguousarray(st[k])
+            h.update(f"{k}|{a.dtype}|{a.shape}|".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def cached_logits(models: Sequence[nn.Module], digest: str, data: ArrayData, normalize: Normalizer, cache_dir: str,
+                  batch_size: int = 256, device: str | torch.device = "cpu", precision: str = "fp32") -> ArrayData:
+    """:func:`ensemble_logits` of `data` with its labels, cached under `cache_dir` by content: the ensemble's
+    `digest` (:func:`states_digest`), the data's bytes, the device and the precision. A study that trains many
+    aggregators on one saved ensemble (hetfl.tune with fens-reuse) computes each set of logits once."""
+    from hetfl.common.data import _cache_root, cached
+
+    if data.x.dtype == object:  # texts: not content-hashed here
+        return ArrayData(ensemble_logits(models, data, normalize, batch_size, device, precision), data.y)
+    h = hashlib.sha1(f"{digest}|{torch.device(device)}|{precision}|{data.x.shape}|{data.x.dtype}".encode())
+    h.update(np.ascontiguousarray(data.x).tobytes())
+    h.update(np.ascontiguousarray(data.y).tobytes())
+    path = _cache_root(cache_dir) / "fens-logits" / f"{h.hexdigest()[:24]}.npz"
+    return cached(path, lambda: ArrayData(ensemble_logits(models, data, normalize, batch_size, device, precision), data.y))
 
 
 @dataclass

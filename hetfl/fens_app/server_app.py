@@ -26,7 +26,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from hetfl.common.comm import MeteredGrid, Traffic
 from hetfl.common.compression import quantize_state
-from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
@@ -41,7 +40,7 @@ from hetfl.common.train import Normalizer, evaluate
 from . import LOCAL, LOGITS
 from .aggregators import STATIC, make_aggregator
 from .artifacts import phase1_settings, save_ensemble, stored_phase1
-from .core import Ensemble, build_members, ensemble_logits
+from .core import Ensemble, build_members, cached_logits, states_digest
 from .keys import FENSParams
 from .strategy import make_strategy
 
@@ -163,8 +162,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     agg_dev = opts["device"]
     norm = Normalizer(cfg["dataset"])
     with heartbeat(f"FENS: the {M} models' logits on the server's evaluation data", cfg["progress-interval"]):
-        test_z = ArrayData(ensemble_logits(ens_models, test, norm, cfg["eval-batch-size"], **opts), test.y)
-        val_z = ArrayData(ensemble_logits(ens_models, val, norm, cfg["eval-batch-size"], **opts), val.y) if val is not None else None
+        digest = states_digest(sent)  # cached by content: every trial of a study on one ensemble computes them once
+        test_z = cached_logits(ens_models, digest, test, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts)
+        val_z = cached_logits(ens_models, digest, val, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts) if val is not None else None
     member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
         **ens.phase1, "ensemble_download_bytes": download.bytes_down, "confusion_upload_bytes": download.bytes_up,
