@@ -121,7 +121,7 @@ class Hosts:
         self.logs[proc.pid] = log
         return proc
 
-    def run(self, host: str, command: str, timeout: float = 120) -> str:
+    def run(self, host: str, command: str, timeout: float = 300) -> str:
         """`command` to its end; its output (fails the test on a non-zero exit)."""
         r = subprocess.run(self._argv(host, command), cwd=self.project(host), env=self.env(host), capture_output=True,
                            text=True, timeout=timeout)
@@ -131,7 +131,7 @@ class Hosts:
     def output(self, proc: subprocess.Popen) -> str:
         return self.logs[proc.pid].read_text(errors="replace")
 
-    def wait_for(self, proc: subprocess.Popen, text: str, timeout: float = 90) -> None:
+    def wait_for(self, proc: subprocess.Popen, text: str, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while text not in self.output(proc):
             assert proc.poll() is None, f"exited with {proc.returncode}:\n{self.output(proc)[-4000:]}"

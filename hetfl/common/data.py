@@ -720,7 +720,11 @@ def describe_from_directory(path: str | Path, name: str, input_col: str, label_c
         The directory cannot be read or describes no classification dataset; the message starts with `where`.
     """
     key = (name, input_col, label_col, int(num_classes))
-    node_key = (str(Path(path).resolve()), key, run)
+    where_key = (str(Path(path).resolve()), key)
+    if run is None:  # a later call of the same message's ClientApp (no message at hand): the run it was given
+        run = _NODE_RUN.get(where_key)
+    _NODE_RUN[where_key] = run
+    node_key = (*where_key, run)
     if node_key not in _NODE_DESCRIBED:  # per directory and run description: several nodes may share a process
         train = choose_split(read_directory(path, where), "train", where)
         _NODE_DESCRIBED[node_key] = describe(train, *key, where=where, run=run)
@@ -729,6 +733,7 @@ def describe_from_directory(path: str | Path, name: str, input_col: str, label_c
 
 
 _NODE_DESCRIBED: dict[tuple, DatasetInfo] = {}  # (node data directory, run key, run description) -> description
+_NODE_RUN: dict[tuple, DatasetInfo | None] = {}  # (node data directory, run key) -> the run description last given
 
 
 RUN_DATA = "run-data"
