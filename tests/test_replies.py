@@ -113,35 +113,13 @@ def test_every_malformed_reply_is_counted_and_never_applied(name, tmp_path, task
         assert rows[2]["failures"] == 0 and rows[2]["rejected"] == 0, rows[2]
 
 
-def test_a_run_where_no_client_succeeds_stops_with_a_clear_error(tmp_path, task_identity, monkeypatch):
+@pytest.mark.parametrize("idle_rounds", [2, 0])
+def test_a_run_where_no_client_succeeds_stops_with_a_clear_error(idle_rounds, tmp_path, task_identity, monkeypatch):
     """Every node's data is unusable (here: the ClientApp raises the node-data error): each round's failures are
-    logged in one line and counted, and after max-idle-rounds rounds without one accepted update the run stops
-    with an error that says why, instead of finishing at chance accuracy."""
-    require_fmnist()
-    from hetfl.baselines import client_app
-    from hetfl.common.data import LocalDataError
-    from hetfl.common.rounds import NoClientSucceeded
-
-    def no_data(context, cfg, client_id=None):
-        raise LocalDataError("node data-path '/data': label 12 outside [0, 10)")
-
-    monkeypatch.setattr(client_app, "client_data", no_data)
-    cfg = {**BASE, "method": "fedavg", "num-server-rounds": 5, "max-idle-rounds": 2, "min-available-nodes": 4}
-    with pytest.raises(NoClientSucceeded, match="no client update was accepted in the last 2 rounds"):
-        run_in_process(cfg, 4, tmp_path, "idle")
-    # the stop is the run's outcome, kept with its rows and plot; the reproduce script counts it as done (not rerun)
-    from .test_results import _reproduce_script
-
-    data = json.loads((tmp_path / "idle" / "metrics.json").read_text())
-    assert data["stopped"]["round"] == 2 and "max-idle-rounds" in data["stopped"]["reason"], data.get("stopped")
-    assert [r["round"] for r in data["rounds"]] == [0, 1] and (tmp_path / "idle" / "accuracy.png").exists()
-    assert _reproduce_script().finished(tmp_path / "idle" / "metrics.json")
-
-
-def test_a_run_that_never_accepted_an_update_is_failed_whatever_max_idle_rounds(tmp_path, task_identity, monkeypatch):
-    """Every client fails in every round and max-idle-rounds is off (0): the run still reaches its last round, but
-    it never trained, so it ends as failed (NoClientSucceeded, ``stopped`` in metrics.json, which the launcher and
-    ``hetfl.cluster --submit`` turn into a non-zero exit), not as a completed run at chance accuracy."""
+    logged in one line and counted. With max-idle-rounds = 2 the run stops after 2 rounds without one accepted
+    update; with it off (0) the run reaches its last round, but it never trained, so it ends as failed all the
+    same. Either way: NoClientSucceeded with the reason, ``stopped`` in metrics.json (which the launcher and
+    ``hetfl.cluster --submit`` turn into a non-zero exit), never a completed run at chance accuracy."""
     require_fmnist()
     from hetfl import launch
     from hetfl.baselines import client_app
@@ -152,12 +130,20 @@ def test_a_run_that_never_accepted_an_update_is_failed_whatever_max_idle_rounds(
         raise LocalDataError("node data-path '/data': label 12 outside [0, 10)")
 
     monkeypatch.setattr(client_app, "client_data", no_data)
-    cfg = {**BASE, "method": "fedavg", "num-server-rounds": 2, "max-idle-rounds": 0, "min-available-nodes": 4}
-    with pytest.raises(NoClientSucceeded, match="in any of the run's 2 round"):
-        run_in_process(cfg, 4, tmp_path, "never")
-    data = json.loads((tmp_path / "never" / "metrics.json").read_text())
-    assert data["stopped"]["round"] == 2 and [r["round"] for r in data["rounds"]] == [0, 1, 2], data.get("stopped")
-    with pytest.raises(RuntimeError, match="never trained"):
+    rounds = 5 if idle_rounds else 2
+    cfg = {**BASE, "method": "fedavg", "num-server-rounds": rounds, "max-idle-rounds": idle_rounds, "min-available-nodes": 4}
+    why = "no client update was accepted in the last 2 rounds" if idle_rounds else "in any of the run's 2 round"
+    with pytest.raises(NoClientSucceeded, match=why):
+        run_in_process(cfg, 4, tmp_path, "idle")
+    # the stop is the run's outcome, kept with its rows and plot; the reproduce script counts it as done (not rerun)
+    from .test_results import _reproduce_script
+
+    data = json.loads((tmp_path / "idle" / "metrics.json").read_text())
+    assert data["stopped"]["round"] == 2, data.get("stopped")
+    assert ("max-idle-rounds" in data["stopped"]["reason"]) == bool(idle_rounds), data["stopped"]
+    assert [r["round"] for r in data["rounds"]] == ([0, 1] if idle_rounds else [0, 1, 2])
+    assert (tmp_path / "idle" / "accuracy.png").exists() and _reproduce_script().finished(tmp_path / "idle" / "metrics.json")
+    with pytest.raises(RuntimeError, match="max-idle-rounds" if idle_rounds else "never trained"):
         launch.check_outcome(data)
 
 

@@ -1,0 +1,91 @@
+"""SHEFL's local-work intervention (docs/results/shefl-localwork.md): SHEFL, Fed-Ensemble and FedAvg at 1, 2 and 5
+local epochs, 20 rounds, FMNIST Dir(0.6), 100 clients.
+
+    python scripts/shefl_localwork.py --train --seeds 0 1 --epochs 1 2 5   # the runs (hours; finished ones reused)
+    python scripts/shefl_localwork.py                                       # the page's table from the committed runs
+
+Runs go through ``scripts/reproduce.py`` (Simulation Engine, 100 SuperNodes) and are copied to
+``docs/results/shefl-localwork-fmnist-dir0.6-r20/runs/`` as they finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "shefl-localwork-fmnist-dir0.6-r20"
+RUNS = ROOT / "docs/results" / NAME / "runs"
+PAGE = ROOT / "docs/results/shefl-localwork.md"
+METHODS = {"shefl": "SHEFL", "fedensemble": "Fed-Ensemble", "fedavg": "FedAvg"}
+BEGIN, END = "<!-- table: scripts/shefl_localwork.py -->", "<!-- end table -->"
+
+
+def train(seeds: list[int], epochs: list[int]) -> None:
+    for seed in seeds:
+        for ep in epochs:
+            presets = [f"configs/{m}/fmnist-dir0.6.toml@local-epochs={ep}" for m in ("fedavg", "shefl", "fedensemble")]
+            subprocess.run([sys.executable, "scripts/reproduce.py", "--name", NAME, "--seeds", str(seed),
+                            "--supernodes", "100", "--set", "num-server-rounds=20", "--presets", *presets,
+                            "--reuse", str(RUNS)], cwd=ROOT, check=True)
+            for src in (ROOT / "results/reproduce" / NAME / "runs").glob("*/metrics.json"):
+                m = json.loads(src.read_text())
+                if m["summary"].get("rounds_completed") == 20:
+                    (RUNS / src.parent.name).mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, RUNS / src.parent.name / "metrics.json")
+
+
+def _run(method: str, ep: int, seed: int) -> dict | None:
+    p = RUNS / f"{method}-fmnist-dir0.6-local-epochs{ep}-s{seed}" / "metrics.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _round_to(rows: list[dict], level: float) -> int | None:
+    return next((r["round"] for r in rows if r["round"] >= 1 and r["accuracy"] >= level), None)
+
+
+def table() -> str:
+    out = ["| local epochs | method | seeds | final (%) | best (%) | round to 75% | round to 80% | "
+           "member disagreement, rounds 1 / 5 / 10 / 20 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for ep in (1, 2, 5):
+        for method, label in METHODS.items():
+            runs = [(s, m) for s in range(3) if (m := _run(method, ep, s))]
+            if not runs:
+                out.append(f"| {ep} | {label} | 0 | not run | | | | |")
+                continue
+            finals = [100 * m["summary"]["final_accuracy"] for _, m in runs]
+            bests = [100 * m["summary"]["best_accuracy"] for _, m in runs]
+            fmt = (lambda v: f"{statistics.mean(v):.2f} ± {statistics.stdev(v):.2f}" if len(v) > 1 else f"{v[0]:.2f}")
+            to75 = [_round_to(m["rounds"], 0.75) for _, m in runs]
+            to80 = [_round_to(m["rounds"], 0.80) for _, m in runs]
+            dis = runs[0][1]["rounds"]
+            d = [dis[i].get("disagreement") if i < len(dis) else None for i in (1, 5, 10, 20)]
+            dtext = " / ".join(f"{x:.3f}" for x in d) if all(x is not None for x in d) else "(one model)"
+            out.append(f"| {ep} | {label} | {','.join(str(s) for s, _ in runs)} | {fmt(finals)} | {fmt(bests)} | "
+                       f"{', '.join(str(x) if x else '>20' for x in to75)} | {', '.join(str(x) if x else '>20' for x in to80)} | "
+                       f"{dtext} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python scripts/shefl_localwork.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--train", action="store_true")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    p.add_argument("--epochs", nargs="+", type=int, default=[1, 2, 5])
+    a = p.parse_args()
+    if a.train:
+        train(a.seeds, a.epochs)
+    text = PAGE.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    PAGE.write_text(text[:start] + "\n" + table() + "\n" + text[end:])
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
