@@ -167,7 +167,7 @@ register_keys(
     Key("input-column", str, "", "column of the images or texts ('' = the named dataset's; hub:/dir: datasets: the first of image, img, text)"),
     Key("label-column", str, "", "column of the integer class ids ('' = the named dataset's; hub:/dir: datasets: label)"),
     Key("num-classes", int, 0, "number of classes (0 = the named dataset's, or the label column's ClassLabel)", min=0),
-    Key("server-data-path", str, "", "server's evaluation set: a save_to_disk directory on the server host, split 'test' or its only split ('' = the dataset's test split; docs/node-data.md)"),
+    Key("server-data-path", str, "", "server's evaluation set: a directory on the server host (an image folder, a save_to_disk directory, or Parquet/CSV/JSON files), split 'test' or its only split ('' = the dataset's test split; docs/node-data.md)"),
     Key("data-source", str, "auto", "auto: local files if present else the Hugging Face hub", choices=("auto", "local", "hub")),
     Key("data-dir", str, "", "directory with local dataset files ('' = the standard locations)"),
     Key("cache-dir", str, "", "directory for cached partitions ('' = ~/.cache/hetfl)"),
