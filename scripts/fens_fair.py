@@ -89,7 +89,8 @@ def keep(out: Path, alpha: str) -> None:
 
     dst = DOCS / f"dir{alpha}"
     for f in [out / "base/metrics.json", out / "upper.json", out / "tune-agg/summary.json",
-              out / "tune-agg/chosen/metrics.json", *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
+              out / "tune-agg/chosen/metrics.json", out / "tune-agg/chosen-r1000/metrics.json",
+              *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
               *sorted(out.glob("complete-e*/metrics.json"))]:
         if f.exists():
             (dst / f.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
@@ -115,8 +116,13 @@ def page_table() -> str:
         cells.append(_pct(base["rounds"][-1]["accuracy"]) if base else "not run")
         if summ and "chosen" in summ:
             v = summ["best"]["values"]
-            cells.append(f"{_pct(summ['chosen']['test_accuracy'])} ({v['fens-agg-client-lr']:.3g}, "
-                         f"{v['fens-agg-server-lr']:.3g})")
+            cell = f"{_pct(summ['chosen']['test_accuracy'])} ({v['fens-agg-client-lr']:.3g}, {v['fens-agg-server-lr']:.3g})"
+            longer = d / "tune-agg/chosen-r1000/metrics.json"
+            if longer.exists():  # the same values to 1,000 rounds: kept only if validation says so
+                r = json.loads(longer.read_text())["rounds"]
+                cell += (f"; 1,000 rounds: validation {_pct(r[500]['val_accuracy'])} -> {_pct(r[1000]['val_accuracy'])}, "
+                         f"test {_pct(r[1000]['accuracy'])}")
+            cells.append(cell)
         else:
             cells.append("not run")
         cells.append(f"{_pct(up['test_accuracy'])} (epoch {up['best_epoch']})" if up else "not run")
