@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp.strategy import Strategy
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
@@ -61,8 +61,6 @@ class NoClientSucceeded(RuntimeError):
 def zero_weight(reply) -> bool:
     """Whether a reply's aggregation weight (``num-examples`` of its metric record) is 0: a client without data,
     whose update changes nothing and so is not an accepted update (``max-idle-rounds``)."""
-    from flwr.app import MetricRecord
-
     for rec in reply.content.values():
         if isinstance(rec, MetricRecord) and "num-examples" in rec:
             return float(rec["num-examples"]) == 0.0
@@ -181,8 +179,7 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
     cmap = getattr(strategy, "map", None)
     if cmap is not None and "federation" not in recorder.extra:
         recorder.federation(len(cmap.clients()), len(cmap.hosted))
-    if cmap is not None and getattr(cmap, "left_out", None):  # nodes refused at discovery, and why (their one line)
-        recorder.extra["left_out"] = {str(n): why for n, why in sorted(cmap.left_out.items())}
+    _note_left_out(recorder, cmap)
     if start == 1:
         record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)
     last = recorder.last_round  # num-server-rounds, or stop-after-round if earlier
@@ -210,12 +207,9 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
             why = (f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
                    f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update")
             # the outcome of the run (a diverged method, unusable data), kept with its rows: not an interrupted run
-            recorder.extra["stopped"] = {"round": rnd, "reason": why}  # rows end at round - 1
-            plot_run(recorder.write())
-            raise NoClientSucceeded(f"{why}; the server log names each client's error")
+            _stop(recorder, rnd, why)  # rows end at round - 1
         log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
-        if cmap is not None and getattr(cmap, "left_out", None):  # nodes that connected later and were refused too
-            recorder.extra["left_out"] = {str(n): why for n, why in sorted(cmap.left_out.items())}
+        _note_left_out(recorder, cmap)  # nodes that connected later and were refused too
         record_round(grid, strategy, recorder, rnd, arrays, evaluate_fn)
         if cfg["checkpoint"]:
             save_checkpoint(path, rnd, arrays, strategy, recorder)
@@ -223,7 +217,19 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
     if last == cfg["num-server-rounds"] and trained and not any(r.get("accepted", r.get("replies", 0) - r.get("rejected", 0)) > 0 for r in trained):
         why = (f"no client update was accepted in any of the run's {len(trained)} round(s): every sampled client "
                "failed or sent a malformed update, so the model was never trained")
-        recorder.extra["stopped"] = {"round": trained[-1]["round"], "reason": why}
-        plot_run(recorder.write())
-        raise NoClientSucceeded(f"{why}; the server log names each client's error")
+        _stop(recorder, trained[-1]["round"], why)
     return arrays
+
+
+def _note_left_out(recorder: RunRecorder, cmap) -> None:
+    """Keep the nodes refused at discovery, and why (their one line), with the run's record."""
+    if cmap is not None and getattr(cmap, "left_out", None):
+        recorder.extra["left_out"] = {str(n): why for n, why in sorted(cmap.left_out.items())}
+
+
+def _stop(recorder: RunRecorder, rnd: int, why: str) -> None:
+    """End a run that trained nothing: record why (the run's outcome, kept with its rows, not an interrupted run),
+    write metrics.json and the plot, raise :class:`NoClientSucceeded`."""
+    recorder.extra["stopped"] = {"round": rnd, "reason": why}
+    plot_run(recorder.write())
+    raise NoClientSucceeded(f"{why}; the server log names each client's error")
