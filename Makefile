@@ -163,7 +163,7 @@ reproduce-fens: install $(REPRO_DATA)
 	$(if $(TRAINING),for a in 0.01 0.05 0.1; do \
 	  $(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(SEEDS) --supernodes 20 $(REPRO_FLAGS) \
 	    --presets configs/fens/fmnist-dir$$a.toml --set $(EXTRA) || exit 1; \
-	  $(BIN)/python -m hetfl.fens_app.sweep results/reproduce/fens-fmnist-dir$$a/runs/fens-fmnist-dir$$a-s0 || exit 1; \
+	  $(BIN)/python scripts/fens_sweep.py results/reproduce/fens-fmnist-dir$$a/runs/fens-fmnist-dir$$a-s0 || exit 1; \
 	done)
 	for a in 0.01 0.05 0.1; do \
 	  $(if $(TRAINING),$(BIN)/python scripts/reproduce.py --name fens-fmnist-dir$$a --seeds $(FEDADAM_SEEDS) --supernodes 20 $(REPRO_FLAGS) \

@@ -4,7 +4,7 @@ Like Flower's engines, every "run" gives its nodes fresh random node ids and ret
 an arbitrary (here: shuffled) order, so a test can show that results depend on the seed only.
 Messages are handed over as objects (no network), which keeps a 2-round run of any method at a
 few seconds; byte counts still come from the real serialization (MeteredGrid). The tests use it,
-and so does the FENS aggregator sweep (``python -m hetfl.fens_app.sweep``), where hundreds of
+and so does the FENS aggregator sweep (``python scripts/fens_sweep.py``), where hundreds of
 cheap aggregator rounds would otherwise be dominated by the Simulation Engine's per-round overhead.
 """
 

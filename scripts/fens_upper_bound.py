@@ -32,9 +32,9 @@ def upper_bound(run_dir: Path, nodes: int, epochs: int = 300, lr: float = 1e-3, 
     from hetfl.common.task import eval_splits, num_classes
     from hetfl.common.train import Normalizer, evaluate
     from hetfl.fens_app.aggregators import make_aggregator
-    from hetfl.fens_app.artifacts import ENSEMBLE, load_ensemble
+    from hetfl.common.oneshot.artifacts import ENSEMBLE, load_ensemble
+    from hetfl.common.oneshot.ensemble import build_members, ensemble_logits
     from hetfl.fens_app.client_app import _splits
-    from hetfl.fens_app.core import build_members, ensemble_logits
     from hetfl.fens_app.keys import FENSParams
 
     t0 = time.perf_counter()

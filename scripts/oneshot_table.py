@@ -31,7 +31,7 @@ from reproduce import mean_std  # noqa: E402
 
 from hetfl.common.config import SCHEMA, validate  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
-from hetfl.fens_app.artifacts import PHASE1_KEYS  # noqa: E402
+from hetfl.common.oneshot.artifacts import PHASE1_KEYS  # noqa: E402
 
 # FENS Table 1's order; a method not listed here (a new one-shot baseline) follows them under its own name
 LABELS = {"oneshot-fedavg": "one-shot FedAvg", "average": "FedENS", "weighted-average": "weighted averaging",

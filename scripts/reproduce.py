@@ -63,18 +63,18 @@ def shared_phase1(wanted: dict, sources: list[Path]) -> Path | None:
     """The first run directory in `sources` whose saved phase-1 ensemble a run of config `wanted` may start from
     (``oneshot-reuse``, the check its ServerApp makes: same phase-1 settings); None for a method that reads no
     ``oneshot-reuse``, or when none fits."""
-    from hetfl.fens_app.artifacts import ENSEMBLE, check_reuse
+    from hetfl.common.oneshot.artifacts import ENSEMBLE, check_reuse
 
     cfg = validate(wanted)
     if cfg["method"] not in SCHEMA["oneshot-reuse"].methods:
         return None
-    from hetfl.oneshot_app import LOCAL
+    from hetfl.oneshot_app import PHASE1
 
     for src in sources:
         if not (src / ENSEMBLE).is_file():
             continue
         try:
-            check_reuse({**cfg, "oneshot-reuse": str(src.resolve())}, "oneshot-reuse", LOCAL)
+            check_reuse({**cfg, "oneshot-reuse": str(src.resolve())}, "oneshot-reuse", PHASE1)
         except ConfigError:
             continue
         return src.resolve()

@@ -1,4 +1,4 @@
-"""The in-process grid lives in the package (the FENS sweep uses it too); tests import it from here."""
+"""The in-process grid lives in the package (scripts/fens_sweep.py and hetfl.tune use it too); tests import it from here."""
 
 from hetfl.inprocess import InProcessGrid, run_in_process
 

@@ -13,8 +13,8 @@ from hetfl.common.data import DataSpec, load_partition
 from hetfl.common.models import get_state
 from hetfl.common.task import make_model
 from hetfl.common.train import Normalizer, member_logits
-from hetfl.fens_app.aggregators import AGGREGATORS, label_count_weights, make_aggregator
-from hetfl.fens_app.core import ensemble_logits, split_indices
+from hetfl.common.oneshot.ensemble import ensemble_logits, label_count_weights, split_indices
+from hetfl.fens_app.aggregators import AGGREGATORS, make_aggregator
 
 
 

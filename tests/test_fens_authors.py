@@ -158,7 +158,7 @@ def test_resume_continues_phase2_on_the_same_ensemble(tmp_path, task_identity):
     full = run_in_process(FENS, 4, tmp_path, "full")
     run_in_process({**FENS, "stop-after-round": 2}, 4, tmp_path, "part")
     # a resumed run that trained phase 1 again would fail: local training is switched off here
-    import hetfl.fens_app.client_app as fc
+    import hetfl.common.oneshot.client as fc
 
     calls = []
     real = fc.local_train
@@ -181,9 +181,9 @@ def test_legacy_ensemble_artifact_takes_its_settings_from_the_run_that_trained_i
     """An ensemble saved without settings (before they were stored) is judged by the config of the run that trained
     it: the metrics.json beside it, or, for the copy a reusing run kept (its phase1_reused_from names another file),
     the ensemble it names; refused when that one is not there. Only the JSON is read."""
-    from hetfl.fens_app import LOCAL
-    from hetfl.fens_app.artifacts import ENSEMBLE, check_reuse, ensemble_settings, phase1_settings, save_ensemble
-    from hetfl.fens_app.core import Ensemble
+    from hetfl.common.oneshot.artifacts import ENSEMBLE, check_reuse, ensemble_settings, phase1_settings, save_ensemble
+    from hetfl.common.oneshot.ensemble import Ensemble
+    from hetfl.fens_app import PHASE1
 
     def ensemble(settings: dict) -> Ensemble:
         return Ensemble([{"w": np.ones(3, np.float32)}], [0], np.ones((1, 10), np.int64), [1], {}, settings)
@@ -201,15 +201,15 @@ def test_legacy_ensemble_artifact_takes_its_settings_from_the_run_that_trained_i
     run("copy2", {}, {"config": {**trained, "seed": 8}, "phase1_reused_from": str(tmp_path / "copy" / ENSEMBLE)})
     run("lost", {}, {"config": trained, "phase1_reused_from": str(tmp_path / "gone" / ENSEMBLE)})
     run("resumed", {}, {"config": trained, "phase1_reused_from": str(tmp_path / "resumed" / ENSEMBLE)})  # its own
-    want = phase1_settings(trained, LOCAL)
+    want = phase1_settings(trained, PHASE1)
     for name in ("train", "copy", "copy2", "resumed"):
-        assert ensemble_settings(tmp_path / name / ENSEMBLE) == want, name
-        assert check_reuse({**trained, "fens-reuse": str(tmp_path / name)}, "fens-reuse", LOCAL) == tmp_path / name / ENSEMBLE
+        assert ensemble_settings(tmp_path / name / ENSEMBLE, PHASE1) == want, name
+        assert check_reuse({**trained, "fens-reuse": str(tmp_path / name)}, "fens-reuse", PHASE1) == tmp_path / name / ENSEMBLE
     with pytest.raises(ConfigError, match="'seed' = 0 and this run has 7"):
-        check_reuse({**trained, "seed": 7, "fens-reuse": str(tmp_path / "copy")}, "fens-reuse", LOCAL)
-    assert ensemble_settings(tmp_path / "lost" / ENSEMBLE) == {}
+        check_reuse({**trained, "seed": 7, "fens-reuse": str(tmp_path / "copy")}, "fens-reuse", PHASE1)
+    assert ensemble_settings(tmp_path / "lost" / ENSEMBLE, PHASE1) == {}
     with pytest.raises(ConfigError, match="records no phase-1 settings"):
-        check_reuse({**trained, "fens-reuse": str(tmp_path / "lost")}, "fens-reuse", LOCAL)
+        check_reuse({**trained, "fens-reuse": str(tmp_path / "lost")}, "fens-reuse", PHASE1)
 
 
 def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_identity):
@@ -230,7 +230,7 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
                                           r"'fens-local-fraction' = 0.9 and this run has 0.8; expected"):
         preflight({**FENS, "fens-local-fraction": 0.8, "fens-reuse": str(tmp_path / "first")})
     # an ensemble saved before the settings were stored takes them from its run's metrics.json
-    from hetfl.fens_app.artifacts import ENSEMBLE, load_ensemble, save_ensemble
+    from hetfl.common.oneshot.artifacts import ENSEMBLE, load_ensemble, save_ensemble
 
     old = load_ensemble(tmp_path / "first" / ENSEMBLE)
     assert old.settings["phase1-message"] == "train.fens_local" and old.settings["clients"] == 4
@@ -244,7 +244,7 @@ def test_reuse_trains_other_aggregators_on_a_saved_ensemble(tmp_path, task_ident
     with pytest.raises(ConfigError, match="'seed' = 0 and this run has 3"):
         preflight({**FENS, "seed": 3, "fens-reuse": str(tmp_path / "old")})
     # the sweep command: other aggregators on the same ensemble, one table
-    from hetfl.fens_app.sweep import main as sweep_main
+    from scripts.fens_sweep import main as sweep_main
 
     assert sweep_main([str(tmp_path / "first"), "--aggregators", "linear", "nn", "--set", "num-server-rounds=2"]) == 0
     rows = json.loads((tmp_path / "first" / "sweep" / "table-num-server-rounds2.json").read_text())

@@ -30,7 +30,7 @@ def test_a_true_epoch_end_stops_training_after_that_epoch():
 
 def test_best_epoch_training_keeps_the_best_validation_epoch(monkeypatch):
     from hetfl.common.config import validate
-    from hetfl.fens_app import client_app
+    from hetfl.common.oneshot import client as client_app
 
     cfg = validate({"method": "fens", "dataset": "digits", "model": "cnn", "local-steps": 0, "local-epochs": 6,
                     "batch-size": 16, "lr": 0.05, "fens-member-val-fraction": 0.25, "fens-member-patience": 2})
@@ -49,7 +49,7 @@ def test_best_epoch_training_keeps_the_best_validation_epoch(monkeypatch):
 
     monkeypatch.setattr(client_app, "local_train", spy)
     model = build_model("cnn", 10, (1, 8, 8))
-    _, epochs = client_app.best_epoch_training(model, fit, val, cfg, pid=0)
+    _, epochs = client_app.best_epoch_training(model, fit, val, cfg, pid=0, patience=2)
     assert 1 <= epochs <= 6 and len(scores) <= 6
     best = int(np.argmax(scores))  # the earliest epoch of best validation accuracy
     assert epochs == best + 1
@@ -64,7 +64,7 @@ def test_ensemble_logits_are_cached_by_content(tmp_path, monkeypatch):
     import torch
 
     from hetfl.common.models import get_state
-    from hetfl.fens_app import core
+    from hetfl.common.oneshot import ensemble as core
 
     torch.manual_seed(0)
     models = [build_model("cnn", 10, (1, 8, 8)) for _ in range(2)]

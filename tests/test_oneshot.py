@@ -174,7 +174,7 @@ ET = {**BASE, "method": "fedet", "server-holdout": 400, "fedet-epochs": 2, "fede
 def test_reused_phase1_gives_the_fresh_run_and_reports_the_training_runs_bytes(tmp_path, task_identity, monkeypatch):
     """FedKD and Fed-ET train the same local models (same keys, same seeds); a Fed-ET run that starts from FedKD's
     saved ensemble equals a fresh Fed-ET run row for row and reports the phase-1 bytes and times of FedKD's run."""
-    from hetfl.fens_app.artifacts import ENSEMBLE, load_ensemble
+    from hetfl.common.oneshot.artifacts import ENSEMBLE, load_ensemble
 
     kd = run_in_process(KD, 4, tmp_path, "kd")
     fresh = run_in_process(ET, 4, tmp_path, "et")
@@ -183,7 +183,7 @@ def test_reused_phase1_gives_the_fresh_run_and_reports_the_training_runs_bytes(t
     assert all(np.array_equal(x[k], y[k]) for x, y in zip(a.states, b.states, strict=True) for k in x)
     assert np.array_equal(a.label_counts, b.label_counts) and a.num_examples == b.num_examples
 
-    import hetfl.fens_app.client_app as fc
+    import hetfl.common.oneshot.client as fc
 
     monkeypatch.setattr(fc, "local_train", lambda *a, **k: pytest.fail("phase 1 trained again"))
     reused = run_in_process({**ET, "oneshot-reuse": str(tmp_path / "kd")}, 4, tmp_path, "et-reused")
@@ -229,14 +229,14 @@ def test_reuse_check_reads_the_settings_only_at_preflight_and_never_in_a_clienta
     from flwr.app import Context, RecordDict
 
     import hetfl.common.checkpoint as ckpt
-    import hetfl.fens_app.artifacts as art
+    import hetfl.common.oneshot.artifacts as art
     from hetfl.common.task import config_of
-    from hetfl.fens_app.core import Ensemble
+    from hetfl.common.oneshot.ensemble import Ensemble
     from hetfl.launch import preflight
-    from hetfl.oneshot_app import LOCAL
+    from hetfl.oneshot_app import PHASE1
 
     ens = Ensemble([{"w": np.ones((2, 3), np.float32)}], [0], np.ones((1, 10), np.int64), [1], {"upload_bytes": 1},
-                   art.phase1_settings(validate(ET), LOCAL, 4))
+                   art.phase1_settings(validate(ET), PHASE1, 4))
     (tmp_path / "src").mkdir()
     art.save_ensemble(tmp_path / "src", ens)
     for f in (tmp_path / "src").glob("*.safetensors"):
@@ -261,16 +261,16 @@ def test_reuse_check_reads_the_settings_only_at_preflight_and_never_in_a_clienta
 def test_phase1_settings_name_what_trains_the_models():
     """FENS's phase 1 (90% split) and the one-shot baselines' (all data) never stand for each other; keys outside
     phase 1 (the server step, devices) do not matter; `clients` is compared only when both sides know it."""
-    from hetfl.fens_app import LOCAL as FENS_LOCAL
-    from hetfl.fens_app.artifacts import mismatch, phase1_settings
-    from hetfl.oneshot_app import LOCAL
+    from hetfl.common.oneshot.artifacts import mismatch, phase1_settings
+    from hetfl.fens_app import LOCAL as FENS_LOCAL, PHASE1 as FENS_PHASE1
+    from hetfl.oneshot_app import LOCAL, PHASE1
 
     kd = validate(KD)
-    ours = phase1_settings(kd, LOCAL, clients=4)
-    assert mismatch(ours, phase1_settings(validate(ET), LOCAL)) is None  # clients: unknown at pre-flight
-    assert mismatch(ours, phase1_settings(validate({**KD, "fedkd-epochs": 9, "torch-device": "cpu"}), LOCAL, 4)) is None
+    ours = phase1_settings(kd, PHASE1, clients=4)
+    assert mismatch(ours, phase1_settings(validate(ET), PHASE1)) is None  # clients: unknown at pre-flight
+    assert mismatch(ours, phase1_settings(validate({**KD, "fedkd-epochs": 9, "torch-device": "cpu"}), PHASE1, 4)) is None
     fens = phase1_settings(validate({**KD, "method": "fens", "server-holdout": 400} | {k: v for k, v in KD.items()
-                                    if not k.startswith("fedkd")}), FENS_LOCAL, 4)
+                                    if not k.startswith("fedkd")}), FENS_PHASE1, 4)
     assert mismatch(ours, fens) == ("phase1-message", LOCAL, FENS_LOCAL)
     assert "fens-local-fraction" in fens and "fens-local-fraction" not in ours
     assert mismatch(ours, {**ours, "clients": 5}) == ("clients", 4, 5)

@@ -89,7 +89,7 @@ def test_make_reproduce_tabulates_unless_asked_to_train_and_says_how_long_traini
         if not training:
             assert all(table_only), calls
             assert all("docs/results/" in c.partition("--reuse")[2] for c in calls), calls  # the committed runs
-            assert "fens_app.sweep" not in " ".join(commands)  # the sweep needs an ensemble that is not committed
+            assert "fens_sweep" not in " ".join(commands)  # the sweep needs an ensemble that is not committed
         else:
             assert not all(table_only), calls
 

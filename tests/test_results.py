@@ -264,9 +264,9 @@ def test_reproduce_shares_phase1_between_oneshot_runs_of_the_same_settings(tmp_p
     import numpy as np
 
     from hetfl.common.config import validate
-    from hetfl.fens_app.artifacts import phase1_settings, save_ensemble
-    from hetfl.fens_app.core import Ensemble
-    from hetfl.oneshot_app import LOCAL
+    from hetfl.common.oneshot.artifacts import phase1_settings, save_ensemble
+    from hetfl.common.oneshot.ensemble import Ensemble
+    from hetfl.oneshot_app import PHASE1
 
     rep = _reproduce_script()
     root = Path(__file__).resolve().parent.parent
@@ -274,7 +274,7 @@ def test_reproduce_shares_phase1_between_oneshot_runs_of_the_same_settings(tmp_p
     kd = tmp_path / "fedkd-s0"
     kd.mkdir()
     save_ensemble(kd, Ensemble([{"w": np.zeros(2, np.float32)}], [0], np.ones((1, 10), np.int64), [10], {},
-                               phase1_settings(validate({**preset("fedkd"), "seed": 0}), LOCAL, 20)))
+                               phase1_settings(validate({**preset("fedkd"), "seed": 0}), PHASE1, 20)))
     empty = tmp_path / "fedadam-s0"  # a run without a saved ensemble is skipped
     empty.mkdir()
     sources = [empty, kd]

@@ -49,6 +49,7 @@ VARIANTS = {v.name: v for v in (
 NAMES = tuple(VARIANTS)
 SELECTION = ("rl", "curiosity", "resource", "random")
 TIERS = ("weak", "medium", "strong")  # device tiers (Sec. 4.1), smallest first
+DEFAULT_EXITS = {"cnn": (2, 3), "vgg16": (8, 10)}  # ScaleFL: hidden layers followed by an early exit (VGG16: the authors')
 NODE_KEYS = (
     NodeKey("capacity", "AdaptiveFL: this device's tier or its budget in model parameters (a real device declares "
             "it; simulation draws the tier from adaptivefl-tier-proportions)",
@@ -83,8 +84,6 @@ def check(cfg: dict) -> None:
         raise ConfigError(f"run-config key 'adaptivefl-tier-proportions' = {cfg['adaptivefl-tier-proportions']!r}: expected "
                           "'weak:medium:strong' with non-negative numbers, e.g. '4:3:3'")
     if cfg["method"] == "scalefl":
-        from .scalefl import DEFAULT_EXITS
-
         exits = parse_floats(cfg, "scalefl-exits")
         if cfg["model"] not in DEFAULT_EXITS:
             raise ConfigError(f"run-config key 'model' = {cfg['model']!r}: the ScaleFL baseline needs a conv/FC stack; "

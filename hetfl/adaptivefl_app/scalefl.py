@@ -20,8 +20,7 @@ from torch import nn
 from hetfl.common.models import build_model, count_parameters, hidden_widths, pruned_widths
 
 from .core import PoolEntry, SubmodelPool, uniform_ratio
-
-DEFAULT_EXITS = {"cnn": (2, 3), "vgg16": (8, 10)}  # hidden layers followed by an early exit (VGG16: the authors')
+from .keys import DEFAULT_EXITS
 SCALEFL_LEVELS = (("S", "S1", 1), ("M", "M1", 2), ("L", "L1", 3))  # type, name, exits run
 
 

@@ -1,5 +1,6 @@
 """FENS: one-shot local training, INT8 ensemble download, federated training of a logit aggregator."""
 
+from hetfl.common.oneshot import Phase1
 from hetfl.common.registry import MethodSpec
 
 from .keys import KEYS, RENAMED
@@ -7,6 +8,9 @@ from .keys import KEYS, RENAMED
 LOCAL = "train.fens_local"  # phase 1: one-shot local training and upload
 LOGITS = "train.fens_logits"  # the (INT8) ensemble download; clients cache its logits
 AGGREGATOR = "train"  # phase 2: Flower's FedAdam sends plain `train` messages
+# FENS's phase 1 trains on a seeded split, from a downloaded or its own initial model, to completion if asked
+PHASE1 = Phase1(LOCAL, ("fens-local-fraction", "fens-diff-init", "fens-member-val-fraction", "fens-member-patience"),
+                legacy_method="fens")
 
 METHOD = MethodSpec(
     names=("fens",),

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetfl.common.oneshot.ensemble import label_count_weights
+
 AGGREGATORS = ("nn", "per-class", "linear", "average", "weighted-average", "voting")
 STATIC = ("average", "weighted-average", "voting")
 STATIC_LABELS = {"average": "FedENS (averaging)", "weighted-average": "weighted averaging", "voting": "polychotomous voting",
@@ -147,18 +149,6 @@ def confusion_counts(logits: np.ndarray, labels: np.ndarray, num_classes: int) -
     out = np.zeros((num_classes, num_classes), np.int64)
     np.add.at(out, (np.asarray(labels, np.int64), np.asarray(logits).argmax(axis=1)), 1)
     return out
-
-
-def label_count_weights(counts: np.ndarray) -> np.ndarray:
-    """FedKD's weighted averaging: lambda_i^c = n_i^c / sum_j n_j^c (classes nobody holds: 1/M).
-
-    n_i^c counts client i's 90% training split (docs/readings.md#fens-aggregators).
-    """
-    counts = np.asarray(counts, dtype=np.float64)
-    tot = counts.sum(axis=0, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        w = np.where(tot > 0, counts / tot, 1.0 / counts.shape[0])
-    return w.astype(np.float32)
 
 
 def make_aggregator(name: str, num_models: int, num_classes: int, hidden: int = 0,

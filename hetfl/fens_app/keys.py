@@ -87,7 +87,8 @@ def check_files(cfg: dict) -> None:
     phase-1 settings (its JSON only; docs/readings.md#fens-artifacts). The ServerApp checks it again after discovery."""
     if cfg["method"] != "fens" or not cfg["fens-reuse"]:
         return
-    from . import LOCAL
-    from .artifacts import check_reuse  # imported here: the package's __init__ imports this module first
+    from hetfl.common.oneshot.artifacts import check_reuse
 
-    check_reuse(cfg, "fens-reuse", LOCAL)
+    from . import PHASE1  # imported here: the package's __init__ imports this module first
+
+    check_reuse(cfg, "fens-reuse", PHASE1)

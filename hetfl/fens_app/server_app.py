@@ -17,7 +17,6 @@ phases 1-2 (its bytes are the initial download, the upload and the ensemble down
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -27,86 +26,23 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from hetfl.common.comm import MeteredGrid, Traffic
 from hetfl.common.compression import quantize_state
 from hetfl.common.models import get_state, set_state
-from hetfl.common.nodes import ClientMap, discover_clients
+from hetfl.common.nodes import discover_clients
 from hetfl.common.params import FederationParams
 from hetfl.common.progress import heartbeat
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round, run_rounds
-from hetfl.common.strategy import check_arrays, check_weight, validate_replies, weighted_mean
+from hetfl.common.strategy import validate_replies, weighted_mean
 from hetfl.common.task import (arrays_to_model, compute_options, dataset_threshold, eval_splits, log, make_model,
                                model_to_arrays, num_classes, pack_models)
 from hetfl.common.train import Normalizer, evaluate
 
-from . import LOCAL, LOGITS
+from . import LOGITS, PHASE1
 from .aggregators import STATIC, make_aggregator
-from .artifacts import phase1_settings, save_ensemble, stored_phase1
-from .core import Ensemble, build_members, cached_logits, states_digest
+from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1
+from hetfl.common.oneshot.ensemble import build_members, cached_logits, states_digest
+from hetfl.common.oneshot.server import collect_local_models
 from .keys import FENSParams
 from .strategy import make_strategy
-
-def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any], *,
-                         diff_init: bool = False, message_type: str = LOCAL, template: torch.nn.Module | None = None) -> Ensemble:
-    """One-shot local training: send the initial model, collect every client's trained model once.
-
-    FENS sends `LOCAL` (clients train on their 90% split); the one-shot baselines of ``hetfl/oneshot_app`` send
-    their own type (clients train on all their data) and share the rest (docs/readings.md#oneshot).
-
-    Parameters
-    ----------
-    diff_init : send no model: every client starts from its own random one.
-    template : the module whose state (keys, shapes, dtypes) the replies must carry; default the run's model
-        (FedCVAE-Ens: its CVAE's decoder, with ``diff_init``).
-    """
-    t0 = time.perf_counter()
-    init = make_model(cfg) if template is None else template
-    expected = {k: tuple(v.shape) for k, v in get_state(init).items()}
-    dtypes = {k: v.dtype for k, v in get_state(init).items()}
-    content = RecordDict({"config": ConfigRecord({"server-round": 0})})
-    if not diff_init:  # the common initial model travels (and is counted); diff-init: built on the client
-        content["arrays"] = model_to_arrays(init)
-    phase = "FENS phase 1" if message_type == LOCAL else f"{cfg['method']} phase 1"
-    log.info("%s: %d clients train the model once on their data (one-shot)", phase, len(clients))
-    with heartbeat(f"{phase}: {len(clients)} clients training locally", cfg["progress-interval"]):
-        raw = cmap.send_and_receive(grid, [cmap.message(c, content, message_type) for c in clients], cfg["round-timeout"])
-
-    C = num_classes(cfg)
-    epochs: dict[int, int | None] = {}  # client -> local epochs kept (members trained to completion)
-
-    def check(r: Message) -> tuple[dict[str, np.ndarray], float, list[int], float]:
-        metrics = r.content["metrics"]
-        counts = [int(c) for c in metrics["label_counts"]]
-        if len(counts) != C or min(counts) < 0:
-            raise ValueError(f"label_counts: expected {C} non-negative counts, got {len(counts)}")
-        # check_arrays: keys, shapes, dtypes, finite values (a diverged model would make every prediction NaN)
-        epochs[cmap.client_of(r)] = int(metrics["epochs"]) if "epochs" in metrics else None
-        return (check_arrays(r.content["arrays"], expected, dtypes), check_weight(metrics["num-examples"]), counts,
-                float(metrics["train_s"]))
-
-    valid, _, rejected = validate_replies(raw, check, 0, cmap, set(clients))
-    valid.sort(key=lambda pair: cmap.client_of(pair[0]))
-    for r, (_, n, _, _) in valid:
-        if n == 0:  # only with dirichlet-min-size = 0: a client without data
-            log.warning("%s: client %d has no local training data; its (untrained) model is left out", phase, cmap.client_of(r))
-    rejected += sum(n == 0 for _, (_, n, _, _) in valid)
-    kept = [(r, st, n, counts, secs) for r, (st, n, counts, secs) in valid if n > 0]
-    if not kept:
-        raise RuntimeError(f"{phase}: no client returned a usable local model")
-    traffic = grid.take()
-    wall = time.perf_counter() - t0
-    log.info("%s: %d local models in %.1fs (%.1f MB up)", phase, len(kept), wall, traffic.bytes_up / 1e6)
-    return Ensemble(
-        states=[st for _, st, _, _, _ in kept],
-        client_ids=[cmap.client_of(r) for r, *_ in kept],
-        label_counts=np.array([counts for *_, counts, _ in kept], dtype=np.int64),
-        num_examples=[int(n) for _, _, n, _, _ in kept],
-        phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
-                "phase1_client_train_s": [secs for *_, secs in kept],
-                "rejected_models": rejected, "phase1_comm_s": traffic.comm_s,
-                **({"phase1_member_epochs": [epochs[cmap.client_of(r)] for r, *_ in kept]}
-                   if any(epochs.get(cmap.client_of(r)) is not None for r, *_ in kept) else {})},
-        settings=phase1_settings(cfg, message_type, len(clients)),
-    )
-
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FENS end to end and return the summary."""
@@ -116,9 +52,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
     discovery = grid.take()
     # ---- phase 1: one-shot local training, or the saved ensemble -----------------------------
-    ens = stored_phase1(cfg, recorder, "fens-reuse", LOCAL, len(clients), keep_copy=True)  # a resume finds its copy
+    ens = stored_phase1(cfg, recorder, "fens-reuse", PHASE1, len(clients), keep_copy=True)  # a resume finds its copy
     if ens is None:
-        ens = collect_local_models(grid, cmap, clients, cfg, diff_init=p.diff_init)
+        ens = collect_local_models(grid, cmap, clients, cfg, PHASE1, diff_init=p.diff_init, label="FENS phase 1")
         save_ensemble(recorder.run_dir, ens)
     # round 0 carries discovery and phase 1 as measured by the run that trained the ensemble
     # (this run, or the one a reused ensemble comes from, so totals stay comparable)

@@ -2,12 +2,15 @@
 uploads its model; FedCVAE-Ens: a CVAE, and only its decoder goes up), then each paper's server step that turns the
 uploads into one model (docs/readings.md#oneshot)."""
 
+from hetfl.common.oneshot import Phase1
 from hetfl.common.registry import MethodSpec
 
 from .keys import KEYS, check
 
 LOCAL = "train.oneshot_local"  # phase 1: the initial model down, the trained model (and label counts) up, once
+PHASE1 = Phase1(LOCAL)  # all of a client's data, from the downloaded initial model: nothing else decides it
 CVAE_LOCAL = "train.fedcvae_local"  # FedCVAE-Ens's phase 1: a request down, the trained CVAE's decoder (and label counts) up
+CVAE_PHASE1 = Phase1(CVAE_LOCAL)
 
 METHOD = MethodSpec(
     names=("fedkd", "fedet", "coboost", "fedcvae"),

@@ -1,4 +1,4 @@
-"""One-shot baselines' client: FENS's phase-1 handler on all of the client's data (no 90/10 split); FedCVAE-Ens's
+"""One-shot baselines' client: the shared phase-1 handler on all of the client's data (no 90/10 split); FedCVAE-Ens's
 handler trains a conditional VAE instead and uploads its decoder."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from flwr.app import Context, Message
 
+from hetfl.common.oneshot.client import client_init_seed, train_and_upload, upload
 from hetfl.common.task import (client_data, config_of, dataset_info, local_train, message_client, model_input_shape,
                                model_to_arrays, num_classes)
-from hetfl.fens_app.client_app import client_init_seed, train_and_upload, upload
 
 from .cvae import batch_loss, make_cvae, unit_normalizer
 from .keys import FedCVAEParams

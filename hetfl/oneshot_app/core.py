@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetfl.fens_app.aggregators import label_count_weights
+from hetfl.common.oneshot.ensemble import label_count_weights
 
 
 # ---- FedKD (Gong et al. 2022; authors' myfed.py) ---------------------------------------------------------------

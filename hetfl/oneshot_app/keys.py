@@ -74,11 +74,11 @@ def check_files(cfg: dict) -> None:
     """Pre-flight only (``MethodSpec.preflight``): a reused ensemble must exist on this host and record this run's
     phase-1 settings (its JSON only; docs/readings.md#fens-artifacts). The ServerApp checks it again after discovery."""
     if cfg["method"] in ALL and cfg["oneshot-reuse"]:
-        from hetfl.fens_app.artifacts import check_reuse
+        from hetfl.common.oneshot.artifacts import check_reuse
 
-        from . import LOCAL  # imported here: the package's __init__ imports this module first
+        from . import PHASE1  # imported here: the package's __init__ imports this module first
 
-        check_reuse(cfg, "oneshot-reuse", LOCAL)
+        check_reuse(cfg, "oneshot-reuse", PHASE1)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Server of FENS's one-shot baselines: FENS's phase 1, then FedKD's, Fed-ET's, Co-Boosting's or FedCVAE-Ens's
 server step.
 
-Phase 1 is FENS's (``hetfl.fens_app.server_app.collect_local_models``): the server sends the initial model,
+Phase 1 is FENS's (``hetfl.common.oneshot.server.collect_local_models``): the server sends the initial model,
 every client trains it on all its data and uploads it once with its label counts (FP32: FedKD without inference quantization, as FENS
 runs it). The server then trains one model (the student, starting from that initial model) from the ensemble:
 
@@ -35,17 +35,17 @@ from hetfl.common.comm import MeteredGrid, Traffic
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.models import set_state
 from hetfl.common.nodes import discover_clients
+from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1
+from hetfl.common.oneshot.ensemble import build_members, ensemble_logits
+from hetfl.common.oneshot.server import collect_local_models
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round
 from hetfl.common.task import (compute_options, dataset_threshold, eval_splits, log, make_model, model_input_shape,
                                model_to_arrays, num_classes)
 from hetfl.common.train import Normalizer, evaluate, train
-from hetfl.fens_app.artifacts import save_ensemble, stored_phase1
-from hetfl.fens_app.core import build_members, ensemble_logits
-from hetfl.fens_app.server_app import collect_local_models
 from hetfl.methods import params_for
 
-from . import CVAE_LOCAL, LOCAL
+from . import CVAE_PHASE1, PHASE1
 from .coboost import co_boost
 from .core import fedet_loss, fedet_targets, fedkd_loss, fedkd_teacher, fedkd_weights
 from .cvae import make_cvae, synthesize
@@ -97,11 +97,11 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     discovery = grid.take()
     if method == "fedcvae":  # nothing goes down but the request; the replies carry a CVAE decoder each (not saved)
         decoder = make_cvae(model_input_shape(cfg), num_classes(cfg), FedCVAEParams.from_config(cfg).z_dim, seed=0).decoder
-        ens = collect_local_models(grid, cmap, clients, cfg, diff_init=True, message_type=CVAE_LOCAL, template=decoder)
+        ens = collect_local_models(grid, cmap, clients, cfg, CVAE_PHASE1, diff_init=True, template=decoder)
     else:  # a reused phase 1 (an earlier run's, same settings): its bytes and times are this run's too
-        ens = stored_phase1(cfg, recorder, "oneshot-reuse", LOCAL, len(clients), keep_copy=False)
+        ens = stored_phase1(cfg, recorder, "oneshot-reuse", PHASE1, len(clients), keep_copy=False)
         if ens is None:
-            ens = collect_local_models(grid, cmap, clients, cfg, message_type=LOCAL)
+            ens = collect_local_models(grid, cmap, clients, cfg, PHASE1)
             save_ensemble(recorder.run_dir, ens)
     round0 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     val, test = eval_splits(cfg)

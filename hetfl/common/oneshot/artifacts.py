@@ -1,7 +1,7 @@
 """A saved phase-1 ensemble: one place to write it, read it, and decide whether another run may start from it.
 
 FENS (``fens-reuse``, resume, the aggregator sweep) and the one-shot baselines (``oneshot-reuse``) save the local
-models of their phase 1 as ``<run-dir>/ensemble.json`` (+ safetensors; :class:`~hetfl.fens_app.core.Ensemble`) with
+models of their phase 1 as ``<run-dir>/ensemble.json`` (+ safetensors; :class:`~.ensemble.Ensemble`) with
 the phase-1 settings of the run that trained them. A run may reuse an ensemble only if its own phase 1 would have
 trained the same models: the same partition, seed, model, local training, clients and phase-1 message (FENS's 90%
 split or all of a client's data). The check reads only the settings in ``ensemble.json`` (no tensor) and runs where
@@ -19,8 +19,8 @@ from hetfl.common.config import ConfigError
 from hetfl.common.results import RunRecorder, load_metrics
 from hetfl.common.task import log
 
-from . import LOCAL as FENS_LOCAL
-from .core import Ensemble
+from . import Phase1
+from .ensemble import Ensemble
 
 ENSEMBLE = "ensemble.json"  # in the run directory; names its safetensors file
 CLIENTS = "clients"  # the settings entry known only after discovery: how many clients the run found
@@ -34,23 +34,21 @@ PHASE1_KEYS = (
     "local-steps", "local-epochs", "batch-size", "optimizer", "lr", "momentum", "weight-decay", "lr-decay",
     "lr-decay-every", "lr-schedule", "lr-min", "drop-last", "augment", "precision",
 )
-# what a phase-1 message type adds (FENS trains on a seeded split, from a downloaded or its own initial model)
-MESSAGE_KEYS = {FENS_LOCAL: ("fens-local-fraction", "fens-diff-init", "fens-member-val-fraction", "fens-member-patience")}
 
 
-def phase1_settings(cfg: dict[str, Any], message_type: str, clients: int | None = None) -> dict[str, Any]:
-    """What decides the models phase 1 trains: the phase-1 message type, its keys and :data:`PHASE1_KEYS`.
+def phase1_settings(cfg: dict[str, Any], phase1: Phase1, clients: int | None = None) -> dict[str, Any]:
+    """What decides the models phase 1 trains: the phase-1 message type, the method's phase-1 keys and
+    :data:`PHASE1_KEYS`.
 
     Parameters
     ----------
-    message_type : str
-        The phase-1 message the clients answer (``train.fens_local``: FENS's 90% split; ``train.oneshot_local``:
-        all of a client's data).
+    phase1 : Phase1
+        The method's phase 1 (its message type and keys).
     clients : int, optional
         Clients found by discovery (known in the ServerApp, not at pre-flight); None leaves it out.
     """
-    out: dict[str, Any] = {"phase1-message": message_type}
-    out.update({k: cfg[k] for k in (*PHASE1_KEYS, *MESSAGE_KEYS.get(message_type, ())) if k in cfg})
+    out: dict[str, Any] = {"phase1-message": phase1.message}
+    out.update({k: cfg[k] for k in (*PHASE1_KEYS, *phase1.keys) if k in cfg})
     if clients is not None:
         out[CLIENTS] = int(clients)
     return out
@@ -80,28 +78,29 @@ def save_ensemble(run_dir: Path, ens: Ensemble) -> Path:
     return write_checkpoint(Path(run_dir) / ENSEMBLE, ens.to_state(), label="ensemble")
 
 
-def load_ensemble(path: Path) -> Ensemble:
+def load_ensemble(path: Path, phase1: Phase1 | None = None) -> Ensemble:
     """Read a saved ensemble, models included; one saved before the phase-1 settings were stored takes them from
-    the run that trained it (:func:`ensemble_settings`)."""
+    the run that trained it (:func:`ensemble_settings`, with `phase1` the reader's)."""
     ens = Ensemble.from_state(read_checkpoint(path))
-    if not ens.settings:
-        ens.settings = _settings_of_run(Path(path).parent, (Path(path).resolve(),))
+    if not ens.settings and phase1 is not None:
+        ens.settings = _settings_of_run(Path(path).parent, (Path(path).resolve(),), phase1)
     return ens
 
 
-def ensemble_settings(path: Path) -> dict[str, Any]:
+def ensemble_settings(path: Path, phase1: Phase1) -> dict[str, Any]:
     """The phase-1 settings a saved ensemble records, read from its JSON alone (no tensor is read or checked).
 
     An ensemble saved before the settings were stored takes them from the config of the run that trained it: the
     ``metrics.json`` beside it, or, when that run reused another run's ensemble (its ``phase1_reused_from`` names
     another file; the copy FENS kept), that ensemble's settings, followed the same way. Empty (refused by
-    :func:`check_reuse`) when that run cannot be read here or is not a FENS run (only FENS saved ensembles then).
+    :func:`check_reuse`) when that run cannot be read here or is not a run of `phase1`'s ``legacy_method`` (only
+    FENS saved ensembles then).
     """
     settings = read_checkpoint_entry(path, "settings", {})
-    return dict(settings) if settings else _settings_of_run(Path(path).parent, (Path(path).resolve(),))
+    return dict(settings) if settings else _settings_of_run(Path(path).parent, (Path(path).resolve(),), phase1)
 
 
-def _settings_of_run(run_dir: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+def _settings_of_run(run_dir: Path, seen: tuple[Path, ...], phase1: Phase1) -> dict[str, Any]:
     metrics = run_dir / "metrics.json"
     if not metrics.is_file():
         return {}
@@ -112,12 +111,13 @@ def _settings_of_run(run_dir: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         if not src.is_file():
             return {}
         settings = read_checkpoint_entry(src, "settings", {})
-        return dict(settings) if settings else _settings_of_run(src.parent, (*seen, src.resolve()))
+        return dict(settings) if settings else _settings_of_run(src.parent, (*seen, src.resolve()), phase1)
     cfg = m.get("config", {})
-    return phase1_settings(cfg, FENS_LOCAL) if cfg.get("method") == "fens" else {}  # only FENS saved them then
+    legacy = phase1.legacy_method and cfg.get("method") == phase1.legacy_method  # only FENS saved them then
+    return phase1_settings(cfg, phase1) if legacy else {}
 
 
-def check_reuse(cfg: dict[str, Any], key: str, message_type: str, clients: int | None = None) -> Path | None:
+def check_reuse(cfg: dict[str, Any], key: str, phase1: Phase1, clients: int | None = None) -> Path | None:
     """The saved ensemble (its ``ensemble.json``) that run-config `key` names, if this run may start from it; None
     when `key` is empty. Reads the settings the ensemble records, never its tensors.
 
@@ -135,13 +135,13 @@ def check_reuse(cfg: dict[str, Any], key: str, message_type: str, clients: int |
     where = f"run-config key '{key}' = {value!r}"
     if not path.is_file():
         raise ConfigError(f"{where}: no ensemble there; expected a run directory holding {ENSEMBLE} (saved by a run "
-                          f"whose phase 1 sends {message_type!r}), or the {ENSEMBLE} file")
-    settings = ensemble_settings(path)
+                          f"whose phase 1 sends {phase1.message!r}), or the {ENSEMBLE} file")
+    settings = ensemble_settings(path, phase1)
     if not settings:
         raise ConfigError(f"{where}: the ensemble records no phase-1 settings and the run that trained it cannot be "
                           "read (no FENS metrics.json beside it, or the ensemble its phase1_reused_from names is not "
                           "there); expected an ensemble saved with its settings (any run of this version)")
-    diff = mismatch(phase1_settings(cfg, message_type, clients), settings)
+    diff = mismatch(phase1_settings(cfg, phase1, clients), settings)
     if diff is not None:
         name, ours, theirs = diff
         what = "run-config key " if name not in ("phase1-message", CLIENTS) else ""
@@ -151,7 +151,7 @@ def check_reuse(cfg: dict[str, Any], key: str, message_type: str, clients: int |
     return path
 
 
-def stored_phase1(cfg: dict[str, Any], recorder: RunRecorder, key: str, message_type: str, clients: int, *,
+def stored_phase1(cfg: dict[str, Any], recorder: RunRecorder, key: str, phase1: Phase1, clients: int, *,
                   keep_copy: bool) -> Ensemble | None:
     """The ensemble this run starts from instead of training phase 1; None = train it (and :func:`save_ensemble`).
 
@@ -164,13 +164,13 @@ def stored_phase1(cfg: dict[str, Any], recorder: RunRecorder, key: str, message_
     """
     own = recorder.run_dir / ENSEMBLE
     if cfg["resume"] and own.exists():
-        ens = load_ensemble(own)
+        ens = load_ensemble(own, phase1)
         log.info("%s: phase 1 skipped; resumed with its own %d-model ensemble (%s)", cfg["method"], len(ens.states), own)
         return ens
-    source = check_reuse(cfg, key, message_type, clients)
+    source = check_reuse(cfg, key, phase1, clients)
     if source is None:
         return None
-    ens = load_ensemble(source)
+    ens = load_ensemble(source, phase1)
     if keep_copy and source.resolve() != own.resolve():
         save_ensemble(recorder.run_dir, ens)
     log.info("%s: phase 1 skipped; %d-model ensemble loaded from %s (trained by an earlier run)", cfg["method"],

@@ -1,6 +1,6 @@
 """Sweep FENS aggregators on one saved ensemble without training phase 1 again.
 
-    python -m hetfl.fens_app.sweep results/<fens-run> [--aggregators nn per-class linear] [--set fens-agg-server-lr=0.01]
+    python scripts/fens_sweep.py results/<fens-run> [--aggregators nn per-class linear] [--set fens-agg-server-lr=0.01]
 
 Every trainable aggregator is trained by a whole FENS run with ``fens-reuse`` pointing at the
 ensemble that ``<fens-run>`` saved (its ``ensemble.json``): the same ServerApp and ClientApp code,
@@ -17,9 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-from hetfl.common.config import ConfigError, validate
-from hetfl.common.results import load_metrics
-from hetfl.fens_app.aggregators import AGGREGATORS, STATIC, STATIC_LABELS
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hetfl.common.config import ConfigError, validate  # noqa: E402
+from hetfl.common.results import load_metrics  # noqa: E402
+from hetfl.fens_app.aggregators import AGGREGATORS, STATIC, STATIC_LABELS  # noqa: E402
 
 TRAINABLE = tuple(a for a in AGGREGATORS if a not in STATIC)
 
@@ -61,7 +63,7 @@ def table(rows: list[dict], title: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from hetfl import launch
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python scripts/fens_sweep.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", type=Path, help="a finished FENS run directory (holds metrics.json and ensemble.json)")
     p.add_argument("--aggregators", nargs="+", default=list(TRAINABLE), choices=TRAINABLE)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="phase-2 overrides, e.g. fens-agg-server-lr=0.01")

@@ -1,0 +1,87 @@
+"""One-shot phase 1, server side (FENS Sec. 3.1): every client trains once and uploads its model; the checked uploads
+become the run's :class:`~.ensemble.Ensemble`, with the bytes and times they cost."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Message, RecordDict
+
+from hetfl.common.comm import MeteredGrid
+from hetfl.common.models import get_state
+from hetfl.common.nodes import ClientMap
+from hetfl.common.progress import heartbeat
+from hetfl.common.strategy import check_arrays, check_weight, validate_replies
+from hetfl.common.task import log, make_model, model_to_arrays, num_classes
+
+from . import Phase1
+from .artifacts import phase1_settings
+from .ensemble import Ensemble
+
+
+def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any], phase1: Phase1, *,
+                         diff_init: bool = False, template: torch.nn.Module | None = None, label: str = "") -> Ensemble:
+    """One-shot local training (FENS Sec. 3.1): send the initial model, collect every client's trained model once.
+
+    FENS's `phase1` message has clients train on their 90% split; the one-shot baselines' on all their data
+    (docs/readings.md#oneshot).
+
+    Parameters
+    ----------
+    diff_init : send no model: every client starts from its own random one.
+    label : how the log names the phase (default "<method> phase 1").
+    template : the module whose state (keys, shapes, dtypes) the replies must carry; default the run's model
+        (FedCVAE-Ens: its CVAE's decoder, with ``diff_init``).
+    """
+    t0 = time.perf_counter()
+    init = make_model(cfg) if template is None else template
+    expected = {k: tuple(v.shape) for k, v in get_state(init).items()}
+    dtypes = {k: v.dtype for k, v in get_state(init).items()}
+    content = RecordDict({"config": ConfigRecord({"server-round": 0})})
+    if not diff_init:  # the common initial model travels (and is counted); diff-init: built on the client
+        content["arrays"] = model_to_arrays(init)
+    phase = label or f"{cfg['method']} phase 1"
+    log.info("%s: %d clients train the model once on their data (one-shot)", phase, len(clients))
+    with heartbeat(f"{phase}: {len(clients)} clients training locally", cfg["progress-interval"]):
+        raw = cmap.send_and_receive(grid, [cmap.message(c, content, phase1.message) for c in clients], cfg["round-timeout"])
+
+    C = num_classes(cfg)
+    epochs: dict[int, int | None] = {}  # client -> local epochs kept (members trained to completion)
+
+    def check(r: Message) -> tuple[dict[str, np.ndarray], float, list[int], float]:
+        metrics = r.content["metrics"]
+        counts = [int(c) for c in metrics["label_counts"]]
+        if len(counts) != C or min(counts) < 0:
+            raise ValueError(f"label_counts: expected {C} non-negative counts, got {len(counts)}")
+        # check_arrays: keys, shapes, dtypes, finite values (a diverged model would make every prediction NaN)
+        epochs[cmap.client_of(r)] = int(metrics["epochs"]) if "epochs" in metrics else None
+        return (check_arrays(r.content["arrays"], expected, dtypes), check_weight(metrics["num-examples"]), counts,
+                float(metrics["train_s"]))
+
+    valid, _, rejected = validate_replies(raw, check, 0, cmap, set(clients))
+    valid.sort(key=lambda pair: cmap.client_of(pair[0]))
+    for r, (_, n, _, _) in valid:
+        if n == 0:  # only with dirichlet-min-size = 0: a client without data
+            log.warning("%s: client %d has no local training data; its (untrained) model is left out", phase, cmap.client_of(r))
+    rejected += sum(n == 0 for _, (_, n, _, _) in valid)
+    kept = [(r, st, n, counts, secs) for r, (st, n, counts, secs) in valid if n > 0]
+    if not kept:
+        raise RuntimeError(f"{phase}: no client returned a usable local model")
+    traffic = grid.take()
+    wall = time.perf_counter() - t0
+    log.info("%s: %d local models in %.1fs (%.1f MB up)", phase, len(kept), wall, traffic.bytes_up / 1e6)
+    return Ensemble(
+        states=[st for _, st, _, _, _ in kept],
+        client_ids=[cmap.client_of(r) for r, *_ in kept],
+        label_counts=np.array([counts for *_, counts, _ in kept], dtype=np.int64),
+        num_examples=[int(n) for _, _, n, _, _ in kept],
+        phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
+                "phase1_client_train_s": [secs for *_, secs in kept],
+                "rejected_models": rejected, "phase1_comm_s": traffic.comm_s,
+                **({"phase1_member_epochs": [epochs[cmap.client_of(r)] for r, *_ in kept]}
+                   if any(epochs.get(cmap.client_of(r)) is not None for r, *_ in kept) else {})},
+        settings=phase1_settings(cfg, phase1, len(clients)),
+    )
