@@ -81,7 +81,7 @@ def params_class(method: str) -> type[MethodParams]:
 
 def params_for(cfg: dict[str, Any]) -> MethodParams:
     """The run's method parameters, read once from the validated config (docs/architecture.md#params)."""
-    return params_class(cfg["method"]).from_config(cfg)
+    return spec_for(cfg["method"]).params_for(cfg)
 
 
 def node_info(method: str, context: Any, cfg: dict[str, Any], client: int) -> dict[str, Any]:

@@ -43,6 +43,75 @@ LEVELS = ("S1", "M1", "L1")
 TIER_LEVEL = {"weak": "S1", "medium": "M1", "strong": "L1"}
 
 
+class Planner:
+    """How a round picks its (client, model slot, pool index) jobs over the online client ids (one per
+    ``Variant.plan``; docs/readings.md#adaptivefl-baselines)."""
+
+    rl = False  # the RL ClientSel picks the clients (adaptivefl-selection); otherwise they are drawn at random
+
+    def plan(self, s: AdaptiveFL, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
+        raise NotImplementedError
+
+    @staticmethod
+    def ranks(s: AdaptiveFL, nodes: list[int]) -> dict[int, int]:
+        """Client -> the largest level its known tier affords (index into LEVELS)."""
+        return {n: LEVELS.index(TIER_LEVEL[s.tiers.get(n, "weak")]) for n in nodes}
+
+
+class AdaptiveFLPlanner(Planner):
+    """Alg. 1 lines 6-8 (`core.plan_round`): RandomSel(R) (or the largest, +Greed), then ClientSel."""
+
+    rl = True
+
+    def plan(self, s: AdaptiveFL, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
+        jobs = plan_round(s.pool, s.selector, s.rng, nodes, K, s.params.dispatch)
+        if len(jobs) < min(K, len(nodes)):
+            log.warning("%d slot(s) left empty: no client with a positive reward for any pool member",
+                        min(K, len(nodes)) - len(jobs))
+        return [(c, 0, m) for c, m in jobs]
+
+
+class AllLargePlanner(Planner):
+    """All-Large: the full model on K random clients, no resource limits."""
+
+    def plan(self, s: AdaptiveFL, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
+        chosen = s.rng.choice(np.array(nodes, dtype=object), size=min(K, len(nodes)), replace=False)
+        return [(int(n), 0, s.pool.largest) for n in chosen]
+
+
+class LevelPlanner(Planner):
+    """HeteroFL and ScaleFL: each slot draws a level uniformly, then a client whose tier affords it (nobody left
+    affords it: the largest level some client does; the authors' 'available' rule)."""
+
+    def plan(self, s: AdaptiveFL, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
+        rank, out, chosen = self.ranks(s, nodes), [], set()
+        for _ in range(min(K, len(nodes))):
+            level = int(s.rng.integers(len(LEVELS)))
+            free = [n for n in nodes if n not in chosen]
+            level = min(level, max(rank[n] for n in free))
+            n = int(s.rng.choice(np.array([n for n in free if rank[n] >= level], dtype=object)))
+            chosen.add(n)
+            out.append((n, 0, s.pool.index(LEVELS[level])))
+        return out
+
+
+class DecoupledPlanner(Planner):
+    """Decoupled: each of the three models its own K clients that afford it (the authors' Training_Decoupled)."""
+
+    def plan(self, s: AdaptiveFL, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
+        rank, out = self.ranks(s, nodes), []
+        for slot, level in enumerate(LEVELS):
+            able = np.array([n for n in nodes if rank[n] >= slot], dtype=object)
+            for n in s.rng.choice(able, size=min(K, len(able)), replace=False):
+                out.append((int(n), slot, s.pool.index(level)))
+        return out
+
+
+PLANNERS: dict[str, type[Planner]] = {"adaptivefl": AdaptiveFLPlanner, "all-large": AllLargePlanner,
+                                      "level": LevelPlanner, "decoupled": DecoupledPlanner}
+"""``Variant.plan`` -> its planner."""
+
+
 class AdaptiveFL(StrategyBase):
     """AdaptiveFL (Alg. 1) over the known clients.
 
@@ -60,8 +129,8 @@ class AdaptiveFL(StrategyBase):
             raise ValueError(f"method {self.variant.name!r} needs the device tiers of the clients")
         self.tiers = tiers or {}
         self.map = cmap if cmap is not None else ClientMap()
-        mode = params.selection if self.variant.plan == "adaptivefl" else "random"
-        self.selector = ClientSelector(pool, mode, fed.seed)
+        self.planner = PLANNERS[self.variant.plan]()
+        self.selector = ClientSelector(pool, params.selection if self.planner.rl else "random", fed.seed)
         self.rng = planning_rng(fed.seed)
         self.num_models = self.variant.models
         self.sent: dict[int, list[tuple[int, int]]] = {}  # client -> [(model slot, pool index)] this round
@@ -72,41 +141,9 @@ class AdaptiveFL(StrategyBase):
     # --- planning ---------------------------------------------------------------------------
 
     def plan(self, nodes: list[int]) -> list[tuple[int, int, int]]:
-        """(client, model slot, pool index) jobs of this round over the online client ids `nodes`.
-
-        docs/readings.md#adaptivefl-baselines
-        """
-        K = max(1, int(len(nodes) * self.fed.fraction_train))
-        if self.variant.plan == "adaptivefl":
-            return self._plan_adaptivefl(nodes, K)
-        if self.variant.plan == "all-large":
-            chosen = self.rng.choice(np.array(nodes, dtype=object), size=min(K, len(nodes)), replace=False)
-            return [(int(n), 0, self.pool.largest) for n in chosen]
-        rank = {n: LEVELS.index(TIER_LEVEL[self.tiers.get(n, "weak")]) for n in nodes}  # largest affordable level
-        out: list[tuple[int, int, int]] = []
-        if self.variant.plan == "decoupled":  # each model its own K affordable clients (Training_Decoupled)
-            for slot, level in enumerate(LEVELS):
-                able = np.array([n for n in nodes if rank[n] >= slot], dtype=object)
-                for n in self.rng.choice(able, size=min(K, len(able)), replace=False):
-                    out.append((int(n), slot, self.pool.index(level)))
-            return out
-        chosen: set[int] = set()  # heterofl, scalefl: a uniform level, then a client that affords it
-        for _ in range(min(K, len(nodes))):
-            level = int(self.rng.integers(len(LEVELS)))
-            free = [n for n in nodes if n not in chosen]
-            level = min(level, max(rank[n] for n in free))  # nobody left affords it: the largest some client does
-            n = int(self.rng.choice(np.array([n for n in free if rank[n] >= level], dtype=object)))
-            chosen.add(n)
-            out.append((n, 0, self.pool.index(LEVELS[level])))
-        return out
-
-    def _plan_adaptivefl(self, nodes: list[int], K: int) -> list[tuple[int, int, int]]:
-        """Alg. 1 lines 6-8 (`core.plan_round`): RandomSel(R) (or the largest, +Greed), then ClientSel."""
-        jobs = plan_round(self.pool, self.selector, self.rng, nodes, K, self.params.dispatch)
-        if len(jobs) < min(K, len(nodes)):
-            log.warning("%d slot(s) left empty: no client with a positive reward for any pool member",
-                        min(K, len(nodes)) - len(jobs))
-        return [(c, 0, m) for c, m in jobs]
+        """(client, model slot, pool index) jobs of this round over the online client ids `nodes` (the variant's
+        :class:`Planner`)."""
+        return self.planner.plan(self, nodes, max(1, int(len(nodes) * self.fed.fraction_train)))
 
     # --- Flower Strategy ----------------------------------------------------------------------
 

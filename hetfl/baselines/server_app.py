@@ -7,18 +7,20 @@ module only adds centralized evaluation, byte accounting and the results writer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flwr.app import ArrayRecord, Context
 from torch import nn
 
+from hetfl.baselines import METHOD
 from hetfl.baselines.fedbe import DistillOptions
 from hetfl.baselines.params import (
     FedAdamParams, FedBEParams, FedNovaParams, FedProxParams, FedYogiParams, ScaffoldParams, STCParams,
 )
 from hetfl.baselines.strategy import SeededFedAvg, SeededFedAvgSTC, SeededFedBE, SeededFedNova, SeededFedProx, SeededScaffold
 from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
-from hetfl.common.params import FederationParams, MethodParams
+from hetfl.common.params import FederationParams, MethodParams, NoParams
 from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
@@ -33,10 +35,18 @@ from hetfl.common.task import (
     model_to_arrays,
 )
 from hetfl.common.train import Normalizer
-from hetfl.methods import params_for
 
 
 ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCParams: SeededFedAvgSTC}
+"""Strategies that update the model's trainable parameters themselves (they need the global model)."""
+BUILDERS: dict[type, Callable[[Any, dict[str, Any]], SeededFedAvg]] = {
+    NoParams: lambda p, kw: SeededFedAvg(**kw),
+    FedBEParams: lambda p, kw: SeededFedBE(**kw),  # its server set comes in run (:func:`_fedbe`)
+    FedProxParams: lambda p, kw: SeededFedProx(proximal_mu=p.mu, **kw),
+    FedAdamParams: lambda p, kw: SeededFedAdam(eta=p.server_lr, eta_l=p.local_lr, **p.adam.options(), **kw),
+    FedYogiParams: lambda p, kw: SeededFedYogi(eta=p.server_lr, eta_l=p.local_lr, **p.moments.options(), **kw),
+}
+"""Parameter class -> the Flower strategy it configures (the other baselines: :data:`ITERATIVE`)."""
 
 
 def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, model: nn.Module | None = None) -> SeededFedAvg:
@@ -57,17 +67,7 @@ def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, 
             raise ValueError(f"{type(params).__name__}: make_strategy needs the global model")
         trainable = {k: p.detach().cpu().numpy() for k, p in model.named_parameters() if p.requires_grad}
         return ITERATIVE[type(params)](**kwargs).bind(cmap, fed.seed, fed.round_timeout).setup(trainable, params)
-    if isinstance(params, FedBEParams):
-        strategy: SeededFedAvg = SeededFedBE(**kwargs)
-    elif isinstance(params, FedProxParams):
-        strategy = SeededFedProx(proximal_mu=params.mu, **kwargs)
-    elif isinstance(params, FedAdamParams):
-        strategy = SeededFedAdam(eta=params.server_lr, eta_l=params.local_lr, **params.adam.options(), **kwargs)
-    elif isinstance(params, FedYogiParams):
-        strategy = SeededFedYogi(eta=params.server_lr, eta_l=params.local_lr, **params.moments.options(), **kwargs)
-    else:
-        strategy = SeededFedAvg(**kwargs)
-    return strategy.bind(cmap, fed.seed, fed.round_timeout)
+    return BUILDERS[type(params)](params, kwargs).bind(cmap, fed.seed, fed.round_timeout)
 
 
 def fedbe_inputs(cfg: dict[str, Any], p: FedBEParams) -> tuple[ArrayData, DistillOptions]:
@@ -88,7 +88,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     model = make_model(cfg)
     evaluate, validate = centralized_evaluators(cfg)  # validate: the half a learning rate is picked on (eval-split = "test-half")
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    params = params_for(cfg)
+    params = METHOD.params_for(cfg)
     strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg), model)
     if isinstance(strategy, SeededScaffold):  # the server's copies of the clients' c_i: one file each, not in memory
         strategy.keep_state_in(recorder.run_dir)

@@ -77,3 +77,11 @@ class MethodSpec:
     node_keys: tuple[NodeKey, ...] = ()
     params: Mapping[str, str] = field(default_factory=dict)
     renamed: Mapping[str, str] = field(default_factory=dict)
+
+    def params_for(self, cfg: dict[str, Any]) -> Any:
+        """The run's frozen parameter object (:attr:`params` of ``cfg["method"]``; ``NoParams()`` if none declared),
+        read once from the validated config (docs/architecture.md#params)."""
+        from .params import NoParams
+
+        path = self.params.get(cfg["method"])
+        return (load(path) if path else NoParams).from_config(cfg)

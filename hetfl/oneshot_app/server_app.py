@@ -25,6 +25,8 @@ the per-epoch evaluation and recording of the student. docs/readings.md#oneshot
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,16 +38,15 @@ from hetfl.common.data import ArrayData, DataSpec, load_server_set
 from hetfl.common.models import set_state
 from hetfl.common.nodes import discover_clients
 from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1
-from hetfl.common.oneshot.ensemble import build_members, ensemble_logits
+from hetfl.common.oneshot.ensemble import Ensemble, build_members, ensemble_logits
 from hetfl.common.oneshot.server import collect_local_models
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round
 from hetfl.common.task import (compute_options, dataset_threshold, eval_splits, log, make_model, model_input_shape,
                                model_to_arrays, num_classes)
 from hetfl.common.train import Normalizer, evaluate, train
-from hetfl.methods import params_for
 
-from . import CVAE_PHASE1, PHASE1
+from . import CVAE_PHASE1, METHOD, PHASE1
 from .coboost import co_boost
 from .core import fedet_loss, fedet_targets, fedkd_loss, fedkd_teacher, fedkd_weights
 from .cvae import make_cvae, synthesize
@@ -87,31 +88,138 @@ def _train_on_synthetic(student: torch.nn.Module, decoders: list[dict[str, np.nd
           optimizer="adam", seed=cfg["seed"] * 7919 + 31, augment=cfg["augment"], epoch_end=epoch_end, **opts)
 
 
-def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run FedKD, Fed-ET, Co-Boosting or FedCVAE-Ens end to end and return the summary."""
-    method = cfg["method"]
-    recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    recorder.rows = params_for(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
-    cmap = discover_clients(grid, cfg)
-    clients = cmap.clients()
-    discovery = grid.take()
-    if method == "fedcvae":  # nothing goes down but the request; the replies carry a CVAE decoder each (not saved)
-        decoder = make_cvae(model_input_shape(cfg), num_classes(cfg), FedCVAEParams.from_config(cfg).z_dim, seed=0).decoder
-        ens = collect_local_models(grid, cmap, clients, cfg, CVAE_PHASE1, diff_init=True, template=decoder)
-    else:  # a reused phase 1 (an earlier run's, same settings): its bytes and times are this run's too
+@dataclass
+class StepContext:
+    """What every server step reads: the run's config and recorder, the phase-1 ensemble, the evaluation data and
+    the members' test logits (None for FedCVAE-Ens, whose uploads are decoders)."""
+
+    cfg: dict[str, Any]
+    ens: Ensemble
+    members: list[torch.nn.Module] | None
+    test_z: torch.Tensor | None
+    test_y: torch.Tensor
+    norm: Normalizer
+    opts: dict[str, Any]
+    phases: dict[str, Any]
+    record: Callable[..., None]  # record(e + 1) after server epoch e
+
+
+class ServerStep:
+    """One one-shot baseline: how its phase 1 runs and how the server turns the uploads into one model (hooks)."""
+
+    distills = True  # phase 1 uploads classifiers whose logits the step uses (FedCVAE-Ens: decoders)
+
+    def phase1(self, grid: MeteredGrid, cmap: Any, clients: list[int], cfg: dict[str, Any], recorder: RunRecorder) -> Ensemble:
+        """FENS's phase 1 on all of a client's data, or a reused one (an earlier run's, same settings): its bytes and
+        times are this run's too; a trained ensemble is saved for later runs."""
         ens = stored_phase1(cfg, recorder, "oneshot-reuse", PHASE1, len(clients), keep_copy=False)
         if ens is None:
             ens = collect_local_models(grid, cmap, clients, cfg, PHASE1)
             save_ensemble(recorder.run_dir, ens)
+        return ens
+
+    def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
+        """Train `student` in place; return its description and the references shown beside it."""
+        raise NotImplementedError
+
+    def teacher_step(self, student: torch.nn.Module, c: StepContext, teacher: torch.Tensor, targets: tuple, loss: Any,
+                     p: Any, lr_min: float) -> tuple[str, dict[str, float]]:
+        """FedKD's and Fed-ET's shared end: distil on the auxiliary set, with the teacher's test accuracy recorded."""
+        c.phases["teacher_test_accuracy"] = float((teacher.argmax(1) == c.test_y).float().mean())
+        _distill(student, self.held.x, targets, loss, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, lr_min=lr_min,
+                 cfg=c.cfg, epoch_end=lambda e: c.record(e + 1))
+        return self.student_description(c)
+
+    def auxiliary_logits(self, c: StepContext) -> torch.Tensor:
+        """The members' logits on the auxiliary unlabeled set ``server-holdout`` (its labels are never read)."""
+        self.held = load_server_set(DataSpec.from_config(c.cfg, 1), c.cfg["cache-dir"])
+        z = ensemble_logits(c.members, ArrayData(self.held.x, np.zeros(len(self.held.x), np.int64)), c.norm,
+                            c.cfg["eval-batch-size"], **c.opts)
+        c.phases["auxiliary_samples"] = len(self.held.x)
+        return torch.as_tensor(z)
+
+    @staticmethod
+    def student_description(c: StepContext) -> tuple[str, dict[str, float]]:
+        log.info("%s: ensemble of %d models, teacher %.4f on the test set", c.cfg["method"], len(c.ens.states),
+                 c.phases["teacher_test_accuracy"])
+        return (f"{c.cfg['method']} student (one model distilled on the server)",
+                {"teacher (the clients' ensemble)": c.phases["teacher_test_accuracy"]})
+
+
+class FedKDStep(ServerStep):
+    """FedKD: distil the label-count-weighted teacher's logits on the auxiliary set (L1 on logits)."""
+
+    def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
+        z = self.auxiliary_logits(c)
+        p = FedKDParams.from_config(c.cfg)
+        w = fedkd_weights(c.ens.label_counts, p.weighting)
+        loss = lambda s, t: fedkd_loss(s, t, p.loss)  # noqa: E731
+        return self.teacher_step(student, c, fedkd_teacher(c.test_z, w), (fedkd_teacher(z, w),), loss, p, p.lr_min)
+
+
+class FedETStep(ServerStep):
+    """Fed-ET: distil the members' weighted consensus with the diversity regularization on the auxiliary set."""
+
+    def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
+        z = self.auxiliary_logits(c)
+        p = FedETParams.from_config(c.cfg)
+        loss = lambda s, cons, d, h: fedet_loss(s, cons, d, h, p.lam)  # noqa: E731
+        return self.teacher_step(student, c, fedet_targets(c.test_z)[0], fedet_targets(z), loss, p, p.lr)
+
+
+class CoBoostStep(ServerStep):
+    """Co-Boosting: no data; synthesise hard samples with a generator, re-weight the members, distil."""
+
+    def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
+        p, cfg = CoBoostParams.from_config(c.cfg), c.cfg
+        c.phases["teacher_test_accuracy_uniform"] = float((c.test_z.mean(1).argmax(1) == c.test_y).float().mean())
+        weights = co_boost(c.members, student, p, model_input_shape(cfg), num_classes(cfg), c.norm,
+                           cfg["seed"] * 7919 + 23, c.opts["device"], epoch_end=lambda e, _w: c.record(e + 1))
+        weighted = (c.test_z * weights[None, :, None]).sum(1) / weights.sum()
+        c.phases["teacher_test_accuracy"] = float((weighted.argmax(1) == c.test_y).float().mean())
+        c.phases["member_weights"] = weights.tolist()
+        return self.student_description(c)
+
+
+class FedCVAEStep(ServerStep):
+    """FedCVAE-Ens: the clients' CVAE decoders up (nothing goes down but the request; not saved), the classifier
+    trained on their synthetic data."""
+
+    distills = False
+
+    def phase1(self, grid: MeteredGrid, cmap: Any, clients: list[int], cfg: dict[str, Any], recorder: RunRecorder) -> Ensemble:
+        decoder = make_cvae(model_input_shape(cfg), num_classes(cfg), FedCVAEParams.from_config(cfg).z_dim, seed=0).decoder
+        return collect_local_models(grid, cmap, clients, cfg, CVAE_PHASE1, diff_init=True, template=decoder)
+
+    def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
+        _train_on_synthetic(student, c.ens.states, c.ens.label_counts, c.cfg, c.phases, epoch_end=lambda e: c.record(e + 1))
+        log.info("fedcvae: classifier trained on %d samples from %d decoders", c.phases["synthetic_samples"],
+                 len(c.ens.states))
+        return "fedcvae classifier (trained on the client decoders' synthetic data)", {}
+
+
+STEPS: dict[str, type[ServerStep]] = {"fedkd": FedKDStep, "fedet": FedETStep, "coboost": CoBoostStep,
+                                      "fedcvae": FedCVAEStep}
+"""run-config ``method`` -> its server step."""
+
+
+def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run FedKD, Fed-ET, Co-Boosting or FedCVAE-Ens end to end and return the summary."""
+    step = STEPS[cfg["method"]]()
+    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    recorder.rows = METHOD.params_for(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
+    cmap = discover_clients(grid, cfg)
+    clients = cmap.clients()
+    discovery = grid.take()
+    ens = step.phase1(grid, cmap, clients, cfg, recorder)
     round0 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     val, test = eval_splits(cfg)
     norm = Normalizer(cfg["dataset"])
     opts = compute_options(cfg, server=True)
     bs = cfg["eval-batch-size"]
     test_y = torch.as_tensor(test.y)
-    if method != "fedcvae":
-        members = build_members(cfg, ens.states, quantized=False)
-        test_z = torch.as_tensor(ensemble_logits(members, test, norm, bs, **opts))  # (N, M, C)
+    members = build_members(cfg, ens.states, quantized=False) if step.distills else None
+    test_z = torch.as_tensor(ensemble_logits(members, test, norm, bs, **opts)) if step.distills else None  # (N, M, C)
     student = make_model(cfg)  # the initial model phase 1 sent: FedKD's central model starts from it too
 
     def evaluate_fn(_round: int, _arrays: Any) -> dict[str, Any]:
@@ -128,7 +236,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
 
     phases = {**ens.phase1, "num_models": len(ens.states), "member_client_ids": ens.client_ids,
               "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"]}
-    if method != "fedcvae":
+    if test_z is not None:
         phases["member_test_accuracy"] = (test_z.argmax(2) == test_y[:, None]).float().mean(0).tolist()
     recorder.extra["phases"] = phases
     if "phase1_reused_from" in recorder.extra:
@@ -136,49 +244,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder.stage(clients=list(ens.client_ids))
     record(0, round0)
     t_step = time.perf_counter()
-
-    def step_time() -> None:
-        phases["server_step_s"] = time.perf_counter() - t_step - recording_s[0]
-        phases["server_step_recording_s"] = recording_s[0]
-
-    if method == "fedcvae":
-        _train_on_synthetic(student, ens.states, ens.label_counts, cfg, phases, epoch_end=lambda e: record(e + 1))
-        step_time()
-        log.info("fedcvae: classifier trained on %d samples from %d decoders", phases["synthetic_samples"], len(ens.states))
-        recorder.describe("fedcvae classifier (trained on the client decoders' synthetic data)",
-                          before="phase 1 (one-shot decoder upload)")
-        return recorder.finish(model_to_arrays(student))
-    if method in ("fedkd", "fedet"):
-        held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])  # its labels are never read
-        z = torch.as_tensor(ensemble_logits(members, ArrayData(held.x, np.zeros(len(held.x), np.int64)), norm, bs, **opts))
-        phases["auxiliary_samples"] = len(held.x)
-        if method == "fedkd":
-            p = FedKDParams.from_config(cfg)
-            w = fedkd_weights(ens.label_counts, p.weighting)
-            teacher = fedkd_teacher(test_z, w)
-            targets: tuple[torch.Tensor, ...] = (fedkd_teacher(z, w),)
-            loss = lambda s, t: fedkd_loss(s, t, p.loss)  # noqa: E731
-            epochs, batch, lr, lr_min = p.epochs, p.batch_size, p.lr, p.lr_min
-        else:
-            p = FedETParams.from_config(cfg)
-            teacher = fedet_targets(test_z)[0]
-            targets = fedet_targets(z)
-            loss = lambda s, c, d, h: fedet_loss(s, c, d, h, p.lam)  # noqa: E731
-            epochs, batch, lr, lr_min = p.epochs, p.batch_size, p.lr, p.lr
-        phases["teacher_test_accuracy"] = float((teacher.argmax(1) == test_y).float().mean())
-        _distill(student, held.x, targets, loss, epochs=epochs, batch_size=batch, lr=lr, lr_min=lr_min, cfg=cfg,
-                 epoch_end=lambda e: record(e + 1))
-    else:
-        p = CoBoostParams.from_config(cfg)
-        phases["teacher_test_accuracy_uniform"] = float((test_z.mean(1).argmax(1) == test_y).float().mean())
-        weights = co_boost(members, student, p, model_input_shape(cfg), num_classes(cfg), norm, cfg["seed"] * 7919 + 23,
-                           opts["device"], epoch_end=lambda e, _w: record(e + 1))
-        weighted = (test_z * weights[None, :, None]).sum(1) / weights.sum()
-        phases["teacher_test_accuracy"] = float((weighted.argmax(1) == test_y).float().mean())
-        phases["member_weights"] = weights.tolist()
-    step_time()
-    log.info("%s: ensemble of %d models, teacher %.4f on the test set", method, len(ens.states), phases["teacher_test_accuracy"])
-    recorder.describe(f"{method} student (one model distilled on the server)",
-                      references={"teacher (the clients' ensemble)": phases["teacher_test_accuracy"]},
-                      before="phase 1 (one-shot upload)")
+    description, references = step.train(student, StepContext(cfg, ens, members, test_z, test_y, norm, opts, phases, record))
+    phases["server_step_s"] = time.perf_counter() - t_step - recording_s[0]
+    phases["server_step_recording_s"] = recording_s[0]
+    before = "phase 1 (one-shot upload)" if step.distills else "phase 1 (one-shot decoder upload)"
+    recorder.describe(description, references=references or None, before=before)
     return recorder.finish(model_to_arrays(student))
