@@ -3,9 +3,8 @@
 The results writer (:class:`hetfl.common.results.RunRecorder`) hands every round's row and the run's
 summary to the trackers that the run-config key ``tracking`` names (a comma list):
 
-- ``tensorboard`` (default): ``<run-dir>/tensorboard/events.out.tfevents.*``, written by the small
-  dependency-free writer below (TensorBoard's record format: length, masked CRC-32C, ``Event``
-  protobuf), so every run has them without installing TensorBoard; view them with
+- ``tensorboard`` (default): ``<run-dir>/tensorboard/events.out.tfevents.*``, written by tensorboardX (a
+  dependency: numpy and protobuf only), so every run has them without installing TensorBoard; view them with
   ``pip install tensorboard; tensorboard --logdir results/``.
 - ``wandb``: Weights & Biases in offline mode, its files under ``<run-dir>/wandb`` (``pip install
   'hetfl[wandb]'``; ``wandb sync <run-dir>/wandb/offline-run-*`` uploads them later).
@@ -27,9 +26,7 @@ import logging
 import math
 import os
 import socket
-import struct
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -120,104 +117,6 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-# --- TensorBoard event files without TensorBoard --------------------------------------------------
-
-def _crc32c_table() -> list[int]:
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli), as TFRecord files use."""
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def masked_crc(data: bytes) -> int:
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1  # int64 two's complement, as protobuf encodes negative int64
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(number: int, wire: int, payload: bytes) -> bytes:
-    key = _varint(number << 3 | wire)
-    return key + (_varint(len(payload)) + payload if wire == 2 else payload)
-
-
-def event_bytes(wall_time: float, step: int = 0, values: dict[str, float] | None = None,
-                file_version: str | None = None) -> bytes:
-    """One serialized ``tensorflow.Event``: wall_time (1), step (2), file_version (3) or summary (5) of simple values."""
-    out = _field(1, 1, struct.pack("<d", wall_time)) + _field(2, 0, _varint(step))
-    if file_version is not None:
-        out += _field(3, 2, file_version.encode())
-    if values:
-        summary = b"".join(_field(1, 2, _field(1, 2, t.encode()) + _field(2, 5, struct.pack("<f", v)))
-                           for t, v in values.items())
-        out += _field(5, 2, summary)
-    return out
-
-
-def record_bytes(data: bytes) -> bytes:
-    """A TFRecord: uint64 length, masked CRC of the length, data, masked CRC of the data."""
-    header = struct.pack("<Q", len(data))
-    return header + struct.pack("<I", masked_crc(header)) + data + struct.pack("<I", masked_crc(data))
-
-
-def read_records(path: Path) -> Iterable[bytes]:
-    """The records of a TFRecord file; ValueError on a bad checksum (what TensorBoard checks)."""
-    raw = Path(path).read_bytes()
-    pos = 0
-    while pos < len(raw):
-        header = raw[pos:pos + 8]
-        (n,) = struct.unpack("<Q", header)
-        if struct.unpack("<I", raw[pos + 8:pos + 12])[0] != masked_crc(header):
-            raise ValueError(f"{path}: bad length checksum at byte {pos}")
-        data = raw[pos + 12:pos + 12 + n]
-        if struct.unpack("<I", raw[pos + 12 + n:pos + 16 + n])[0] != masked_crc(data):
-            raise ValueError(f"{path}: bad data checksum at byte {pos}")
-        yield data
-        pos += 16 + n
-
-
-class TensorBoardWriter:
-    """Appends scalar events to ``<dir>/events.out.tfevents.<time>.<host>.<pid>.hetfl`` (one file per process)."""
-
-    def __init__(self, logdir: Path) -> None:
-        logdir.mkdir(parents=True, exist_ok=True)
-        self.path = logdir / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.hetfl"
-        self._append(event_bytes(time.time(), 0, file_version="brain.Event:2"))
-
-    def _append(self, event: bytes) -> None:
-        with open(self.path, "ab") as f:  # opened per event: a crashed run keeps every round written so far
-            f.write(record_bytes(event))
-
-    def scalars(self, step: int, values: dict[str, float]) -> None:
-        if values:
-            self._append(event_bytes(time.time(), step, values))
-
-
 # --- the trackers ----------------------------------------------------------------------------------
 
 
@@ -242,16 +141,47 @@ def _summary_scalars(summary: dict[str, Any]) -> dict[str, float]:
 
 
 class TensorBoardTracker(Tracker):
+    """Scalars in ``<run-dir>/tensorboard/events.out.tfevents.<time>.<host>.<pid>.hetfl`` as tensorboardX writes
+    them (its ``Event`` protobuf, ``summary.scalar`` and record writer), one event per round written and flushed at
+    once: a crashed run keeps every round written so far (tensorboardX's ``SummaryWriter`` queues events in a
+    thread and its flush does not wait for the queue)."""
+
     name = "tensorboard"
 
     def __init__(self, run_dir: Path, cfg: dict[str, Any]) -> None:
-        self.writer = TensorBoardWriter(run_dir / "tensorboard")
+        from tensorboardX.record_writer import RecordWriter  # imported here: a ClientApp never writes events
+
+        logdir = run_dir / "tensorboard"
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.path = logdir / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.hetfl"
+        self.file = RecordWriter(str(self.path))
+        self._write(0, None)  # the file-version event TensorBoard reads first
+
+    def _write(self, step: int, values: dict[str, float] | None) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboardX.summary import scalar
+
+        event = Event(wall_time=time.time(), step=step)
+        if values is None:
+            event.file_version = "brain.Event:2"
+        else:
+            event.summary.CopyFrom(Summary(value=[v for k, x in values.items() for v in scalar(k, x).value]))
+        self.file.write(event.SerializeToString())
+        self.file.flush()
 
     def log_round(self, row: dict[str, Any]) -> None:
-        self.writer.scalars(int(row["round"]), {tag(k): v for k, v in scalars(row).items()})
+        values = {tag(k): v for k, v in scalars(row).items()}
+        if values:
+            self._write(int(row["round"]), values)
 
     def log_summary(self, summary: dict[str, Any], step: int) -> None:
-        self.writer.scalars(step, _summary_scalars(summary))
+        values = _summary_scalars(summary)
+        if values:
+            self._write(step, values)
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def _flat_config(cfg: dict[str, Any]) -> dict[str, Any]:
