@@ -17,9 +17,17 @@ def test_pyproject_defaults_match_schema():
         assert key.check(app_cfg[name]) == key.default
 
 
+def test_pyproject_config_block_is_generated_from_the_schema():
+    """pyproject.toml's [tool.flwr.app.config] is `python -m hetfl.keys --write-pyproject`'s output: a key's default,
+    doc or allowed values changed in its declaration and not regenerated fails here (the copies once drifted)."""
+    from hetfl.keys import current_block, pyproject_block
+
+    assert current_block() == pyproject_block(), "run: python -m hetfl.keys --write-pyproject"
+
+
 def test_pyproject_comments_list_every_choice():
     """A key with a fixed set of values names every one of them in its pyproject.toml comment (the file users read
-    first: `model` once lacked 'resnet18-afl', `fens-aggregator` 'voting')."""
+    first: `model` once lacked 'resnet18-afl', `fens-aggregator` 'voting'); the generator writes them."""
     import re
 
     import hetfl  # noqa: F401  (registers every method's keys)
@@ -232,3 +240,26 @@ def test_documented_error_examples_print_what_the_docs_show(cmd, expected, capsy
 
 def test_there_are_documented_error_examples():
     assert len(_documented_errors()) >= 5
+
+
+def test_every_parameter_field_defaults_to_its_keys_default():
+    """A frozen parameter object's field names its key and repeats the key's default (so that `SHEFLParams(models=3)`
+    works without a config): the two must agree, for every method's parameter class and the shared ones."""
+    from hetfl.common.params import FederationParams, LocalSGDParams
+    from hetfl.common.registry import load
+    from hetfl.methods import METHODS
+
+    classes = {FederationParams, LocalSGDParams} | {load(p) for spec in METHODS.values() for p in spec.params.values()}
+    checked = 0
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            meta = f.metadata
+            if not meta.get("key") or meta.get("nested") is not None or f.default is dataclasses.MISSING:
+                continue
+            if meta["key"] == "method":  # a variant object named by the method itself, not by the key's default
+                continue
+            want = SCHEMA[meta["key"]].default
+            want = meta["parse"](want) if meta.get("parse") else want
+            assert f.default == want, (cls.__name__, f.name, meta["key"], f.default, want)
+            checked += 1
+    assert checked > 80, checked

@@ -2,8 +2,8 @@
 
 Flower passes the run config as a flat dict of TOML scalars (``context.run_config``).
 Every key the apps read is declared here with its type, default and allowed values;
-``pyproject.toml`` repeats the defaults (Flower requires them there) and a test keeps
-the two in sync. ``validate`` runs in the ServerApp before any training starts and
+``pyproject.toml``'s config block (Flower requires the defaults there) is generated from it
+(``python -m hetfl.keys --write-pyproject``) and a test fails when the two differ. ``validate`` runs in the ServerApp before any training starts and
 raises :class:`ConfigError` naming the key and the allowed range.
 
 Method packages declare their own keys in their :class:`~hetfl.common.registry.MethodSpec`;
@@ -162,7 +162,7 @@ register_keys(
     Key("round-timeout", float, 3600.0, "seconds to wait for replies in a round", min=0.0, min_inclusive=False),
     Key("max-idle-rounds", int, 3, "stop the run with an error after this many rounds in a row without one accepted client update (0 = never)", min=0),
     # data
-    Key("dataset", str, "fashion_mnist", "dataset name, or bring your own: 'hub:<id>[:<subset>]' or 'dir:<directory>' (docs/bring-your-own.md)",
+    Key("dataset", str, "fashion_mnist", "dataset name (docs/bring-your-own.md for your own)",
         choices=tuple(DATASETS), pattern=DATASET_REFERENCE, pattern_doc="'hub:<id>[:<subset>]' or 'dir:<directory>' (docs/bring-your-own.md)"),
     Key("input-column", str, "", "column of the images or texts ('' = the named dataset's; hub:/dir: datasets: the first of image, img, text)"),
     Key("label-column", str, "", "column of the integer class ids ('' = the named dataset's; hub:/dir: datasets: label)"),

@@ -45,6 +45,21 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+_VALIDATED: dict[tuple, dict[str, Any]] = {}
+
+
+def _validated(run_id: int, run_config: Any) -> dict[str, Any]:
+    """The run config validated once per run and process (a simulated ClientApp answers many messages of one run;
+    a deployed one is a process per message): a copy of the first validation of the same run id and values."""
+    items = dict(run_config)
+    memo = (run_id, tuple(sorted((k, repr(v)) for k, v in items.items())))
+    if memo not in _VALIDATED:
+        if len(_VALIDATED) >= 8:  # a few runs at a time; the oldest goes
+            _VALIDATED.pop(next(iter(_VALIDATED)))
+        _VALIDATED[memo] = validate(items)
+    return dict(_VALIDATED[memo])
+
+
 def config_of(context: Context, msg=None) -> dict[str, Any]:
     """The validated run config of a ServerApp/ClientApp context.
 
@@ -58,7 +73,7 @@ def config_of(context: Context, msg=None) -> dict[str, Any]:
     LocalDataError
         That node's data cannot be read or describes no classification dataset.
     """
-    cfg = validate(dict(context.run_config))
+    cfg = _validated(context.run_id, context.run_config)
     path = context.node_config.get("data-path")
     if path and D.is_byo(cfg["dataset"]):
         run = None
