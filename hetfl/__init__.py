@@ -1,6 +1,23 @@
 """hetfl: heterogeneous federated learning on Flower (SHEFL, FENS, AdaptiveFL and their baselines)."""
 
-__version__ = "0.1.0"
+
+
+def _version() -> str:
+    """The version, written once: pyproject.toml's [project] version (beside the package in a checkout or a FAB),
+    else the installed distribution's."""
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        import tomllib
+
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
+    from importlib.metadata import version
+
+    return version("hetfl")
+
+
+__version__ = _version()
 
 # The method registry: registers every method package's `method` names and run-config keys,
 # so that a config validates the same wherever hetfl is imported.

@@ -377,9 +377,10 @@ def submit(cluster: Cluster, config_file: str | None, overrides: dict[str, Any],
 
 # --- command line ----------------------------------------------------------------------------------------------------
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hetfl.cluster", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser(prog: str = "python -m hetfl.cluster") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run a deployment: a SuperLink and SuperNodes on this machine "
+                                "(local), the SuperLink of devices elsewhere (superlink), or one device (supernode); "
+                                "docs/deployment.md.")
     p.add_argument("role", nargs="?", default="local", choices=("local", "superlink", "supernode"),
                    help="local: SuperLink + --nodes SuperNodes here (default); superlink: the server alone; "
                         "supernode: one device of a remote SuperLink")
@@ -399,9 +400,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--insecure", action="store_true", help="no TLS and no SuperNode authentication (warns off loopback)")
     s.add_argument("--no-auth", action="store_true", help="TLS, but admit any SuperNode (warns off loopback)")
     lo = p.add_argument_group("role local")
-    lo.add_argument("--nodes", type=int, default=4)
+    lo.add_argument("--nodes", type=int, default=4, help="SuperNodes to start here (default 4)")
     lo.add_argument("--submit", metavar="PRESET", help="run this preset to the end, then stop the cluster")
-    lo.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    launch.add_run_config_args(lo)
     d = p.add_argument_group("role supernode")
     d.add_argument("--superlink", metavar="HOST:PORT", help="the SuperLink's address")
     d.add_argument("--root-certificates", metavar="CA.CRT", help="the CA certificate the SuperLink's certificate is "
@@ -449,8 +450,8 @@ def _check_private_key(flag: str, path: str | None) -> Path:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m hetfl.cluster") -> int:
+    a = _parser(prog).parse_args(argv)
     launch.setup_signals()
     try:
         with launch.config_errors(a.debug):
@@ -519,7 +520,7 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
     if a.nodes < 1:
         raise ArgError(f"--nodes {a.nodes} is not allowed; expected an int >= 1 (the SuperLink alone: role superlink)")
     if a.submit:  # the run too
-        launch.preflight({**launch.load_preset(a.submit), "min-available-nodes": a.nodes, **launch.parse_set(a.set)},
+        launch.preflight({**launch.load_preset(a.submit), "min-available-nodes": a.nodes, **launch.overrides_of(a)},
                          a.nodes)
     return plan
 
@@ -541,7 +542,7 @@ def _run_local(a: argparse.Namespace, plan: dict[str, Any]) -> int:
         for i, cfg in cluster.configs.items():
             print(f"  supernode {i}: pid {cluster.nodes[i].pid}  node-config {node_config_arg(cfg)}")
         if a.submit:
-            run_dir = submit(cluster, a.submit, launch.parse_set(a.set))
+            run_dir = submit(cluster, a.submit, launch.overrides_of(a))
             s = json.loads((run_dir / "metrics.json").read_text())["summary"]
             print(f"final accuracy {100 * s['final_accuracy']:.2f}%; results: {run_dir}")
             return 0

@@ -90,14 +90,17 @@ def export_split(run_config: dict[str, Any], out: str | Path, clients: int | Non
     return manifest
 
 
-def main(argv: list[str] | None = None) -> int:
-    from hetfl.launch import PreflightError, absolute_paths, config_errors, load_preset, parse_set, preflight
+def main(argv: list[str] | None = None, prog: str = "python -m hetfl.export") -> int:
+    from hetfl.launch import (PreflightError, absolute_paths, add_run_config_args, config_errors, load_preset,
+                              overrides_of, preflight)
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=prog, description="Write a run's partition as one directory per client "
+                                "(client-<i>/, server/, manifest.json) for devices that hold their own data "
+                                "(docs/node-data.md).")
     p.add_argument("config", help="run-config preset (TOML), e.g. configs/fedavg/fmnist-dir0.6.toml")
     p.add_argument("--out", required=True, help="directory to write client-<i>/, server/ and manifest.json into")
     p.add_argument("--clients", type=int, default=None, help="number of partitions (default: min-available-nodes)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides")
+    add_run_config_args(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     a = p.parse_args(argv)
     import datasets
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     with config_errors(a.debug):
         if a.clients is not None and a.clients < 1:
             raise PreflightError(f"--clients {a.clients}: expected a number of partitions >= 1")
-        run_config = {**load_preset(a.config), **parse_set(a.set)}
+        run_config = {**load_preset(a.config), **overrides_of(a)}
         run_config.update(absolute_paths(run_config))
         preflight(run_config)
         try:

@@ -479,18 +479,42 @@ def absolute_paths(run_config: dict[str, Any], base: Path | None = None) -> dict
     return out
 
 
-def parse_set(items: list[str]) -> dict[str, Any]:
-    """key=value pairs with TOML-typed values (strings may be bare)."""
+def run_config_args(items: list[str], flag: str = "--run-config") -> dict[str, Any]:
+    """Run-config overrides as Flower's ``flwr run --run-config`` reads them (its own ``parse_config_args``):
+    ``key=value`` pairs, in one string or several, with TOML values (strings quoted: ``model="text"``), or one TOML
+    file. Raises PreflightError in one line naming the flag, the item and what is allowed."""
+    from flwr.common.config import parse_config_args
+
+    items = [i for i in items if i.strip()]
+    if len(items) == 1 and items[0].endswith(".toml"):
+        if not Path(items[0]).is_file():
+            raise PreflightError(f"{flag} {items[0]!r}: no such TOML file")
+        return parse_config_args(items)
     out: dict[str, Any] = {}
     for item in items:
-        if "=" not in item:
-            raise PreflightError(f"--set expects key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        try:
-            out[k.strip()] = tomllib.loads(f"x = {v}")["x"]
-        except tomllib.TOMLDecodeError:
-            out[k.strip()] = v
+        for token in _tokens(item):
+            if "=" not in token or token.startswith("="):
+                raise PreflightError(f"{flag} {token!r}: expected key=value pairs (a preset file goes before {flag}, "
+                                     "or alone after it)")
+            try:
+                out.update(parse_config_args([token]))
+            except Exception:  # Flower raises click.ClickException for a value that is not TOML
+                k, _, v = token.partition("=")
+                raise PreflightError(f"{flag} {token!r}: {v!r} is not a TOML value; quote strings as Flower's "
+                                     f"--run-config does: {k}=\"{v}\" (in a shell: '{k}=\"{v}\"')") from None
     return out
+
+
+def _tokens(item: str) -> list[str]:
+    """The key=value pairs of one argument, split where Flower's parser splits them (quoted values keep spaces)."""
+    import re
+
+    return [m.group(0) for m in re.finditer(r"""(?:[^\s'"=]+=(?:'[^']*'|"[^"]*"|\S+))|\S+""", item)]
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``--set key=value ...``: the alias of ``--run-config``, parsed the same way (:func:`run_config_args`)."""
+    return run_config_args(items, "--set")
 
 
 CLIENT_NODES = 100  # simulated SuperNodes for --clients: Flower's message pump costs time per SuperNode on every pass
@@ -548,10 +572,29 @@ def keys_table() -> str:
                      for k in SCHEMA.values())
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+RUN_CONFIG_HELP = ('run-config overrides as Flower\'s flwr run --run-config takes them: "key=value ..." with TOML '
+                   'values (strings quoted: \'model="cnn" lr=0.05\'), or one TOML file')
+
+
+def add_run_config_args(p: argparse.ArgumentParser | Any) -> None:
+    """``--run-config "k=v ..."`` (Flower's syntax) and ``--set k=v ...`` (its alias) on a command's parser."""
+    p.add_argument("--run-config", action="append", default=[], metavar='"KEY=VALUE ..."', help=RUN_CONFIG_HELP)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="the same overrides as separate arguments (parsed as --run-config)")
+
+
+def overrides_of(a: argparse.Namespace) -> dict[str, Any]:
+    """The overrides of :func:`add_run_config_args`' options (``--set`` after ``--run-config``)."""
+    return {**run_config_args(a.run_config), **parse_set(a.set)}
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m hetfl.launch") -> int:
+    p = argparse.ArgumentParser(prog=prog, description="Run one simulation of a preset in Flower's Simulation Engine "
+                                "(a SuperLink this process owns and stops), then print its results directory and "
+                                "final accuracy.", epilog="e.g. %(prog)s configs/quickstart.toml --run-config "
+                                "'num-server-rounds=5 local-steps=20'")
     p.add_argument("config", nargs="?", help="run-config preset (TOML), e.g. configs/fedavg/fmnist-dir0.6.toml")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides")
+    add_run_config_args(p)
     p.add_argument("--supernodes", type=int, default=None,
                    help="number of simulated SuperNodes (default: the run's min-available-nodes, or min(--clients, 100) "
                         "with --clients)")
@@ -564,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                    help="run the ClientApps on this running Ray cluster (ray start --head ... on one host, ray start "
                         "--address=HOST:PORT on the others) instead of starting Ray here (docs/ray-cluster.md)")
-    p.add_argument("--results-dir", default="results")
+    p.add_argument("--results-dir", default="results", help="where the run's directory is written (default: results)")
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many seconds")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     p.add_argument("--keys", action="store_true", help="list every run-config key (default, methods, meaning) and exit")
@@ -575,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_signals()  # SIGTERM/SIGINT stop the SuperLink tree (and Ray) instead of orphaning it
     try:
         with config_errors(a.debug):
-            overrides = parse_set(a.set)
+            overrides = overrides_of(a)
             supernodes = a.supernodes
             if a.clients is not None:
                 supernodes = supernodes or min(a.clients, CLIENT_NODES)

@@ -339,8 +339,10 @@ def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: floa
 # --- command line ----------------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hetfl.tune", description=__doc__.split("\n\n")[0],
+def _parser(prog: str = "python -m hetfl.tune") -> argparse.ArgumentParser:
+    from hetfl.launch import add_run_config_args
+
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="The protocol: docs/tuning.md. Example: python -m hetfl.tune configs/fedavg/"
                                        "fmnist-dir0.1.toml --space \"lr=log:0.003:0.3\" --trials 8 --rounds 10 "
@@ -357,15 +359,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prune-after", type=int, default=1, help="rounds before a trial can be pruned (default 1)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to its last round")
     p.add_argument("--no-final", action="store_true", help="do not rerun the chosen values (no test accuracy)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="run-config overrides for every trial")
+    add_run_config_args(p)  # overrides for every trial
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m hetfl.tune") -> int:
     from hetfl import launch
     from hetfl.common.task import setup_logging
 
-    a = _parser().parse_args(argv)
+    a = _parser(prog).parse_args(argv)
     setup_logging()
     try:
         import optuna  # noqa: F401
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(a.preset)
         if not path.is_file():
             raise TuneError(f"preset {a.preset!r}: no such file")
-        base = {**tomllib.loads(path.read_text()), **launch.parse_set(a.set)}
+        base = {**tomllib.loads(path.read_text()), **launch.overrides_of(a)}
         spec = TuneSpec(base=base, space=tuple(parse_space(a.space)), trials=a.trials, rounds=a.rounds,
                         nodes=a.nodes or int(base.get("min-available-nodes", 2)), sampler=a.sampler, seed=a.seed,
                         prune_after=a.prune_after, prune=not a.no_prune)

@@ -21,7 +21,7 @@ auxiliary hold-out, its own), and reports that run's phase-1 bytes and times (do
 
 ``--engine inprocess`` runs each ServerApp and its ClientApps in this one process over ``hetfl.inprocess``'s grid
 instead of the Simulation Engine (the same app code and byte metering; clients one after another): for a machine
-without Ray, such as a GPU box that only has PyTorch (``--set torch-device=cuda``). Its metrics.json says so
+without Ray, such as a GPU box that only has PyTorch (``--set 'torch-device="cuda"'``). Its metrics.json says so
 (``engine``, and the GPU's name), and its wall times are not comparable with the Simulation Engine's.
 """
 
@@ -288,7 +288,7 @@ def main() -> int:
     p.add_argument("--presets", nargs="+", required=True)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--supernodes", type=int, default=100)
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
+    p.add_argument("--set", nargs="*", 'default="[],"' metavar="KEY=VALUE", help="overrides for every run")
     p.add_argument("--table-only", action="store_true", help="only tabulate the runs that already finished")
     p.add_argument("--reuse", nargs="*", default=[], metavar="DIR", help="directories with finished runs to reuse")
     p.add_argument("--extend", nargs="*", default=[], metavar="DIR",

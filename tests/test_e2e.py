@@ -117,7 +117,7 @@ def test_sigterm_mid_run_stops_the_whole_process_tree(tmp_path):
 
     require_fmnist()
     cmd = [sys.executable, "-m", "hetfl.launch", "--supernodes", "4", "--results-dir", str(tmp_path), "--set",
-           *(f"{k}={v}" for k, v in {**FAST, "min-available-nodes": 4, "num-server-rounds": 50, "run-name": "sigterm"}.items())]
+           *(f"{k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in {**FAST, "min-available-nodes": 4, "num-server-rounds": 50, "run-name": "sigterm"}.items())]
     proc = subprocess.Popen(cmd, cwd=launch.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = tmp_path / "sigterm" / "metrics.json"
     deadline = time.monotonic() + 300

@@ -201,8 +201,8 @@ def _overrides(sets) -> dict:
 
 
 @pytest.mark.parametrize("sets", [
-    ("dataset=digits", "partitioner=dirichlet", "dirichlet-alpha=0.5", "dirichlet-min-size=5"),
-    ("dataset=digits", "partitioner=shards", "shards-per-client=2", "server-holdout=100"),
+    ('dataset="digits"', 'partitioner="dirichlet"', "dirichlet-alpha=0.5", "dirichlet-min-size=5"),
+    ('dataset="digits"', 'partitioner="shards"', "shards-per-client=2", "server-holdout=100"),
 ], ids=["dirichlet", "shards+holdout"])
 def test_exported_split_is_the_simulations_split(sets, tmp_path, capsys):
     import tomllib
@@ -239,10 +239,10 @@ def test_export_refuses_a_non_empty_directory_and_bad_keys(tmp_path, capsys):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
     with pytest.raises(SystemExit) as err:
-        export.main([str(ROOT / "configs/quickstart.toml"), "--out", str(tmp_path / "full"), "--set", "dataset=digits"])
+        export.main([str(ROOT / "configs/quickstart.toml"), "--out", str(tmp_path / "full"), "--set", 'dataset="digits"'])
     assert err.value.code == 2 and "is not empty" in capsys.readouterr().err
     with pytest.raises(SystemExit) as err:
-        export.main([str(ROOT / "configs/quickstart.toml"), "--out", str(tmp_path / "o"), "--set", "partitioner=random"])
+        export.main([str(ROOT / "configs/quickstart.toml"), "--out", str(tmp_path / "o"), "--set", 'partitioner="random"'])
     assert err.value.code == 2 and "'partitioner' = 'random'" in capsys.readouterr().err
 
 
@@ -423,7 +423,7 @@ def test_nodes_on_the_exported_split_repeat_the_simulation(tmp_path):
     exported server/: the run of the simulation, round for round (same clients, accuracy, loss and bytes)."""
     from .test_determinism import _rows
 
-    sets = ("dataset=digits", "dirichlet-alpha=0.5", "dirichlet-min-size=5", "min-available-nodes=4")
+    sets = ('dataset="digits"', "dirichlet-alpha=0.5", "dirichlet-min-size=5", "min-available-nodes=4")
     out = _export(tmp_path, *sets)
     run = {**E2E, **_overrides(sets)}
     sim = _run(run, [{"partition-id": i, "num-partitions": 4} for i in range(4)], tmp_path, "sim")

@@ -103,7 +103,7 @@ class Cluster:
 
     def launch(self, name: str, over: dict) -> dict:
         """A run through `python -m hetfl.launch --ray-address` on the head; its metrics.json."""
-        sets = [f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in {**COMMON, **over, "run-name": name}.items()]
+        sets = [f"{k}={json.dumps(v) if isinstance(v, (bool, str)) else v}" for k, v in {**COMMON, **over, "run-name": name}.items()]
         r = self.run("head", [sys.executable, "-m", "hetfl.launch", "configs/quickstart.toml", "--ray-address", HEAD,
                               "--supernodes", str(SUPERNODES), "--results-dir", str(self.results), "--timeout", "900",
                               "--set", *sets], name, timeout=900)

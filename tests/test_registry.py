@@ -128,12 +128,16 @@ def test_prunable_models_are_the_ones_with_widths():
 # --- pre-flight: one line, exit 2, nothing started ------------------------------------------------
 
 @pytest.mark.parametrize("args,fragment", [
-    (["configs/quickstart.toml", "--set", "model=text"], "'model' = 'text' does not fit dataset 'fashion_mnist'"),
+    (["configs/quickstart.toml", "--set", 'model="text"'], "'model' = 'text' does not fit dataset 'fashion_mnist'"),
+    (["configs/quickstart.toml", "--run-config", 'model="text" lr=0.1'], "'model' = 'text' does not fit dataset"),
+    # Flower's own --run-config syntax: strings quoted, and a preset never after the overrides
+    (["configs/quickstart.toml", "--set", "model=text"], "--set 'model=text': 'text' is not a TOML value; quote strings"),
+    (["--set", "lr=0.1", "configs/quickstart.toml"], "--set 'configs/quickstart.toml': expected key=value pairs"),
     (["configs/quickstart.toml", "--supernodes", "10"], "'min-available-nodes' = 20 exceeds the 10 simulated SuperNodes"),
-    (["configs/quickstart.toml", "--supernodes", "20", "--set", "dataset=cifar10"], "'dataset' = 'cifar10': no local files"),
+    (["configs/quickstart.toml", "--supernodes", "20", "--set", 'dataset="cifar10"'], "'dataset' = 'cifar10': no local files"),
     (["configs/quickstart.toml", "--supernodes", "20", "--set", "lr=-1"], "'lr' = -1 is out of range"),
     (["configs/nope.toml"], "preset 'configs/nope.toml' does not exist"),
-    (["configs/quickstart.toml", "--set", "lr"], "--set expects key=value"),
+    (["configs/quickstart.toml", "--set", "lr"], "--set 'lr': expected key=value pairs"),
 ])
 def test_launcher_bad_input_is_one_line_and_exit_2_before_anything_starts(args, fragment, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -168,7 +172,7 @@ def test_a_dataset_neither_here_nor_on_the_hub_fails_preflight_at_once(source, t
     monkeypatch.setattr(launch, "superlink", lambda *a, **k: pytest.fail("a SuperLink was started"))
     monkeypatch.chdir(ROOT)
     t0 = __import__("time").monotonic()
-    assert launch.main(["configs/quickstart.toml", "--set", "dataset=cifar10", f"data-source={source}"]) == 2
+    assert launch.main(["configs/quickstart.toml", "--set", 'dataset="cifar10"', f'data-source="{source}"']) == 2
     assert __import__("time").monotonic() - t0 < 5
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: run-config key 'dataset' = 'cifar10': {tried} is not usable here (the hub did not answer "
@@ -241,7 +245,7 @@ def test_cuda_device_on_a_machine_without_one_fails_preflight(monkeypatch):
 def test_debug_shows_the_traceback(monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(ConfigError):
-        launch.main(["configs/quickstart.toml", "--debug", "--set", "model=text"])
+        launch.main(["configs/quickstart.toml", "--debug", "--set", 'model="text"'])
 
 
 def test_cluster_submit_checks_before_starting(capsys, monkeypatch):

@@ -1,0 +1,66 @@
+"""The `hetfl` console command ([project.scripts]): every subcommand's --help, a real short run through it, and
+Flower's --run-config syntax for overrides (docs: README "Running the experiments")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetfl import cli
+
+from .conftest import require_fmnist
+
+ROOT = Path(__file__).resolve().parent.parent
+HETFL = Path(sys.executable).parent / "hetfl"  # installed by `pip install -e .` (make install)
+
+
+def test_the_console_command_is_installed_and_lists_its_commands():
+    assert HETFL.is_file(), f"{HETFL}: run make install (pip install -e '.[dev]')"
+    out = subprocess.run([str(HETFL), "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and all(f"  {name} " in out.stdout for name in cli.SUBCOMMANDS), out.stdout
+
+
+@pytest.mark.parametrize("sub", sorted(cli.SUBCOMMANDS))
+def test_every_subcommand_documents_every_option_under_its_own_name(sub, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([sub, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: hetfl {sub}"), text[:80]
+    options = [line.split()[0] for line in text.splitlines() if line.startswith("  -")]
+    assert options, text
+    # argparse prints an option without help on a line of its own followed by nothing indented: every one has help
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("  -") and len(line.split("  ")) < 3 and "-h, --help" not in line:
+            assert i + 1 < len(lines) and lines[i + 1].startswith(" " * 10), f"{sub}: {line.strip()} has no help"
+    assert ":class:" not in text and "``" not in text  # no RST markup in what a user reads
+
+
+def test_unknown_command_is_one_line_and_exit_2(capsys):
+    assert cli.main(["train"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: hetfl 'train': no such command; expected one of run, cluster, export, tune, keys, presets (hetfl --help)"]
+
+
+def test_presets_name_what_each_runs(capsys):
+    assert cli.main(["presets", "--method", "fens"]) == 0
+    out = capsys.readouterr().out
+    assert "configs/fens/fmnist-dir0.1.toml\n    FENS" in out and "configs/shefl/" not in out
+
+
+def test_a_real_run_through_the_console_command(tmp_path):
+    """`hetfl run` with Flower's --run-config string (strings quoted) runs a simulation to its metrics.json."""
+    require_fmnist()
+    over = ('num-server-rounds=1 min-available-nodes=4 local-steps=1 max-test-samples=200 checkpoint=false '
+            'run-name="cli" tracking="none"')
+    out = subprocess.run([str(HETFL), "run", "configs/quickstart.toml", "--supernodes", "4", "--results-dir",
+                          str(tmp_path), "--run-config", over], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = json.loads((tmp_path / "cli" / "metrics.json").read_text())
+    assert m["summary"]["rounds_completed"] == 1 and m["config"]["tracking"] == "none"
+    assert str(tmp_path / "cli") in out.stdout
