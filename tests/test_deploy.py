@@ -217,7 +217,7 @@ def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
 
 @pytest.mark.slow
 def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
-    """README "Your own data and model on devices" on a real SuperLink + 4 SuperNodes: the server evaluates on an image
+    """docs/deployment.md "Your own data and model on devices" on a real SuperLink + 4 SuperNodes: the server evaluates on an image
     folder of 10 named classes (digits as 8x8 PNGs), three devices hold image folders of their own, one of them only 4
     of the classes, and a fourth device holds a class the server does not have. The run's classes travel to the
     devices with every message; the subset device trains with the server's labels; the fourth device is refused at

@@ -1,12 +1,12 @@
-"""README "Deploy on real devices", run as written: a server, three devices and a laptop on a private network.
+"""docs/deployment.md "Deploy on real devices", run as written: a server, three devices and a laptop on a private network.
 
 Each host is a Linux network namespace with one address on a bridge (10.77.0.0/24; the bridge sits in a namespace
 of its own, and no host has a route anywhere else), its own home directory (``~/.flwr``, keys, ``ca.crt``) and its
-own copy of the project. The test runs every command of the README section's code blocks in its host, in order,
-copies the files the README says to copy, and meanwhile submits SHEFL, FENS and AdaptiveFL (small quickstart
-presets, 2 rounds) from the laptop next to the README's FedAvg run, so all four methods share the one cluster,
+own copy of the project. The test runs every command of that section's code blocks in its host, in order,
+copies the files the walk-through says to copy, and meanwhile submits SHEFL, FENS and AdaptiveFL (small quickstart
+presets, 2 rounds) from the laptop next to the walk-through's FedAvg run, so all four methods share the one cluster,
 with TLS and SuperNode authentication on. Each must end ``finished:completed`` with a metrics.json of its rounds.
-Then everything is stopped the README's way (SIGTERM) and the test checks that no process is left in any
+Then everything is stopped the walk-through's way (SIGTERM) and the test checks that no process is left in any
 namespace before it deletes them (also on failure). Skipped, with the reason, where namespaces cannot be made.
 """
 
@@ -35,13 +35,13 @@ HOSTS = {"server": f"{NET}.1", "laptop": f"{NET}.2", **{f"device-{i}": f"{NET}.{
 DEVICES = [h for h in HOSTS if h.startswith("device-")]
 LONG_RUNNING = ("python -m hetfl.cluster superlink", "python -m hetfl.cluster supernode", "flower-supernode ")
 
-# Each device holds only its own data: the README exports the split on the server (python -m hetfl.export), the test
-# copies client-<i> to device i as ~/data (the README's scp), and the devices' processes see an empty
+# Each device holds only its own data: the walk-through exports the split on the server (python -m hetfl.export), the test
+# copies client-<i> to device i as ~/data (the walk-through's scp), and the devices' processes see an empty
 # /usr/share/datasets (a tmpfs in their mount namespace): no global dataset file is reachable from them.
 HIDDEN = "/usr/share/datasets"
 
 COMMON = {"num-server-rounds": 2, "min-available-nodes": 3, "max-test-samples": 500}
-RUNS = {  # next to the README's FedAvg run (run-name fedavg-3-devices): preset, overrides
+RUNS = {  # next to the walk-through's FedAvg run (run-name fedavg-3-devices): preset, overrides
     "shefl": ("configs/quickstart.toml", {"method": "shefl", "fraction-train": 1.0, "local-steps": 5,
                                           "shefl-models": 2, "shefl-hpc-per-round": 1}),
     "fens": ("configs/quickstart-fens.toml", {"local-epochs": 0, "local-steps": 5, "fens-agg-local-steps": 2}),
@@ -50,12 +50,12 @@ RUNS = {  # next to the README's FedAvg run (run-name fedavg-3-devices): preset,
 
 
 def readme_blocks() -> list[tuple[list[str], list[str]]]:
-    """(hosts, commands) of each bash block of the README section, in order.
+    """(hosts, commands) of each bash block of the section, in order.
 
     A block's first line says where it runs (``# on the server``, ``# on the laptop``, ``# on each device``,
     ``# on device N``); a command is a line with its ``\\`` continuations or its here-document.
     """
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "deployment.md").read_text()
     section = text[text.index(SECTION):]
     section = section[: section.index("\n## ", 1)]
     out = []
@@ -139,7 +139,7 @@ class Hosts:
             time.sleep(0.3)
 
     def copy_files(self) -> None:
-        """The copies the README asks for: the server's CA to every host, each device's public key to the laptop."""
+        """The copies the walk-through asks for: the server's CA to every host, each device's public key to the laptop."""
         ca = self.project("server") / ".flwr" / "superlink" / "certs" / "ca.crt"
         if ca.exists():
             for host in HOSTS:
@@ -173,7 +173,7 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
             server = None
             for block_hosts, commands in blocks:
                 if "laptop" in block_hosts and any(c.startswith("flwr run") for c in commands):
-                    for name, (preset, over) in RUNS.items():  # the other methods, next to the README's run
+                    for name, (preset, over) in RUNS.items():  # the other methods, next to the walk-through's run
                         run_config = launch.write_run_config(hosts.project("laptop") / f"run-{name}.toml", preset,
                                                              {**COMMON, **over, "run-name": name})
                         extra[name] = hosts.start("laptop", f"flwr run . hetfl-remote --stream --run-config "
@@ -213,7 +213,7 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
                         if "flower-superlink" in open(f"/proc/{p}/cmdline").read()]
             assert link_cmd and "--enable-supernode-auth" in link_cmd[0] and "--ssl-certfile" in link_cmd[0]
             assert "--insecure" not in link_cmd[0]
-            # stopping, the README's way: SIGTERM each SuperNode, then the SuperLink; nothing may be left
+            # stopping, the walk-through's way: SIGTERM each SuperNode, then the SuperLink; nothing may be left
             for host, proc in hosts.procs:
                 if host in DEVICES:
                     proc.terminate()
@@ -231,5 +231,5 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [ns for ns in namespaces.values() if ns in listed], listed
     assert launch.process_tree({p.pid for _, p in hosts.procs}) == []
-    print(f"multi-host deployment: README blocks done (FedAvg ran) at {t_up:.0f} s, all 4 runs at {t_runs:.0f} s, "
+    print(f"multi-host deployment: walk-through blocks done (FedAvg ran) at {t_up:.0f} s, all 4 runs at {t_runs:.0f} s, "
           f"stopped and cleaned up at {time.monotonic() - t0:.0f} s (load average {os.getloadavg()[0]:.1f})")
