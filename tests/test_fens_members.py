@@ -35,14 +35,15 @@ def test_best_epoch_training_keeps_the_best_validation_epoch(monkeypatch):
     cfg = validate({"method": "fens", "dataset": "digits", "model": "cnn", "local-steps": 0, "local-epochs": 6,
                     "batch-size": 16, "lr": 0.05, "fens-member-val-fraction": 0.25, "fens-member-patience": 2})
     fit, val = _digits(200), ArrayData(_digits(300).x[200:], _digits(300).y[200:])
-    scores: list[float] = []
+    scores: list[tuple[float, float]] = []  # (accuracy, loss) after each epoch
     real = client_app.local_train
 
     def spy(model, data, cfg_, server_round, **kw):
         hook = kw["epoch_end"]
 
         def wrapped(epoch):
-            scores.append(evaluate(model, val, Normalizer("digits"), 256)[1])
+            loss, acc = evaluate(model, val, Normalizer("digits"), 256)
+            scores.append((acc, loss))
             return hook(epoch)
 
         return real(model, data, cfg_, server_round, **{**kw, "epoch_end": wrapped})
@@ -51,11 +52,26 @@ def test_best_epoch_training_keeps_the_best_validation_epoch(monkeypatch):
     model = build_model("cnn", 10, (1, 8, 8))
     _, epochs = client_app.best_epoch_training(model, fit, val, cfg, pid=0, patience=2)
     assert 1 <= epochs <= 6 and len(scores) <= 6
-    best = int(np.argmax(scores))  # the earliest epoch of best validation accuracy
+    best = max(range(len(scores)), key=lambda e: (scores[e][0], -scores[e][1], -e))  # accuracy, then loss, then earliest
     assert epochs == best + 1
-    assert evaluate(model, val, Normalizer("digits"), 256)[1] == scores[best]  # the model is that epoch's
+    assert evaluate(model, val, Normalizer("digits"), 256)[1] == scores[best][0]  # the model is that epoch's
     # patience 2: training stopped two epochs after the best one, or at the last epoch
     assert len(scores) == min(6, best + 3)
+
+
+def test_a_tie_in_validation_accuracy_goes_to_the_lower_loss():
+    """At Dir(0.01) a client's held-out rows are one class: accuracy is 1.0 from the first epoch on, and only the
+    loss tells a better-trained model (hand-worked: the third epoch's 1.0 / 0.05 beats the first's 1.0 / 0.4)."""
+    from hetfl.common.oneshot.client import better_epoch
+
+    history = [(1.0, 0.40), (1.0, 0.10), (1.0, 0.05), (1.0, 0.07), (0.9, 0.01)]
+    best = (-1.0, float("inf"), -1)
+    for e, (acc, loss) in enumerate(history):
+        if better_epoch(acc, loss, best[0], best[1]):
+            best = (acc, loss, e)
+    assert best == (1.0, 0.05, 2)
+    assert better_epoch(0.8, 9.0, 0.7, 0.1)  # accuracy first
+    assert not better_epoch(1.0, 0.05, 1.0, 0.05)  # an equal epoch does not replace the earlier one
 
 
 def test_ensemble_logits_are_cached_by_content(tmp_path, monkeypatch):

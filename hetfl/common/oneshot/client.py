@@ -46,18 +46,26 @@ def train_and_upload(msg: Message, context: Context, cfg: dict, pid: int, local_
     return upload(msg, arrays, res, local_data, cfg, epochs)
 
 
+def better_epoch(acc: float, loss: float, best_acc: float, best_loss: float) -> bool:
+    """Whether an epoch scoring (`acc`, `loss`) on the held-out rows beats the best so far: higher accuracy, or equal
+    accuracy and lower loss. The loss breaks ties because at strong label skew a client's held-out rows are one or
+    two classes, its accuracy reaches 1.0 after one epoch and stays there while the model keeps improving
+    (docs/readings.md#fens-members)."""
+    return acc > best_acc or (acc == best_acc and loss < best_loss)
+
+
 def best_epoch_training(model: torch.nn.Module, fit: ArrayData, val: ArrayData, cfg: dict, pid: int,
                         patience: int = 0) -> tuple[TrainResult, int]:
-    """Train for at most local-epochs, score `val` after each epoch and leave `model` at the epoch of best validation
-    accuracy (the earliest on ties); stop after `patience` epochs without a better one (0: never).
-    Returns the training result and the number of epochs kept."""
+    """Train for at most local-epochs, score `val` after each epoch and leave `model` at the best epoch
+    (:func:`better_epoch`: validation accuracy, then loss); stop after `patience` epochs without a better one
+    (0: never). Returns the training result and the number of epochs kept."""
     norm = Normalizer(dataset_info(cfg))
-    best = {"acc": -1.0, "epoch": -1, "state": None}
+    best = {"acc": -1.0, "loss": float("inf"), "epoch": -1, "state": None}
 
     def epoch_end(epoch: int) -> bool:
-        acc = evaluate(model, val, norm, cfg["eval-batch-size"], **compute_options(cfg))[1] if len(val) else 0.0
-        if acc > best["acc"]:
-            best.update(acc=acc, epoch=epoch, state={k: v.copy() for k, v in get_state(model).items()})
+        loss, acc = evaluate(model, val, norm, cfg["eval-batch-size"], **compute_options(cfg)) if len(val) else (0.0, 0.0)
+        if better_epoch(acc, loss, best["acc"], best["loss"]):
+            best.update(acc=acc, loss=loss, epoch=epoch, state={k: v.copy() for k, v in get_state(model).items()})
         return bool(patience) and epoch - best["epoch"] >= patience
 
     res = local_train(model, fit, cfg, server_round=1, seed_offset=pid, epoch_end=epoch_end)
