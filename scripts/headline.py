@@ -62,7 +62,7 @@ def fens_rows() -> list[list[str]]:
         tuned = complete = "not run"
         if (fair / "tune-agg/summary.json").exists():
             tuned = f"{100 * _m(fair / 'tune-agg/summary.json')['chosen']['test_accuracy']:.1f}"
-        comp = sorted(fair.glob("complete-e*/metrics.json"))
+        comp = sorted(fair.glob("complete-e*[0-9]/metrics.json"))
         if comp:
             complete = f"{100 * _m(comp[-1])['summary']['final_accuracy']:.1f}"
         rows.append([f"Dir({a})", _pm([m["summary"]["final_accuracy"] for m in ms]), tuned, complete])
