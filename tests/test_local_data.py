@@ -137,10 +137,26 @@ def _bad(tmp: Path, case: str) -> tuple[Path, str, dict]:
         (tmp / case).mkdir()
         (tmp / case / "weights.bin").write_bytes(b"\0" * 64)
         return tmp / case, "could not be read as a dataset", DIGITS
+    if case == "truncated-arrow":  # a copy cut short: the Arrow file ends mid-record
+        path = save(D._to_hf("digits", d), tmp / case)
+        arrow = next(path.glob("*.arrow"))
+        arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
+        return path, "could not be read as a dataset", DIGITS
+    if case == "bad-image":  # an image folder with one file that is not an image
+        root = write_pngs(tmp / case, {"a": [i[0] for i in d.x[:2]], "b": [i[0] for i in d.x[2:4]]})
+        (root / "b" / "002.png").write_bytes(b"not a png")
+        return root, "could not be read as a dataset", DIGITS
+    if case == "string-labels":  # class names as plain strings, not a ClassLabel, on a run of a named dataset
+        ds = Dataset.from_dict({"image": d.x[:, 0].tolist(), "label": [f"c{v}" for v in d.y]})
+        return save(ds, tmp / case), "label column 'label' holds <U2 values (e.g. 'c3'); the run expects integer class ids in [0, 10)", DIGITS
+    if case == "two-label-columns":  # 'label' and a second label column: the run reads 'label' only
+        ds = Dataset.from_dict({"image": d.x[:, 0].tolist(), "label": d.y.tolist(), "fine_label": d.y.tolist()})
+        return save(ds, tmp / case), "has the columns ['image', 'label', 'fine_label']", DIGITS
     raise KeyError(case)
 
 
-@pytest.mark.parametrize("case", ["shape", "channels", "label", "columns", "empty", "empty-no-shards", "missing", "unreadable"])
+@pytest.mark.parametrize("case", ["shape", "channels", "label", "columns", "empty", "empty-no-shards", "missing", "unreadable",
+                                  "truncated-arrow", "bad-image", "string-labels", "two-label-columns"])
 def test_bad_node_data_raises_one_clear_error(case, tmp_path):
     path, fragment, run = _bad(tmp_path, case)
     with pytest.raises(LocalDataError) as err:

@@ -260,11 +260,29 @@ def read_directory(path: str | Path, where: str):
     except LocalDataError:
         raise
     except Exception as err:  # noqa: BLE001 - the readers raise many types for unreadable content
-        raise LocalDataError(
-            f"{where}: could not be read as a dataset ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-            "expected a directory written by Dataset.save_to_disk, an image folder (one subfolder of images per class) "
-            "or Parquet/CSV/JSON files") from err
+        raise unreadable(where, err) from err
     return out if isinstance(out, datasets.DatasetDict) else datasets.DatasetDict({"train": out})
+
+
+def unreadable(where: str, err: Exception) -> LocalDataError:
+    """The one line for data a reader could not read (a file that is no dataset, cut short, or not an image)."""
+    first = str(err).splitlines()[0] if str(err) else ""
+    return LocalDataError(f"{where}: could not be read as a dataset ({type(err).__name__}: {first}); expected a "
+                          "directory written by Dataset.save_to_disk, an image folder (one subfolder of images per "
+                          "class) or Parquet/CSV/JSON files")
+
+
+def one_label_column(ds, info: DatasetInfo, where: str) -> None:
+    """A node's data holds one label column: a second one (a ClassLabel, or a column named like a label) beside the
+    run's would be read silently in its place elsewhere; LocalDataError naming both."""
+    from datasets import ClassLabel
+
+    extra = [c for c in ds.column_names if c not in (info.image_col, info.label_col)
+             and (isinstance(ds.features[c], ClassLabel) or "label" in c.lower())]
+    if extra:
+        raise LocalDataError(f"{where}: has the columns {list(ds.column_names)}: a second label column {extra[0]!r} "
+                             f"beside {info.label_col!r}, which the run reads (run-config label-column); expected one "
+                             "label column (remove the other)")
 
 
 def choose_split(dd, want: str, where: str):
@@ -478,7 +496,7 @@ def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) 
     data = ds.with_format("numpy", columns=[info.image_col, info.label_col])[:]
     y = np.asarray(data[info.label_col])
     if y.dtype.kind not in "iu":
-        raise LocalDataError(f"{where}: label column {info.label_col!r} holds {y.dtype} values (e.g. {y[0]!r}); "
+        raise LocalDataError(f"{where}: label column {info.label_col!r} holds {y.dtype} values (e.g. {y[0].item()!r}); "
                              f"the run expects integer class ids in [0, {info.num_classes})")
     if info.kind == "text":
         x = np.asarray(ds[info.image_col], dtype=object)
@@ -1262,7 +1280,14 @@ def load_local_data(path: str | Path, info: DatasetInfo, where: str, split: str 
         dd = read_directory(p, where)
         if strict_split and split not in dd:
             raise LocalDataError(f"{where}: holds the splits {sorted(dd)}; expected a split named {split!r}")
-        return to_arrays(choose_split(dd, split, where), info, where, allow_empty=False)
+        ds = choose_split(dd, split, where)
+        one_label_column(ds, info, where)
+        try:
+            return to_arrays(ds, info, where, allow_empty=False)
+        except LocalDataError:
+            raise
+        except Exception as err:  # noqa: BLE001 - decoded only now: an image file that is not one, a cut Arrow file
+            raise unreadable(where, err) from err
 
     return cached(_cache_root(cache_dir) / "local" / f"{tag}.npz", build)
 
