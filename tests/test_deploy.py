@@ -219,9 +219,10 @@ def test_restarted_supernode_is_sampled_again_for_every_method(tmp_path):
 def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     """docs/deployment.md "Your own data and model on devices" on a real SuperLink + 4 SuperNodes: the server evaluates on an image
     folder of 10 named classes (digits as 8x8 PNGs), three devices hold image folders of their own, one of them only 4
-    of the classes, and a fourth device holds a class the server does not have. The run's classes travel to the
-    devices with every message; the subset device trains with the server's labels; the fourth device is refused at
-    discovery (one line naming its client, path and class) and left out; the run completes."""
+    of the classes, a fourth device holds a class the server does not have and a fifth a file that is not an image.
+    The run's classes travel to the devices with every message; the subset device trains with the server's labels;
+    the fourth and fifth devices are refused at discovery (one line each naming the client, the path and the
+    problem) and left out; the run completes, and the refused SuperNodes stay up for the next run."""
     from hetfl.common import data as D
 
     from .test_labels import NAMES
@@ -238,14 +239,22 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     devices = [folder(tmp_path / "dev0", range(10), 40), folder(tmp_path / "dev1", range(10), 40),
                folder(tmp_path / "dev2", [2, 0, 5, 8], 60)]  # the subset device: coat, bag, sandal, trouser
     extra = write_pngs(tmp_path / "dev3", {NAMES[0]: [d.x[0, 0]] * 5, "hat": [d.x[1, 0]] * 5})
-    configs = [{"client-id": i, "data-path": str(p)} for i, p in enumerate([*devices, extra])]
+    broken = folder(tmp_path / "dev4", [0, 1], 5)  # one file in it is not an image
+    (next((broken / NAMES[1]).glob("*.png"))).write_bytes(b"not a png")
+    configs = [{"client-id": i, "data-path": str(p)} for i, p in enumerate([*devices, extra, broken])]
     over = {"dataset": f"dir:{server}", "server-data-path": str(server), "model": "cnn", "batch-size": 16,
             "lr": 0.05, "momentum": 0.9, "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 3,
             "round-timeout": 300.0, "run-name": "own"}
-    with cluster.local_cluster(4, tmp_path / "flwr", configs=configs) as c:
-        run_dir = cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
+    with cluster.local_cluster(5, tmp_path / "flwr", configs=configs) as c:
+        run_dir = cluster.submit(c, None, {**over, "min-available-nodes": 5}, results_dir=tmp_path, timeout=600)
+        # the refused devices' SuperNodes stay up and answer the next run (refused again, for the same reason)
+        assert c.nodes[3].poll() is None and c.nodes[4].poll() is None
+        again = cluster.submit(c, None, {**over, "min-available-nodes": 5, "num-server-rounds": 1, "local-steps": 2,
+                                         "run-name": "own-again"}, results_dir=tmp_path, timeout=600)
+        m2 = json.loads((again / "metrics.json").read_text())
+        assert m2["summary"]["rounds_completed"] == 1 and len(m2["left_out"]) == 2, m2.get("left_out")
     m = json.loads((run_dir / "metrics.json").read_text())
-    assert m["federation"]["clients"] == 3, m.get("federation")  # the device with 'hat' was left out at discovery
+    assert m["federation"]["clients"] == 3, m.get("federation")  # the devices with 'hat' and a broken file: left out
     assert [sorted(r["clients"]) for r in m["rounds"][1:]] == [[0, 1, 2]] * 3
     # every device trained every round (the subset device builds the run's 10-class model, not one of its 4 classes)
     assert all(r["failures"] == 0 and r["accepted"] == 3 for r in m["rounds"][1:]), m["rounds"]
@@ -253,4 +262,6 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     # themselves are checked row by row in tests/test_labels.py
     # the refused device's one line, as the server got it, is kept with the run
     refused = f"client 3: node data-path '{extra}': holds 1 class(es) the run does not know ('hat')"
-    assert len(m["left_out"]) == 1 and refused in next(iter(m["left_out"].values())), m.get("left_out")
+    unreadable = f"client 4: node data-path '{broken}': could not be read as a dataset (UnidentifiedImageError"
+    reasons = sorted(m["left_out"].values())
+    assert len(reasons) == 2 and any(refused in r for r in reasons) and any(unreadable in r for r in reasons), reasons

@@ -1,0 +1,151 @@
+"""A deployment round against Flower's own floor, on one cluster (docs/deployment.md#round-cost).
+
+One SuperLink and N SuperNodes on this machine (Flower 1.41 starts one ``flwr-clientapp`` process per message).
+On that cluster, in turn:
+
+* ``floor``: a minimal Flower app whose ClientApp returns at once (imports only Flower): what any app pays a round;
+* ``floor+torch``: the same ClientApp importing torch first (what any PyTorch app pays);
+* ``hetfl``: the quickstart preset (FedAvg, CNN, Fashion-MNIST) with ``local-steps`` 2 and full participation.
+
+Each runs `--rounds` rounds; the table gives every round's seconds (round 1 included; the median of rounds >= 2 is
+the steady state). Run it alone on the machine.
+
+    python scripts/deploy_floor.py [--nodes 3] [--rounds 4] [--out docs/results/deploy-floor.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hetfl import cluster, launch  # noqa: E402
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "floorapp"
+version = "0.0.1"
+dependencies = []
+
+[tool.setuptools.packages.find]
+include = ["floorapp*"]
+
+[tool.flwr.app]
+publisher = "floor"
+
+[tool.flwr.app.components]
+serverapp = "floorapp.server:app"
+clientapp = "floorapp.client:app"
+
+[tool.flwr.app.config]
+rounds = 4
+nodes = 3
+out = ""
+"""
+
+SERVER = """\
+import json
+import time
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    while len(list(grid.get_node_ids())) < int(cfg["nodes"]):
+        time.sleep(0.2)
+    nodes = list(grid.get_node_ids())
+    rounds = []
+    for r in range(int(cfg["rounds"])):
+        t0 = time.perf_counter()
+        msgs = [Message(RecordDict({"config": ConfigRecord({"round": r})}), dst_node_id=n, message_type="train")
+                for n in nodes]
+        replies = list(grid.send_and_receive(msgs))
+        rounds.append({"round": r + 1, "round_s": time.perf_counter() - t0,
+                       "replies": sum(not m.has_error() for m in replies)})
+    with open(cfg["out"], "w") as f:
+        json.dump(rounds, f)
+"""
+
+CLIENT = """\
+{imports}from flwr.app import Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+app = ClientApp()
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    return Message(RecordDict(), reply_to=msg)
+"""
+
+
+def floor_app(root: Path, torch: bool) -> Path:
+    pkg = root / "floorapp"
+    pkg.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "server.py").write_text(SERVER)
+    (pkg / "client.py").write_text(CLIENT.format(imports="import torch  # noqa: F401\n" if torch else ""))
+    return root
+
+
+def run_floor(c: cluster.Cluster, torch: bool, nodes: int, rounds: int, tmp: Path) -> list[dict]:
+    app = floor_app(tmp / ("floor-torch" if torch else "floor"), torch)
+    out = tmp / f"floor-{int(torch)}.json"
+    rc = launch.flwr_run(c.link, app, None, {"rounds": rounds, "nodes": nodes, "out": str(out)}, None, timeout=900)
+    if rc != 0 or not out.exists():
+        raise RuntimeError(f"the floor app failed (flwr exit {rc})")
+    return json.loads(out.read_text())
+
+
+def run_hetfl(c: cluster.Cluster, nodes: int, rounds: int, tmp: Path) -> list[dict]:
+    over = {"min-available-nodes": nodes, "num-server-rounds": rounds, "local-steps": 2, "fraction-train": 1.0,
+            "max-test-samples": 200, "checkpoint": False, "tracking": "none", "run-name": "hetfl-2steps"}
+    run_dir = cluster.submit(c, "configs/quickstart.toml", over, results_dir=tmp, timeout=900)
+    rows = json.loads((run_dir / "metrics.json").read_text())["rounds"][1:]
+    return [{"round": r["round"], "round_s": r["round_s"], "replies": r["replies"], "eval_s": r.get("eval_s")}
+            for r in rows]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python scripts/deploy_floor.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--out", default="docs/results/deploy-floor.json")
+    a = p.parse_args()
+    from hetfl.common.results import machine_info
+
+    result: dict = {"machine": machine_info(), "nodes": a.nodes, "rounds": a.rounds}
+    with tempfile.TemporaryDirectory() as d, cluster.local_cluster(a.nodes, Path(d) / "flwr") as c:
+        tmp = Path(d)
+        for name, fn in (("floor", lambda: run_floor(c, False, a.nodes, a.rounds, tmp)),
+                         ("floor+torch", lambda: run_floor(c, True, a.nodes, a.rounds, tmp)),
+                         ("hetfl", lambda: run_hetfl(c, a.nodes, a.rounds, tmp))):
+            t0 = time.perf_counter()
+            rows = fn()
+            result[name] = {"rounds": rows, "run_s": time.perf_counter() - t0,
+                            "steady_median_s": statistics.median(r["round_s"] for r in rows[1:])}
+            print(f"{name:>12}: " + " ".join(f"{r['round_s']:.1f}" for r in rows) + " s a round", flush=True)
+    Path(a.out).write_text(json.dumps(result, indent=2))
+    print(textwrap.dedent(f"wrote {a.out}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
