@@ -353,7 +353,8 @@ def _check_dataset_present(name: str, source: str, data_dir: str, info) -> None:
     if source == "hub":
         tried = "the Hugging Face hub"
     raise PreflightError(f"run-config key 'dataset' = {name!r}: {tried} is not usable here ({why}; data-source = "
-                         f"{source!r}); to get it: {info.how_to_get}" + (", and set data-source = 'local'" if source == "hub" else ""))
+                         f"{source!r}); to get it: {info.how_to_get}" + (", and set data-source = 'local'" if source == "hub" else
+                                                                         ", or let this machine reach huggingface.co"))
 
 
 def _reference_preflight(cfg: dict[str, Any]):

@@ -38,7 +38,7 @@ def test_quickstart_is_a_short_real_run_of_its_method(method):
     preset = QUICKSTARTS[method]
     raw = tomllib.loads((ROOT / preset).read_text())
     cfg = launch.preflight(raw, raw["min-available-nodes"])  # the launcher's default --supernodes
-    assert cfg["method"] == method and cfg["dataset"] == "fashion_mnist" and cfg["data-source"] == "local"
+    assert cfg["method"] == method and cfg["dataset"] == "fashion_mnist" and cfg["data-source"] == "auto"
     assert cfg["num-server-rounds"] <= 20 and cfg["min-available-nodes"] <= 20
     assert cfg["local-steps"] > 0  # not epochs: a quickstart's local work does not grow with the partition
     measured = _measured_s(preset)
@@ -129,3 +129,25 @@ def test_shefl_quickstart_runs_end_to_end_in_process(tmp_path, task_identity):
         assert r["replies"] == 6 and r["failures"] == 0 and r["rejected"] == 0
         assert all(r[f"H_m{j}"] == 2 for j in range(3)) and sum(r[f"L_m{j}"] for j in range(3)) == 4
     assert rows[-1]["accuracy"] > 0.3, [r["accuracy"] for r in rows]  # chance: 0.1
+
+
+def test_make_run_away_from_debian_fails_at_preflight_naming_both_ways_to_get_the_data(tmp_path):
+    """`make run` on a machine without Debian's dataset package and without the hub: /usr/share/datasets is an empty
+    tmpfs in a mount namespace of the command alone, HF_HUB_OFFLINE is unset and huggingface.co unreachable (no
+    network here). `make data` says the hub will be used and does not fail; the run stops at pre-flight with one
+    line that names both ways to get Fashion-MNIST, and nothing starts."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("make") is None:
+        pytest.skip("needs root, unshare and make to hide /usr/share/datasets in a mount namespace")
+    env = {k: v for k, v in MAKE_ENV.items() if k != "HF_HUB_OFFLINE"}
+    env["HETFL_CACHE"] = str(tmp_path / "cache")  # no partition cached from another run
+    # installed already; APT_GET: a machine without apt-get (here dpkg would say the package is installed)
+    script = "mount -t tmpfs none /usr/share/datasets && exec make -s -o install run APT_GET=no-apt-get-here"
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text[-2000:]
+    assert "the runs will read it from the Hugging Face hub" in text, text[-2000:]
+    errors = [line for line in text.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, text[-2000:]
+    assert "apt-get install dataset-fashion-mnist" in errors[0] and "reach huggingface.co" in errors[0], errors[0]
+    assert "Starting" not in text and "SuperLink" not in text  # failed before any process started

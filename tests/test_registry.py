@@ -177,7 +177,8 @@ def test_a_dataset_neither_here_nor_on_the_hub_fails_preflight_at_once(source, t
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: run-config key 'dataset' = 'cifar10': {tried} is not usable here (the hub did not answer "
                    f"within 5 s (https://huggingface.co/api/datasets/uoft-cs/cifar10); data-source = {source!r}); "
-                   f"to get it: {DATASETS['cifar10'].how_to_get}" + (", and set data-source = 'local'" if source == "hub" else "")]
+                   f"to get it: {DATASETS['cifar10'].how_to_get}" + (", and set data-source = 'local'" if source == "hub" else
+                                                                     ", or let this machine reach huggingface.co")]
     assert calls == [("https://huggingface.co/api/datasets/uoft-cs/cifar10", data.HUB_PROBE_TIMEOUT_S)]
 
 
