@@ -288,7 +288,7 @@ def main() -> int:
     p.add_argument("--presets", nargs="+", required=True)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--supernodes", type=int, default=100)
-    p.add_argument("--set", nargs="*", 'default="[],"' metavar="KEY=VALUE", help="overrides for every run")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
     p.add_argument("--table-only", action="store_true", help="only tabulate the runs that already finished")
     p.add_argument("--reuse", nargs="*", default=[], metavar="DIR", help="directories with finished runs to reuse")
     p.add_argument("--extend", nargs="*", default=[], metavar="DIR",
