@@ -359,6 +359,23 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
             cluster.stop()
 
 
+def stopped_line(run_dir: Path, rc: int) -> str | None:
+    """One line for a run that stopped before its last round with a checkpoint to resume from (the SuperLink went
+    away mid-run: a restart takes the runs' ServerApps with it): which round it reached and how to go on. None when
+    the run left no metrics.json or no checkpoint."""
+    from hetfl.common.results import load_metrics
+
+    if not (run_dir / "metrics.json").is_file() or not (run_dir / "checkpoint.json").is_file():
+        return None
+    m = load_metrics(run_dir / "metrics.json")
+    done, total = max((r["round"] for r in m["rounds"]), default=0), int(m["config"]["num-server-rounds"])
+    if done >= total:
+        return None
+    return (f"run {run_dir.name!r} stopped after round {done} of {total} (flwr exit {rc}: the SuperLink or the "
+            f"ServerApp went away); its checkpoint is in {run_dir}: submit the same run config again with "
+            f"resume = true and run-name = \"{run_dir.name}\" to continue from round {done + 1}")
+
+
 def submit(cluster: Cluster, config_file: str | None, overrides: dict[str, Any], results_dir: str | Path = "results",
            timeout: float | None = None) -> Path:
     """Submit one run with `flwr run . <connection>` and return its results directory (raises on failure)."""
@@ -370,7 +387,7 @@ def submit(cluster: Cluster, config_file: str | None, overrides: dict[str, Any],
     rc = launch.flwr_run(cluster.link, ROOT, config_file, overrides, None, timeout=timeout)
     run_dir = Path(results_dir).resolve() / overrides["run-name"]
     if rc != 0 or not (run_dir / "metrics.json").exists():
-        raise RuntimeError(f"run failed (flwr exit {rc}); no {run_dir / 'metrics.json'}")
+        raise RuntimeError(stopped_line(run_dir, rc) or f"run failed (flwr exit {rc}); no {run_dir / 'metrics.json'}")
     launch.check_outcome(json.loads((run_dir / "metrics.json").read_text()))
     return run_dir
 

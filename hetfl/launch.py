@@ -30,7 +30,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,17 @@ class SuperLink:
     home: Path
     connection: str  # name of the connection in FLWR_HOME/config.toml
     address: str  # host:port of the HTTP API (Control, Fleet and Runtime)
+    cmd: list[str] = field(default_factory=list)  # how it was started (restart)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def restart(self, timeout: float = 15.0) -> None:
+        """Stop the SuperLink (the runs' ServerApps with it) and start it again with the same command, state file,
+        address and certificates, as a server that reboots does; SuperNodes reconnect by themselves."""
+        self.stop(timeout)
+        with open(self.home / "superlink.stdout", "ab") as out:
+            self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        _wait_port(self.address, self.proc, self.home / "superlink.log")
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop the SuperLink and everything it started (SuperExec, ServerApp, simulation, Ray).
@@ -213,7 +224,7 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
     with open(home / "superlink.stdout", "wb") as out:
         proc = subprocess.Popen(cmd, env={**flwr_env(home), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    link = SuperLink(proc, home, "hetfl", address)
+    link = SuperLink(proc, home, "hetfl", address, cmd, {**flwr_env(home), **(env or {})})
     global LAST_SESSION
     LAST_SESSION = proc.pid
     try:

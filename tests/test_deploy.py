@@ -137,14 +137,15 @@ def test_secured_deployment_runs_the_profile_methods_on_four_supernodes(tmp_path
     assert launch.process_tree(set(pids)) == []  # nothing left behind
 
 
-def after_round_1(metrics, action, limit: float = 900.0) -> tuple[threading.Thread, dict]:
-    """Run `action` in a thread as soon as `metrics` (a run's metrics.json) holds round 1; the dict gets "at"."""
+def after_round_1(metrics, action, limit: float = 900.0, rounds: int = 1) -> tuple[threading.Thread, dict]:
+    """Run `action` in a thread as soon as `metrics` (a run's metrics.json) holds round `rounds` (default 1); the dict
+    gets "at"."""
     done: dict = {}
 
     def watch():
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
-            if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 2:
+            if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= rounds + 1:
                 action()
                 done["at"] = time.monotonic()
                 return
@@ -265,3 +266,34 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     unreadable = f"client 4: node data-path '{broken}': could not be read as a dataset (UnidentifiedImageError"
     reasons = sorted(m["left_out"].values())
     assert len(reasons) == 2 and any(refused in r for r in reasons) and any(unreadable in r for r in reasons), reasons
+
+
+@pytest.mark.slow
+def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_repeats_it(tmp_path, task_identity):
+    """The server reboots after round 2 (the SuperLink restarted with its state file, certificates and address; the
+    ServerApp goes with it): the submission stops with one line naming the round reached and how to resume, no
+    finished round's row is lost, the SuperNodes reconnect by themselves, and `resume = true` continues to a run
+    equal, row for row, to an uninterrupted one (here the in-process engine's: the same code and seeds)."""
+    from .inprocess import run_in_process
+
+    require_fmnist()
+    over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 3, "max-test-samples": 300,
+            "num-server-rounds": 4, "round-timeout": 300.0, "run-name": "r"}
+    with cluster.local_cluster(2, tmp_path / "flwr") as c:
+        t, restarted = after_round_1(tmp_path / "r" / "metrics.json", c.link.restart, rounds=2)
+        with pytest.raises(RuntimeError) as err:
+            cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
+        t.join()
+        assert "at" in restarted
+        line = str(err.value)
+        assert "\n" not in line and line.startswith("run 'r' stopped after round 2 of 4"), line
+        assert 'resume = true and run-name = "r" to continue from round 3' in line, line
+        stopped = json.loads((tmp_path / "r" / "metrics.json").read_text())["rounds"]
+        assert [r["round"] for r in stopped] == [0, 1, 2]
+        run_dir = cluster.submit(c, None, {**over, "resume": True}, results_dir=tmp_path, timeout=600)
+    rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
+    ref = run_in_process({k: v for k, v in over.items() if k != "run-name"} | {"min-available-nodes": 2}, 2, tmp_path,
+                         "ref")["rounds"]
+    keys = ("round", "accuracy", "loss", "clients")
+    assert [tuple(r.get(k) for k in keys) for r in rows] == [tuple(r.get(k) for k in keys) for r in ref]
+    assert rows[:3] == stopped  # the finished rounds' rows are kept as they were
