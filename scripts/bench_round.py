@@ -95,6 +95,20 @@ def versus_plain(setting: dict, rounds: int, results_dir: str, tag: str) -> dict
             "plain_round_s": plain, "ratio": sim / plain, "rounds_measured": len(steady), "run_dir": str(run_dir)}
 
 
+def samples_per_s(model, data, norm, batch: int, precision: str, seconds: float, warmup: int = 20,
+                  max_steps: int = 5000) -> tuple[float, float]:
+    """(training samples/s, warm-up seconds) of the real `train` loop: `warmup` steps, then doubling step counts
+    until one measurement lasts `seconds` (or `max_steps`)."""
+    t0 = time.perf_counter()
+    train(model, data, norm, steps=warmup, batch_size=batch, precision=precision)
+    warm, steps = time.perf_counter() - t0, 50
+    while True:
+        res = train(model, data, norm, steps=steps, batch_size=batch, precision=precision)
+        if res.seconds >= seconds or steps >= max_steps:
+            return steps * batch / res.seconds, warm
+        steps *= 2
+
+
 def precision_throughput(seconds: float = 4.0) -> dict:
     """Training samples/s of the FMNIST CNN with the real `train` loop, fp32 vs bf16 autocast, batch 16 and 64."""
     cfg = validate({"dataset": "fashion_mnist", "data-source": "local", "partitioner": "iid"})
@@ -102,15 +116,8 @@ def precision_throughput(seconds: float = 4.0) -> dict:
     norm, out = Normalizer("fashion_mnist"), {}
     for batch in (16, 64):
         for precision in ("fp32", "bf16"):
-            model = make_model(cfg)
-            train(model, data, norm, steps=20, batch_size=batch, precision=precision)  # warm-up
-            steps = 50
-            while True:
-                res = train(model, data, norm, steps=steps, batch_size=batch, precision=precision)
-                if res.seconds >= seconds or steps >= 5000:
-                    break
-                steps *= 2
-            out[f"{precision}_b{batch}_samples_per_s"] = steps * batch / res.seconds
+            rate, _ = samples_per_s(make_model(cfg), data, norm, batch, precision, seconds)
+            out[f"{precision}_b{batch}_samples_per_s"] = rate
     out["torch_threads"] = torch.get_num_threads()
     return out
 

@@ -15,7 +15,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -39,18 +38,12 @@ def model_for(cfg: dict, seed: int, compiled: bool) -> tuple[torch.nn.Module, to
 
 
 def throughput(cfg: dict, data, norm, batch: int, mode: str, seconds: float) -> dict:
+    from scripts.bench_round import samples_per_s
+
     compiled, precision = MODES[mode]
     net, _ = model_for(cfg, 0, compiled)
-    t0 = time.perf_counter()
-    train(net, data, norm, steps=10, batch_size=batch, precision=precision)  # warm-up (and the compile)
-    warm = time.perf_counter() - t0
-    steps = 50
-    while True:
-        res = train(net, data, norm, steps=steps, batch_size=batch, precision=precision)
-        if res.seconds >= seconds or steps >= 20_000:
-            break
-        steps *= 2
-    return {"samples_per_s": steps * batch / res.seconds, "warmup_s": warm}
+    rate, warm = samples_per_s(net, data, norm, batch, precision, seconds, warmup=10, max_steps=20_000)  # warm-up: the compile
+    return {"samples_per_s": rate, "warmup_s": warm}
 
 
 def parity(cfg: dict, data, test, norm, mode: str, seeds: list[int], batch: int) -> list[float]:
