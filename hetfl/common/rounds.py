@@ -109,8 +109,9 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
     ``evaluate_fn(round, arrays)`` returns ``accuracy``, ``loss`` and any method-specific columns
     (member or level accuracies). The row adds the evaluation's seconds, the round's bytes, replies,
     failures and rejected replies (:class:`~hetfl.common.comm.MeteredGrid`), the replies per host that
-    computed them (``hosts``: {host: replies}, docs/ray-cluster.md), and after round 0 the
-    strategy's own columns (``round_metrics(traffic)``). `also` is traffic of earlier phases that
+    computed them (``hosts``: {host: replies}, docs/ray-cluster.md), and after round 0 the bytes up and down per
+    client (``bytes_up_by_client``, ``bytes_down_by_client``) and the strategy's own columns
+    (``round_metrics(traffic)``). `also` is traffic of earlier phases that
     this row carries (FENS's round 0: discovery, phase 1 and the ensemble download).
     """
     t0 = time.perf_counter()
@@ -125,6 +126,9 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
     columns = {"eval_s": eval_s, "comm_s": traffic.comm_s, "replies": traffic.replies, "failures": traffic.failures,
                "rejected": getattr(strategy, "rejected", 0) if server_round else 0,
                "hosts": dict(sorted(traffic.hosts.items())), **metrics, **own}
+    if server_round:  # who answered, and how much each sent and got (a slow or a dropped device shows here)
+        columns["bytes_up_by_client"] = {str(c): b for c, b in sorted(traffic.up.items())}
+        columns["bytes_down_by_client"] = {str(c): b for c, b in sorted(traffic.down.items())}
     row = recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
     for fn in list(_OBSERVERS):
         fn(row)

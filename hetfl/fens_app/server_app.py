@@ -39,29 +39,19 @@ from hetfl.common.train import Normalizer, evaluate
 from . import LOGITS, PHASE1
 from .aggregators import STATIC, make_aggregator
 from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1
-from hetfl.common.oneshot.ensemble import build_members, cached_logits, states_digest
+from hetfl.common.oneshot.ensemble import Ensemble, build_members, cached_logits, states_digest
 from hetfl.common.oneshot.server import collect_local_models
 from .keys import FENSParams
 from .strategy import make_strategy
 
-def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run FENS end to end and return the summary."""
-    p = FENSParams.from_config(cfg)
-    recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    cmap = discover_clients(grid, cfg)
-    clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
-    discovery = grid.take()
-    # ---- phase 1: one-shot local training, or the saved ensemble -----------------------------
-    ens = stored_phase1(cfg, recorder, "fens-reuse", PHASE1, len(clients), keep_copy=True)  # a resume finds its copy
-    if ens is None:
-        ens = collect_local_models(grid, cmap, clients, cfg, PHASE1, diff_init=p.diff_init, label="FENS phase 1")
-        save_ensemble(recorder.run_dir, ens)
-    # round 0 carries discovery and phase 1 as measured by the run that trained the ensemble
-    # (this run, or the one a reused ensemble comes from, so totals stay comparable)
-    phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
+def download_ensemble(grid: MeteredGrid, cmap, clients: list[int], ens: Ensemble, p: FENSParams,
+                      cfg: dict[str, Any]) -> tuple[list, list, np.ndarray, Traffic, list]:
+    """Phase 2's start (FENS Sec. 3.2): the (INT8) ensemble to every client, which caches its logits on its
+    aggregator split and returns its own member's confusion counts there (for voting). Returns the server's copies of
+    the members as sent, the states sent, the (M, C, C) confusion counts, the download's traffic and the ready
+    replies."""
     M, C = len(ens.states), num_classes(cfg)
     member_of = {c: j for j, c in enumerate(ens.client_ids)}  # client id -> its model's index in the ensemble
-    # ---- ensemble download (INT8), logit caching and confusion matrices -----------------------
     sent = [quantize_state(s) for s in ens.states] if p.quantize else ens.states
     ens_models = build_members(cfg, sent, p.quantize)
     msgs = []
@@ -92,15 +82,55 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     for _, (own, counts) in ready:
         if own >= 0:
             confusion[own] = counts
-    # ---- server-side evaluation data: logits of the ensemble on validation / test ----------------
+    return ens_models, sent, confusion, download, ready
+
+
+def server_logits(ens_models: list, sent: list, cfg: dict[str, Any]):
+    """The members' logits on the server's test (and validation) half, cached by content, with the test data and
+    the aggregator's device: every trial of a study on one ensemble computes them once."""
     val, test = eval_splits(cfg)
     opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
-    agg_dev = opts["device"]
     norm = Normalizer(cfg["dataset"])
-    with heartbeat(f"FENS: the {M} models' logits on the server's evaluation data", cfg["progress-interval"]):
-        digest = states_digest(sent)  # cached by content: every trial of a study on one ensemble computes them once
+    with heartbeat(f"FENS: the {len(ens_models)} models' logits on the server's evaluation data", cfg["progress-interval"]):
+        digest = states_digest(sent)
         test_z = cached_logits(ens_models, digest, test, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts)
         val_z = cached_logits(ens_models, digest, val, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts) if val is not None else None
+    return test_z, val_z, test, opts["device"]
+
+
+def static_baselines(ens: Ensemble, confusion: np.ndarray, test_z, test, agg_dev, cfg: dict[str, Any]) -> dict[str, float]:
+    """FedENS (averaging), weighted averaging and voting on the same logits, and one-shot FedAvg (the data-size
+    weighted average of the members' weights) on the test half: the paper's one-shot comparison points."""
+    M, C = len(ens.states), num_classes(cfg)
+    baselines = {}
+    for name in STATIC:
+        agg = make_aggregator(name, M, C, label_counts=ens.label_counts, confusion=confusion)
+        baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=agg_dev)[1]
+    oneshot = make_model(cfg)
+    set_state(oneshot, weighted_mean(ens.states, ens.num_examples))
+    opts = compute_options(cfg, server=True)
+    baselines["oneshot-fedavg"] = float(evaluate(oneshot, test, Normalizer(cfg["dataset"]), cfg["eval-batch-size"], **opts)[1])
+    return baselines
+
+
+def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run FENS end to end and return the summary."""
+    p = FENSParams.from_config(cfg)
+    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    cmap = discover_clients(grid, cfg)
+    clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
+    discovery = grid.take()
+    # ---- phase 1: one-shot local training, or the saved ensemble -----------------------------
+    ens = stored_phase1(cfg, recorder, "fens-reuse", PHASE1, len(clients), keep_copy=True)  # a resume finds its copy
+    if ens is None:
+        ens = collect_local_models(grid, cmap, clients, cfg, PHASE1, diff_init=p.diff_init, label="FENS phase 1")
+        save_ensemble(recorder.run_dir, ens)
+    # round 0 carries discovery and phase 1 as measured by the run that trained the ensemble
+    # (this run, or the one a reused ensemble comes from, so totals stay comparable)
+    phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
+    M, C = len(ens.states), num_classes(cfg)
+    ens_models, sent, confusion, download, ready = download_ensemble(grid, cmap, clients, ens, p, cfg)
+    test_z, val_z, test, agg_dev = server_logits(ens_models, sent, cfg)
     member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
         **ens.phase1, "ensemble_download_bytes": download.bytes_down, "confusion_upload_bytes": download.bytes_up,
@@ -108,14 +138,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         "member_test_accuracy": member_acc.tolist(),
         "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"],
     }
-    baselines = {}
-    for name in STATIC:
-        agg = make_aggregator(name, M, C, label_counts=ens.label_counts, confusion=confusion)
-        baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=agg_dev)[1]
-    # one-shot FedAvg on the same local models: the data-size-weighted average of their weights
-    oneshot = make_model(cfg)
-    set_state(oneshot, weighted_mean(ens.states, ens.num_examples))
-    baselines["oneshot-fedavg"] = float(evaluate(oneshot, test, norm, cfg["eval-batch-size"], **opts)[1])
+    baselines = static_baselines(ens, confusion, test_z, test, agg_dev, cfg)
     recorder.extra["static_aggregators_test_accuracy"] = baselines
     log.info("FENS: members' test accuracy %.3f-%.3f; FedENS (average) %.4f, weighted average %.4f, voting %.4f, one-shot FedAvg %.4f",
              member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"], baselines["voting"],
