@@ -361,14 +361,16 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
 
 def stopped_line(run_dir: Path, rc: int) -> str | None:
     """One line for a run that stopped before its last round with a checkpoint to resume from (the SuperLink went
-    away mid-run: a restart takes the runs' ServerApps with it): which round it reached and how to go on. None when
-    the run left no metrics.json or no checkpoint."""
+    away mid-run: a restart takes the runs' ServerApps with it): the last checkpointed round and how to go on. None
+    when the run left no metrics.json or no checkpoint. A round recorded but not yet checkpointed when the run
+    stopped is trained again by the resumed run (same seeds: the same row)."""
+    from hetfl.common.checkpoint import read_checkpoint_entry
     from hetfl.common.results import load_metrics
 
     if not (run_dir / "metrics.json").is_file() or not (run_dir / "checkpoint.json").is_file():
         return None
-    m = load_metrics(run_dir / "metrics.json")
-    done, total = max((r["round"] for r in m["rounds"]), default=0), int(m["config"]["num-server-rounds"])
+    total = int(load_metrics(run_dir / "metrics.json")["config"]["num-server-rounds"])
+    done = int(read_checkpoint_entry(run_dir / "checkpoint.json", "round", 0))
     if done >= total:
         return None
     return (f"run {run_dir.name!r} stopped after round {done} of {total} (flwr exit {rc}: the SuperLink or the "
