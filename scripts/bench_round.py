@@ -123,13 +123,12 @@ def precision_throughput(seconds: float = 4.0) -> dict:
 
 
 def _used_memory_bytes() -> int:
-    """The machine's used memory (MemTotal - MemAvailable): shared pages count once, unlike a sum of RSS."""
-    info = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            info[key] = int(value.split()[0]) * 1024
-    return info["MemTotal"] - info["MemAvailable"]
+    """The machine's used memory (total - available, psutil's reading of /proc/meminfo): shared pages count once,
+    unlike a sum of RSS."""
+    import psutil
+
+    mem = psutil.virtual_memory()
+    return mem.total - mem.available
 
 
 def scale_probe(rounds: int, results_dir: str, clients: int, supernodes: int) -> dict:
