@@ -11,7 +11,9 @@ def _version() -> str:
     if pyproject.is_file():
         import tomllib
 
-        return tomllib.loads(pyproject.read_text())["project"]["version"]
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+        if project.get("name") == "hetfl":
+            return project["version"]
     from importlib.metadata import version
 
     return version("hetfl")
