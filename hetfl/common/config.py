@@ -210,7 +210,7 @@ register_keys(
     # evaluation and results
     Key("eval-batch-size", int, 256, "batch size of centralized evaluation", min=1),
     Key("convergence-threshold", float, 0.0, "accuracy in (0,1] for the convergence round (0 = dataset default)", min=0.0, max=1.0),
-    Key("results-dir", str, "results", "where results/<run-id>/ is written (relative = to the current directory)"),
+    Key("results-dir", str, "results", "where results/<run-name>/ is written (relative = to the current directory)"),
     Key("run-name", str, "", "name of the results folder ('' = method-dataset-partitioner-seed-timestamp)"),
     # fault tolerance
     Key("checkpoint", bool, True, "write results/<run-name>/checkpoint.json (+ the safetensors file it names) after every round"),

@@ -1,4 +1,4 @@
-"""The one results writer: results/<run-id>/metrics.json and PNG plots, updated every round.
+"""The one results writer: results/<run-name>/metrics.json and PNG plots, updated every round.
 
 metrics.json holds the validated config, one record per round (centralized accuracy and
 loss, any extra metrics such as per-member accuracies, bytes down/up of that round and
