@@ -79,8 +79,11 @@ def test_a_slow_device_and_a_dropping_device_on_real_links(tmp_path):
     with network(f"hfl{os.getpid()}-ln", HOSTS) as ns:
         try:
             # the slow device's uplink: its own egress, shaped as a phone's or a board's uplink is
-            _ns_run(ns["slow"], "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", RATE, "burst", "32kbit",
-                    "latency", "400ms")
+            shaped = subprocess.run(["ip", "netns", "exec", ns["slow"], "tc", "qdisc", "add", "dev", "eth0", "root",
+                                     "tbf", "rate", RATE, "burst", "32kbit", "latency", "400ms"], capture_output=True,
+                                    text=True)
+            if shaped.returncode != 0:
+                pytest.skip(f"no tbf qdisc here (tc: {shaped.stderr.strip() or shaped.returncode})")
             link_home = tmp_path / "server"
             link = [sys.executable, "-m", "hetfl.cluster", "superlink", "--address", HOSTS["server"], "--port",
                     str(PORT), "--insecure", "--home", str(link_home)]
