@@ -85,30 +85,29 @@ def download_ensemble(grid: MeteredGrid, cmap, clients: list[int], ens: Ensemble
     return ens_models, sent, confusion, download, ready
 
 
-def server_logits(ens_models: list, sent: list, cfg: dict[str, Any]):
-    """The members' logits on the server's test (and validation) half, cached by content, with the test data and
-    the aggregator's device: every trial of a study on one ensemble computes them once."""
+def server_logits(ens_models: list, sent: list, cfg: dict[str, Any], opts: dict[str, Any]):
+    """The members' logits on the server's test (and validation) half, cached by content, and the test data: every
+    trial of a study on one ensemble computes them once."""
     val, test = eval_splits(cfg)
-    opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
     norm = Normalizer(cfg["dataset"])
     with heartbeat(f"FENS: the {len(ens_models)} models' logits on the server's evaluation data", cfg["progress-interval"]):
         digest = states_digest(sent)
         test_z = cached_logits(ens_models, digest, test, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts)
         val_z = cached_logits(ens_models, digest, val, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts) if val is not None else None
-    return test_z, val_z, test, opts["device"]
+    return test_z, val_z, test
 
 
-def static_baselines(ens: Ensemble, confusion: np.ndarray, test_z, test, agg_dev, cfg: dict[str, Any]) -> dict[str, float]:
+def static_baselines(ens: Ensemble, confusion: np.ndarray, test_z, test, cfg: dict[str, Any],
+                     opts: dict[str, Any]) -> dict[str, float]:
     """FedENS (averaging), weighted averaging and voting on the same logits, and one-shot FedAvg (the data-size
     weighted average of the members' weights) on the test half: the paper's one-shot comparison points."""
     M, C = len(ens.states), num_classes(cfg)
     baselines = {}
     for name in STATIC:
         agg = make_aggregator(name, M, C, label_counts=ens.label_counts, confusion=confusion)
-        baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=agg_dev)[1]
+        baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=opts["device"])[1]
     oneshot = make_model(cfg)
     set_state(oneshot, weighted_mean(ens.states, ens.num_examples))
-    opts = compute_options(cfg, server=True)
     baselines["oneshot-fedavg"] = float(evaluate(oneshot, test, Normalizer(cfg["dataset"]), cfg["eval-batch-size"], **opts)[1])
     return baselines
 
@@ -130,7 +129,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
     M, C = len(ens.states), num_classes(cfg)
     ens_models, sent, confusion, download, ready = download_ensemble(grid, cmap, clients, ens, p, cfg)
-    test_z, val_z, test, agg_dev = server_logits(ens_models, sent, cfg)
+    opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
+    agg_dev = opts["device"]
+    test_z, val_z, test = server_logits(ens_models, sent, cfg, opts)
     member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
         **ens.phase1, "ensemble_download_bytes": download.bytes_down, "confusion_upload_bytes": download.bytes_up,
@@ -138,7 +139,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         "member_test_accuracy": member_acc.tolist(),
         "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"],
     }
-    baselines = static_baselines(ens, confusion, test_z, test, agg_dev, cfg)
+    baselines = static_baselines(ens, confusion, test_z, test, cfg, opts)
     recorder.extra["static_aggregators_test_accuracy"] = baselines
     log.info("FENS: members' test accuracy %.3f-%.3f; FedENS (average) %.4f, weighted average %.4f, voting %.4f, one-shot FedAvg %.4f",
              member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"], baselines["voting"],

@@ -94,6 +94,7 @@ class StepContext:
     the members' test logits (None for FedCVAE-Ens, whose uploads are decoders)."""
 
     cfg: dict[str, Any]
+    params: Any  # the method's frozen parameter object (METHOD.params_for), read once
     ens: Ensemble
     members: list[torch.nn.Module] | None
     test_z: torch.Tensor | None
@@ -122,21 +123,26 @@ class ServerStep:
         """Train `student` in place; return its description and the references shown beside it."""
         raise NotImplementedError
 
-    def teacher_step(self, student: torch.nn.Module, c: StepContext, teacher: torch.Tensor, targets: tuple, loss: Any,
-                     p: Any, lr_min: float) -> tuple[str, dict[str, float]]:
-        """FedKD's and Fed-ET's shared end: distil on the auxiliary set, with the teacher's test accuracy recorded."""
+    @staticmethod
+    def teacher_step(student: torch.nn.Module, c: StepContext, held_x: np.ndarray, teacher: torch.Tensor,
+                     targets: tuple, loss: Any, lr_min: float) -> tuple[str, dict[str, float]]:
+        """FedKD's and Fed-ET's shared end: distil on the auxiliary images `held_x`, with the teacher's test accuracy
+        recorded."""
+        p = c.params
         c.phases["teacher_test_accuracy"] = float((teacher.argmax(1) == c.test_y).float().mean())
-        _distill(student, self.held.x, targets, loss, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, lr_min=lr_min,
+        _distill(student, held_x, targets, loss, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, lr_min=lr_min,
                  cfg=c.cfg, epoch_end=lambda e: c.record(e + 1))
-        return self.student_description(c)
+        return ServerStep.student_description(c)
 
-    def auxiliary_logits(self, c: StepContext) -> torch.Tensor:
-        """The members' logits on the auxiliary unlabeled set ``server-holdout`` (its labels are never read)."""
-        self.held = load_server_set(DataSpec.from_config(c.cfg, 1), c.cfg["cache-dir"])
-        z = ensemble_logits(c.members, ArrayData(self.held.x, np.zeros(len(self.held.x), np.int64)), c.norm,
+    @staticmethod
+    def auxiliary_logits(c: StepContext) -> tuple[np.ndarray, torch.Tensor]:
+        """The auxiliary unlabeled images ``server-holdout`` (their labels are never read) and the members' logits
+        on them."""
+        held = load_server_set(DataSpec.from_config(c.cfg, 1), c.cfg["cache-dir"])
+        z = ensemble_logits(c.members, ArrayData(held.x, np.zeros(len(held.x), np.int64)), c.norm,
                             c.cfg["eval-batch-size"], **c.opts)
-        c.phases["auxiliary_samples"] = len(self.held.x)
-        return torch.as_tensor(z)
+        c.phases["auxiliary_samples"] = len(held.x)
+        return held.x, torch.as_tensor(z)
 
     @staticmethod
     def student_description(c: StepContext) -> tuple[str, dict[str, float]]:
@@ -150,28 +156,29 @@ class FedKDStep(ServerStep):
     """FedKD: distil the label-count-weighted teacher's logits on the auxiliary set (L1 on logits)."""
 
     def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
-        z = self.auxiliary_logits(c)
-        p = FedKDParams.from_config(c.cfg)
+        held_x, z = self.auxiliary_logits(c)
+        p: FedKDParams = c.params
         w = fedkd_weights(c.ens.label_counts, p.weighting)
         loss = lambda s, t: fedkd_loss(s, t, p.loss)  # noqa: E731
-        return self.teacher_step(student, c, fedkd_teacher(c.test_z, w), (fedkd_teacher(z, w),), loss, p, p.lr_min)
+        return self.teacher_step(student, c, held_x, fedkd_teacher(c.test_z, w), (fedkd_teacher(z, w),), loss, p.lr_min)
 
 
 class FedETStep(ServerStep):
     """Fed-ET: distil the members' weighted consensus with the diversity regularization on the auxiliary set."""
 
     def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
-        z = self.auxiliary_logits(c)
-        p = FedETParams.from_config(c.cfg)
+        held_x, z = self.auxiliary_logits(c)
+        p: FedETParams = c.params
         loss = lambda s, cons, d, h: fedet_loss(s, cons, d, h, p.lam)  # noqa: E731
-        return self.teacher_step(student, c, fedet_targets(c.test_z)[0], fedet_targets(z), loss, p, p.lr)
+        return self.teacher_step(student, c, held_x, fedet_targets(c.test_z)[0], fedet_targets(z), loss, p.lr)
 
 
 class CoBoostStep(ServerStep):
     """Co-Boosting: no data; synthesise hard samples with a generator, re-weight the members, distil."""
 
     def train(self, student: torch.nn.Module, c: StepContext) -> tuple[str, dict[str, float]]:
-        p, cfg = CoBoostParams.from_config(c.cfg), c.cfg
+        p: CoBoostParams = c.params
+        cfg = c.cfg
         c.phases["teacher_test_accuracy_uniform"] = float((c.test_z.mean(1).argmax(1) == c.test_y).float().mean())
         weights = co_boost(c.members, student, p, model_input_shape(cfg), num_classes(cfg), c.norm,
                            cfg["seed"] * 7919 + 23, c.opts["device"], epoch_end=lambda e, _w: c.record(e + 1))
@@ -207,7 +214,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     """Run FedKD, Fed-ET, Co-Boosting or FedCVAE-Ens end to end and return the summary."""
     step = STEPS[cfg["method"]]()
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
-    recorder.rows = METHOD.params_for(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
+    params = METHOD.params_for(cfg)
+    recorder.rows = params.epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()
     discovery = grid.take()
@@ -244,7 +252,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder.stage(clients=list(ens.client_ids))
     record(0, round0)
     t_step = time.perf_counter()
-    description, references = step.train(student, StepContext(cfg, ens, members, test_z, test_y, norm, opts, phases, record))
+    description, references = step.train(student, StepContext(cfg, params, ens, members, test_z, test_y, norm, opts, phases, record))
     phases["server_step_s"] = time.perf_counter() - t_step - recording_s[0]
     phases["server_step_recording_s"] = recording_s[0]
     before = "phase 1 (one-shot upload)" if step.distills else "phase 1 (one-shot decoder upload)"
