@@ -29,16 +29,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def preset_line(path: Path) -> str:
-    """The first line of a preset's header comment (what it runs), or its method."""
-    for line in path.read_text().splitlines():
+def header_line(text: str) -> str:
+    """The first line of a preset's header comment (what it runs); "" if it has none."""
+    for line in text.splitlines():
         if line.startswith("#"):
             return line.lstrip("# ").strip()
         if line.strip():
             break
-    import tomllib
-
-    return f"method {tomllib.loads(path.read_text()).get('method', 'fedavg')!r}"
+    return ""
 
 
 def presets(argv: list[str], prog: str = "hetfl presets") -> int:
@@ -49,9 +47,10 @@ def presets(argv: list[str], prog: str = "hetfl presets") -> int:
     p.add_argument("--method", help="only the presets of this method")
     a = p.parse_args(argv)
     for path in sorted((ROOT / "configs").rglob("*.toml")):
-        if a.method and tomllib.loads(path.read_text()).get("method", "fedavg") != a.method:
-            continue
-        print(f"{path.relative_to(ROOT)}\n    {preset_line(path)}")
+        text = path.read_text()
+        method = tomllib.loads(text).get("method", "fedavg")
+        if not a.method or method == a.method:
+            print(f"{path.relative_to(ROOT)}\n    {header_line(text) or f'method {method!r}'}")
     return 0
 
 

@@ -11,7 +11,6 @@ and the schema differ.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,19 +23,17 @@ INTRO = ("# Every run-config key with its default, generated from the schema (he
          "# keys.py) by `python -m hetfl.keys --write-pyproject`; do not edit by hand (tests/test_config.py checks it).\n")
 
 
-def toml_value(value: object) -> str:
-    """A default as TOML writes it (strings in double quotes, booleans lower case)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    return repr(value)
+def assignment(k: Key) -> str:
+    """``name = default`` as TOML writes it (tomli_w, as the launcher writes run configs)."""
+    import tomli_w
+
+    return tomli_w.dumps({k.name: k.default}).strip()
 
 
 def line(k: Key) -> str:
     """``name = default  # doc; allowed values`` (the methods that read it, where not every method does)."""
     who = f" (read by {', '.join(k.methods)})" if k.methods and len(k.methods) <= 3 else ""
-    return f"{f'{k.name} = {toml_value(k.default)}':<34}# {k.doc}; {k.allowed()}{who}"
+    return f"{assignment(k):<34}# {k.doc}; {k.allowed()}{who}"
 
 
 def pyproject_block() -> str:
@@ -68,9 +65,13 @@ def write_pyproject(path: Path = PYPROJECT) -> bool:
     return new != text
 
 
-def keys_for(method: str | None) -> list[Key]:
-    """The keys a run of `method` reads (every key when None)."""
-    return [k for k in SCHEMA.values() if method is None or not k.methods or method in k.methods]
+def table(method: str | None = None) -> str:
+    """The keys a run of `method` reads (every key when None): name, default, the methods that read it ('all' = every
+    method), its meaning and its allowed values, one per line."""
+    keys = [k for k in SCHEMA.values() if method is None or not k.methods or method in k.methods]
+    width = max(len(k.name) for k in keys)
+    return "\n".join(f"{k.name:<{width}}  {k.default!r:<12}  {'/'.join(k.methods) or 'all':<12}  {k.doc}; {k.allowed()}"
+                     for k in keys)
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m hetfl.keys") -> int:
@@ -82,8 +83,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.keys") -> i
     if a.write_pyproject:
         print(f"{PYPROJECT}: {'rewritten' if write_pyproject() else 'already up to date'}")
         return 0
-    for k in keys_for(a.method):
-        print(f"{k.name} = {toml_value(k.default)}\n    {k.doc}; {k.allowed()}")
+    print(table(a.method))
     return 0
 
 

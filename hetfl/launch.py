@@ -221,10 +221,10 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
         '[superlink]\ndefault = "hetfl"\n\n[superlink.hetfl]\n'
         f'address = "{address}"\n{security}'
     )
+    run_env = {**flwr_env(home), **(env or {})}
     with open(home / "superlink.stdout", "wb") as out:
-        proc = subprocess.Popen(cmd, env={**flwr_env(home), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    link = SuperLink(proc, home, "hetfl", address, cmd, {**flwr_env(home), **(env or {})})
+        proc = subprocess.Popen(cmd, env=run_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    link = SuperLink(proc, home, "hetfl", address, cmd, run_env)
     global LAST_SESSION
     LAST_SESSION = proc.pid
     try:
@@ -574,16 +574,6 @@ def check_outcome(data: dict[str, Any]) -> None:
         raise RuntimeError(f"run failed after {summary['rounds_completed']} rounds{why}")
 
 
-def keys_table() -> str:
-    """Every run-config key: name, default, the methods that read it (blank = all) and its meaning, one per line."""
-    import hetfl  # noqa: F401  (registers every method's keys)
-    from hetfl.common.config import SCHEMA
-
-    width = max(map(len, SCHEMA))
-    return "\n".join(f"{k.name:<{width}}  {k.default!r:<12}  {'/'.join(k.methods) or 'all':<12}  {k.doc}"
-                     for k in SCHEMA.values())
-
-
 RUN_CONFIG_HELP = ('run-config overrides as Flower\'s flwr run --run-config takes them: "key=value ..." with TOML '
                    'values (strings quoted: \'model="cnn" lr=0.05\'), or one TOML file')
 
@@ -625,7 +615,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.launch") ->
     p.add_argument("--keys", action="store_true", help="list every run-config key (default, methods, meaning) and exit")
     a = p.parse_args(argv)
     if a.keys:
-        print(keys_table())
+        from hetfl.keys import table
+
+        print(table())
         return 0
     setup_signals()  # SIGTERM/SIGINT stop the SuperLink tree (and Ray) instead of orphaning it
     try:
