@@ -20,7 +20,6 @@ import json
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -143,7 +142,7 @@ def main() -> int:
                             "steady_median_s": statistics.median(r["round_s"] for r in rows[1:])}
             print(f"{name:>12}: " + " ".join(f"{r['round_s']:.1f}" for r in rows) + " s a round", flush=True)
     Path(a.out).write_text(json.dumps(result, indent=2))
-    print(textwrap.dedent(f"wrote {a.out}"))
+    print(f"wrote {a.out}")
     return 0
 
 

@@ -61,7 +61,7 @@ def step_tune(alpha: str, out: Path, trials: int, rounds: int) -> dict:
 
 
 def step_longer(alpha: str, out: Path, rounds: int = 1000) -> dict:
-    """The tuned values to `rounds` aggregator rounds (the issue's limit), in tune-agg/chosen-r<rounds>: the page keeps
+    """The tuned values to `rounds` aggregator rounds (the protocol's limit), in tune-agg/chosen-r<rounds>: the page keeps
     them where validation accuracy rose over the study's horizon."""
     best = json.loads((out / "tune-agg" / "summary.json").read_text())["best"]["values"]
     cfg = {**preset(alpha), "fens-reuse": str((out / "base").resolve()), **best, "num-server-rounds": rounds,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,25 @@ def task_identity():
 
     with identity():
         yield
+
+
+def after_round(metrics: Path, action, limit: float = 900.0, rounds: int = 1) -> tuple[threading.Thread, dict]:
+    """Run `action` in a thread as soon as `metrics` (a run's metrics.json) holds round `rounds` (default 1); the dict
+    gets "at". The deployment tests' way to act in the middle of a run (kill or restart a process, cut a link)."""
+    done: dict = {}
+
+    def watch():
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= rounds + 1:
+                action()
+                done["at"] = time.monotonic()
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    return t, done
 
 
 def require_fmnist() -> None:

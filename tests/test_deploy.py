@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from hetfl.shefl_app.strategy import SHEFL
 from hetfl.common.params import FederationParams
 from hetfl.shefl_app.keys import SHEFLParams
 
-from .conftest import LoopbackGrid, identity_map, replies_to, require_fmnist
+from .conftest import LoopbackGrid, after_round, identity_map, replies_to, require_fmnist
 
 FMNIST = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "batch-size": 32, "lr": 0.05,
           "momentum": 0.9, "max-test-samples": 1000, "num-server-rounds": 2}
@@ -142,25 +140,6 @@ def test_secured_deployment_runs_the_profile_methods_on_four_supernodes(tmp_path
     assert launch.process_tree(set(pids)) == []  # nothing left behind
 
 
-def after_round_1(metrics, action, limit: float = 900.0, rounds: int = 1) -> tuple[threading.Thread, dict]:
-    """Run `action` in a thread as soon as `metrics` (a run's metrics.json) holds round `rounds` (default 1); the dict
-    gets "at"."""
-    done: dict = {}
-
-    def watch():
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= rounds + 1:
-                action()
-                done["at"] = time.monotonic()
-                return
-            time.sleep(0.2)
-
-    t = threading.Thread(target=watch)
-    t.start()
-    return t, done
-
-
 @pytest.mark.slow
 def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     """Kill one of 4 SuperNodes (SIGKILL: a crash) during round 2: the round aggregates the 3 replies that arrive and
@@ -175,7 +154,7 @@ def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 2,
             "round-timeout": 150.0, "run-name": "kill"}
     with cluster.local_cluster(4, tmp_path / "flwr") as c:
-        t, killed = after_round_1(tmp_path / "kill" / "metrics.json", lambda: c.kill_node(3))  # round 2 is training
+        t, killed = after_round(tmp_path / "kill" / "metrics.json", lambda: c.kill_node(3))  # round 2 is training
         run_dir = cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
         t.join()
     m = json.loads((run_dir / "metrics.json").read_text())
@@ -207,7 +186,7 @@ def test_restarted_supernode_is_sampled_again_by_fedavg_and_shefl(tmp_path):
     }  # AdaptiveFL samples through the same client map (ClientMap.online), and runs restarted nowhere else
     with cluster.local_cluster(3, tmp_path / "flwr") as c:
         for name, over in runs.items():
-            t, restarted = after_round_1(tmp_path / name / "metrics.json", lambda: c.restart_node(2))  # client 2
+            t, restarted = after_round(tmp_path / name / "metrics.json", lambda: c.restart_node(2))  # client 2
             run_dir = cluster.submit(c, None, {**FMNIST, **over, "fraction-train": 1.0, "local-steps": 2,
                                                "max-test-samples": 200, "num-server-rounds": 3, "round-timeout": 300.0,
                                                "max-idle-rounds": 0, "run-name": name}, results_dir=tmp_path, timeout=900)
@@ -272,8 +251,8 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
 @pytest.mark.slow
 def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_repeats_it(tmp_path, task_identity):
     """The server reboots after round 2 (the SuperLink, secured with TLS and SuperNode authentication, restarted with
-    its state file, certificates and address; the ServerApp goes with it): the submission stops with one line naming the round reached and how to resume, no
-    finished round's row is lost, the SuperNodes reconnect by themselves, and `resume = true` continues to a run
+    its state file, certificates and address; the ServerApp goes with it): the submission stops with one line
+    naming the round reached and how to resume, no finished round's row is lost, the SuperNodes reconnect by themselves, and `resume = true` continues to a run
     equal, row for row, to an uninterrupted one (here the in-process engine's: the same code and seeds)."""
     from .inprocess import run_in_process
 
@@ -282,7 +261,7 @@ def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_
             "num-server-rounds": 4, "round-timeout": 300.0, "run-name": "r"}
     with cluster.local_cluster(2, tmp_path / "flwr", auth=True) as c:  # TLS + SuperNode authentication, as a server runs
         assert c.tls and (tmp_path / "flwr" / "certs" / "ca.crt").exists()
-        t, restarted = after_round_1(tmp_path / "r" / "metrics.json", c.link.restart, rounds=2)
+        t, restarted = after_round(tmp_path / "r" / "metrics.json", c.link.restart, rounds=2)
         with pytest.raises(RuntimeError) as err:
             cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
         t.join()

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 from hetfl import launch
 
-from .conftest import require_fmnist
+from .conftest import after_round, require_fmnist
 from .netns import network, require_namespaces
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,20 +51,6 @@ def _start(ns: str, cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(["ip", "netns", "exec", ns, *cmd], env=env, stdout=out, stderr=subprocess.STDOUT,
                                 cwd=ROOT, start_new_session=True)
-
-
-def _after_round(metrics: Path, n: int, action, limit: float = 600.0) -> threading.Thread:
-    def watch():
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            if metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= n + 1:
-                action()
-                return
-            time.sleep(0.2)
-
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    return t
 
 
 @pytest.mark.slow
@@ -110,7 +95,7 @@ def test_a_slow_device_and_a_dropping_device_on_real_links(tmp_path):
                     time.sleep(DOWN_S)
                     _ns_run(ns_drop, "ip", "link", "set", "eth0", "up")
 
-                watcher = _after_round(metrics, 1, drop)
+                watcher, _ = after_round(metrics, drop)
                 run = subprocess.run(["ip", "netns", "exec", ns["server"], "flwr", "run", ".", "hetfl", "--stream",
                                       "--run-config", str(rc_file)], env={**env, "FLWR_HOME": str(link_home)}, cwd=app,
                                      capture_output=True, text=True, timeout=900)
