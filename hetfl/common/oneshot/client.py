@@ -28,15 +28,16 @@ def train_and_upload(msg: Message, context: Context, cfg: dict, pid: int, local_
     label counts. FENS's phase 1 and the one-shot baselines' (docs/readings.md#oneshot).
 
     With `val_fraction` > 0 the model is trained to completion: that share of `local_data` (a seeded draw) is held
-    out, the epoch of best accuracy on it is kept (:func:`best_epoch_training`), and the label counts are those of
-    the rows it trained on."""
+    out, the best epoch on it is kept (:func:`best_epoch_training`: accuracy, then loss), and the label counts are
+    those of the rows it trained on."""
     if "arrays" in msg.content:  # the common initial model from the server
         model = arrays_to_model(make_model(cfg), msg.content["arrays"])
     else:  # fens-diff-init: this client's own random start (authors' diff_init)
         model = make_model(cfg, seed=client_init_seed(cfg, pid))
     epochs = None
-    fit_idx, val_idx = split_indices(len(local_data), 1.0 - val_fraction, cfg["seed"] * 100_019 + pid)
-    if val_fraction > 0 and len(val_idx) and len(fit_idx):  # a client too small for a carve-out trains local-epochs
+    fit_idx, val_idx = (split_indices(len(local_data), 1.0 - val_fraction, cfg["seed"] * 100_019 + pid)
+                        if val_fraction > 0 else ((), ()))
+    if len(val_idx) and len(fit_idx):  # a client too small for a carve-out trains local-epochs
         local_data, val = subset(local_data, fit_idx), subset(local_data, val_idx)
         res, epochs = best_epoch_training(model, local_data, val, cfg, pid, patience)
     else:
