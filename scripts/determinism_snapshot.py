@@ -19,14 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_determinism import BASE, COMPARED, METHODS, ONESHOT  # noqa: E402
+from tests.test_determinism import COMPARED, METHODS, ONESHOT, setting  # noqa: E402
 
-
-def settings() -> dict[str, tuple[dict, int]]:
-    out = {name: ({**BASE, **over, "seed": 3}, 8) for name, over in METHODS.items()}
-    out |= {name: ({**BASE, "fraction-train": 1.0, "local-steps": 3, "min-available-nodes": 4, **over, "seed": 3}, 4)
-            for name, over in ONESHOT.items()}
-    return out
+NAMES = sorted([*METHODS, *ONESHOT])
 
 
 def snapshot(names: list[str]) -> dict[str, list[list]]:
@@ -35,8 +30,8 @@ def snapshot(names: list[str]) -> dict[str, list[list]]:
     out = {}
     with tempfile.TemporaryDirectory() as tmp, task_identity():
         for name in names:
-            cfg, nodes = settings()[name]
-            m = run_in_process(cfg, nodes, Path(tmp), name)
+            cfg, nodes = setting(name)
+            m = run_in_process({**cfg, "seed": 3}, nodes, Path(tmp), name)
             out[name] = [[r.get(k) for k in COMPARED] for r in m["rounds"]]
             print(f"{name}: {out[name][-1]}", flush=True)
     return out
@@ -46,9 +41,9 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python scripts/determinism_snapshot.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write the snapshot here")
     p.add_argument("--compare", help="a snapshot to hold this code's numbers against")
-    p.add_argument("--only", nargs="+", choices=sorted(settings()), help="a subset of the methods")
+    p.add_argument("--only", nargs="+", choices=NAMES, help="a subset of the methods")
     a = p.parse_args()
-    names = a.only or sorted(settings())
+    names = a.only or NAMES
     now = snapshot(names)
     if a.out:
         Path(a.out).write_text(json.dumps(now, indent=1))

@@ -45,10 +45,10 @@ def _rows(metrics: dict) -> list[tuple]:
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_same_seed_same_run_other_seed_other_clients(name, tmp_path, task_identity):
     require_fmnist()
-    cfg = {**BASE, **METHODS[name]}
-    a = run_in_process({**cfg, "seed": 3}, 8, tmp_path, "a")
-    b = run_in_process({**cfg, "seed": 3}, 8, tmp_path, "b")
-    c = run_in_process({**cfg, "seed": 4}, 8, tmp_path, "c")
+    cfg, nodes = setting(name)
+    a = run_in_process({**cfg, "seed": 3}, nodes, tmp_path, "a")
+    b = run_in_process({**cfg, "seed": 3}, nodes, tmp_path, "b")
+    c = run_in_process({**cfg, "seed": 4}, nodes, tmp_path, "c")
     assert [r["round"] for r in a["rounds"]] == [0, 1, 2]
     assert _rows(a) == _rows(b)  # accuracy, loss, bytes and sampled clients, bit for bit
     trained = [r["clients"] for r in a["rounds"][1:]]
@@ -68,13 +68,21 @@ ONESHOT = {
 }
 
 
+def setting(name: str) -> tuple[dict, int]:
+    """A method's determinism run: its config (without the seed) and its number of nodes (also what
+    scripts/determinism_snapshot.py runs)."""
+    if name in METHODS:
+        return {**BASE, **METHODS[name]}, 8
+    return {**BASE, "fraction-train": 1.0, "local-steps": 3, "min-available-nodes": 4, **ONESHOT[name]}, 4
+
+
 @pytest.mark.parametrize("name", sorted(ONESHOT))
 def test_oneshot_same_seed_same_run(name, tmp_path, task_identity):
     require_fmnist()
-    cfg = {**BASE, "fraction-train": 1.0, "local-steps": 3, "min-available-nodes": 4, **ONESHOT[name]}
-    a = run_in_process({**cfg, "seed": 3}, 4, tmp_path, "a")
-    b = run_in_process({**cfg, "seed": 3}, 4, tmp_path, "b")
-    c = run_in_process({**cfg, "seed": 4}, 4, tmp_path, "c")
+    cfg, nodes = setting(name)
+    a = run_in_process({**cfg, "seed": 3}, nodes, tmp_path, "a")
+    b = run_in_process({**cfg, "seed": 3}, nodes, tmp_path, "b")
+    c = run_in_process({**cfg, "seed": 4}, nodes, tmp_path, "c")
     assert [r["round"] for r in a["rounds"]] == [0, 1, 2]
     assert _rows(a) == _rows(b)  # accuracy, loss, bytes and clients, bit for bit
     for key in ("teacher_test_accuracy", "synthetic_label_counts"):  # FedCVAE-Ens has no teacher, the others no synthetic labels
