@@ -179,29 +179,8 @@ def certificates(out: Path, hosts: Sequence[str], days: int = 365) -> Path:
             x509.SubjectAlternativeName).value
         if set(ips) <= set(san.get_values_for_type(x509.IPAddress)) and set(dns) <= set(san.get_values_for_type(x509.DNSName)):
             return out
-
-    def pem_key(key) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-
     now = datetime.datetime.now(datetime.timezone.utc)
-    if (out / "ca.crt").exists() and not (out / "ca.key").exists():  # your own CA's certificates: never replaced
-        raise ArgError(f"the server certificate in {out} does not name {', '.join(names)}, and there is no ca.key to "
-                       f"issue one; expected a server.pem for these names (or remove {out} to make a new CA)")
-    if (out / "ca.crt").exists():
-        ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), None)
-        ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
-    else:
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hetfl-ca")])
-        ca = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(ca_key.public_key())
-              .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-              .not_valid_after(now + datetime.timedelta(days=days))
-              .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-              .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-              .sign(ca_key, hashes.SHA256()))
-        (out / "ca.key").write_bytes(pem_key(ca_key))
-        (out / "ca.key").chmod(0o600)
-        (out / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    ca, ca_key = _certificate_authority(out, names, now, days)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
             .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -211,10 +190,44 @@ def certificates(out: Path, hosts: Sequence[str], days: int = 365) -> Path:
             .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))
-    (out / "server.key").write_bytes(pem_key(key))
+    (out / "server.key").write_bytes(_pem_key(key))
     (out / "server.key").chmod(0o600)
     (out / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return out
+
+
+def _pem_key(key) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def _certificate_authority(out: Path, names: list[str], now: datetime.datetime, days: int):
+    """The CA in `out` (ca.crt + ca.key), made there if absent; returns (certificate, key). Your own CA without its
+    key cannot issue a certificate for new names: one line says so."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    if (out / "ca.crt").exists() and not (out / "ca.key").exists():  # your own CA's certificates: never replaced
+        raise ArgError(f"the server certificate in {out} does not name {', '.join(names)}, and there is no ca.key to "
+                       f"issue one; expected a server.pem for these names (or remove {out} to make a new CA)")
+    if (out / "ca.crt").exists():
+        return (x509.load_pem_x509_certificate((out / "ca.crt").read_bytes()),
+                serialization.load_pem_private_key((out / "ca.key").read_bytes(), None))
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hetfl-ca")])
+    ca = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    (out / "ca.key").write_bytes(_pem_key(ca_key))
+    (out / "ca.key").chmod(0o600)
+    (out / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return ca, ca_key
 
 
 def node_keys(home: Path, n: int) -> list[Path]:

@@ -15,7 +15,7 @@ writes, with the preset's partitioner and ``partition-seed`` and ``--clients`` p
 * ``<out>/manifest.json``: what was exported (preset, overrides, dataset description, partitioner, rows and label
   counts per client) and the node and run configs that use it.
 
-The partitions come from :func:`hetfl.common.data.load_partition` (the same code and cache as simulation).
+The partitions come from :func:`hetfl.data.load.load_partition` (the same code and cache as simulation).
 docs/node-data.md
 """
 
@@ -51,7 +51,11 @@ def export_split(run_config: dict[str, Any], out: str | Path, clients: int | Non
         `out` exists and is not empty.
     """
     from hetfl.common.config import validate
-    from hetfl.common.data import DataSpec, _to_hf, is_byo, label_histogram, load_eval, load_partition, load_server_set
+    from hetfl.data.arrays import label_histogram
+    from hetfl.data.byo import is_byo
+    from hetfl.data.convert import to_hf
+    from hetfl.data.load import load_eval, load_partition, load_server_set
+    from hetfl.data.spec import DataSpec
 
     cfg = validate(run_config)
     n = int(clients or cfg["min-available-nodes"])
@@ -65,7 +69,7 @@ def export_split(run_config: dict[str, Any], out: str | Path, clients: int | Non
     for i in range(n):
         part = load_partition(spec, i, cfg["cache-dir"])
         # an empty partition (Dirichlet with dirichlet-min-size = 0) still gets one (empty) shard: a readable directory
-        _to_hf(info, part).save_to_disk(str(out / f"client-{i}"), num_shards=1 if len(part) == 0 else None)
+        to_hf(info, part).save_to_disk(str(out / f"client-{i}"), num_shards=1 if len(part) == 0 else None)
         rows.append({"client-id": i, "dir": f"client-{i}", "rows": len(part),
                      "label_counts": label_histogram(part.y, info.num_classes).tolist()})
     from datasets import DatasetDict
@@ -73,7 +77,7 @@ def export_split(run_config: dict[str, Any], out: str | Path, clients: int | Non
     server = {"test": load_eval(spec, cfg["cache-dir"])}
     if cfg["server-holdout"]:
         server["holdout"] = load_server_set(spec, cfg["cache-dir"])
-    DatasetDict({k: _to_hf(info, v) for k, v in server.items()}).save_to_disk(str(out / "server"))
+    DatasetDict({k: to_hf(info, v) for k, v in server.items()}).save_to_disk(str(out / "server"))
     run_keys: dict[str, Any] = {"server-data-path": str(out / "server")}
     if is_byo(cfg["dataset"]):  # nodes describe the dataset from their data: fix the head's size for all of them
         run_keys["num-classes"] = info.num_classes
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.export") ->
     a = p.parse_args(argv)
     import datasets
 
-    from hetfl.common.data import DatasetUnavailable, LocalDataError
+    from hetfl.data.byo import LocalDataError
+    from hetfl.data.catalog import DatasetUnavailable
 
     datasets.disable_progress_bars()  # one progress bar per saved client otherwise
 

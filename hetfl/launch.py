@@ -275,8 +275,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     (simulation and local clusters run here); and that `min-available-nodes` does not exceed the simulated federation.
     Raises :class:`~hetfl.common.config.ConfigError` or :class:`PreflightError` with one line.
     """
-    from hetfl.common.config import check_dataset_fits, validate
-    from hetfl.common.data import DATASETS, DatasetUnavailable, LocalDataError, is_byo
+    from hetfl.common.config import validate
     from hetfl.common.models import MODELS, check_builder
     from hetfl.common.registry import load
     from hetfl.methods import spec_for
@@ -285,6 +284,26 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     spec = spec_for(cfg["method"])
     if spec.preflight:  # files the config names, read on this host (a saved ensemble to reuse)
         load(spec.preflight)(cfg)
+    info = _preflight_data(cfg)
+    if cfg["model"] not in MODELS:  # an import path: build it and run one batch
+        from hetfl.common.task import model_input_shape
+
+        try:
+            check_builder(cfg["model"], info.num_classes, model_input_shape(cfg))
+        except ValueError as err:
+            raise PreflightError(str(err)) from None
+    _preflight_devices(cfg)
+    _preflight_federation(cfg, num_supernodes)
+    return cfg
+
+
+def _preflight_data(cfg: dict[str, Any]):
+    """The dataset loads from its `data-source` here (a bring-your-own one: readable, with the named columns and
+    labels, fitting the run), and ``server-data-path`` is read as the ServerApp will; returns its DatasetInfo."""
+    from hetfl.common.config import check_dataset_fits
+    from hetfl.data.byo import LocalDataError, is_byo
+    from hetfl.data.catalog import DATASETS, DatasetUnavailable
+
     name, source = cfg["dataset"], cfg["data-source"]
     if is_byo(name):
         try:
@@ -296,7 +315,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
         info = DATASETS[name]
         _check_dataset_present(name, source, cfg["data-dir"], info)
     if cfg["server-data-path"]:
-        from hetfl.common.data import SERVER_SPLITS, load_local_data
+        from hetfl.data.load import SERVER_SPLITS, load_local_data
 
         where = f"run-config key 'server-data-path' = {cfg['server-data-path']!r}"
         try:  # the server's evaluation (and FedBE's holdout) set, read and checked as the ServerApp will
@@ -304,13 +323,11 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
                 load_local_data(cfg["server-data-path"], info, where, split, cfg["cache-dir"], strict_split=split == "holdout")
         except LocalDataError as err:
             raise PreflightError(str(err)) from None
-    if cfg["model"] not in MODELS:  # an import path: build it and run one batch
-        from hetfl.common.task import model_input_shape
+    return info
 
-        try:
-            check_builder(cfg["model"], info.num_classes, model_input_shape(cfg))
-        except ValueError as err:
-            raise PreflightError(str(err)) from None
+
+def _preflight_devices(cfg: dict[str, Any]) -> None:
+    """A CUDA `torch-device` or `server-torch-device` exists on this machine (simulation and local clusters run here)."""
     for key in ("torch-device", "server-torch-device"):
         dev = str(cfg.get(key, ""))
         if dev.startswith("cuda"):
@@ -320,13 +337,16 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
             if not torch.cuda.is_available() or index >= torch.cuda.device_count():
                 raise PreflightError(f"run-config key '{key}' = {dev!r}: this machine has "
                                      f"{torch.cuda.device_count()} CUDA device(s); expected 'auto', 'cpu' or an existing cuda:N")
+
+
+def _preflight_federation(cfg: dict[str, Any], num_supernodes: int | None) -> None:
+    """`num-clients` and `min-available-nodes` fit the simulated federation of `num_supernodes` SuperNodes."""
     if num_supernodes is not None and 0 < cfg["num-clients"] < num_supernodes:
         raise PreflightError(f"run-config key 'num-clients' = {cfg['num-clients']} is fewer than the {num_supernodes} "
                              f"simulated SuperNodes; expected 0 (one client per SuperNode) or >= {num_supernodes}")
     if num_supernodes is not None and cfg["min-available-nodes"] > num_supernodes:
         raise PreflightError(f"run-config key 'min-available-nodes' = {cfg['min-available-nodes']} exceeds the "
                              f"{num_supernodes} simulated SuperNodes; expected <= {num_supernodes} (or more --supernodes)")
-    return cfg
 
 
 def check_ray_address(address: str, timeout: float = 5.0) -> str:
@@ -349,15 +369,16 @@ def _check_dataset_present(name: str, source: str, data_dir: str, info) -> None:
     """A built-in dataset can be read from its `data-source` here: local files (``local``, ``auto``), else the
     Hugging Face cache or one request to the hub within ``HUB_PROBE_TIMEOUT_S`` (``hub``, ``auto``; none with
     ``HF_HUB_OFFLINE``). Raises :class:`PreflightError` with one line: the dataset, what was tried, how to get it."""
-    from hetfl.common import data
+    from hetfl.data.hub import hub_unavailable
+    from hetfl.data.readers import local_available
 
-    if source != "hub" and data.local_available(name, data_dir):
+    if source != "hub" and local_available(name, data_dir):
         return
     looked = f"data-dir = {data_dir!r}" + "".join(f", {d}" for d in info.local_dirs)
     if source == "local":
         raise PreflightError(f"run-config key 'dataset' = {name!r}: no local files found (data-source = 'local'; looked "
                              f"in {looked}); to get it: {info.how_to_get}")
-    why = data.hub_unavailable(info.hub_id)
+    why = hub_unavailable(info.hub_id)
     if why is None:
         return
     tried = "no local files found" + (f" (looked in {looked})" if source == "auto" else "") + " and the hub"
@@ -370,8 +391,8 @@ def _check_dataset_present(name: str, source: str, data_dir: str, info) -> None:
 
 def _reference_preflight(cfg: dict[str, Any]):
     """Describe a ``hub:``/``dir:`` dataset (columns, labels, first row) and check that the server has a test set."""
-    from hetfl.common.data import LocalDataError, read_reference
     from hetfl.common.task import dataset_info
+    from hetfl.data.byo import LocalDataError, read_reference
 
     info = dataset_info(cfg)
     if not cfg["server-data-path"] and "test" not in read_reference(cfg["dataset"]):

@@ -259,7 +259,7 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True) -> dict[str, Any]:
     ``<study_dir>/summary.json``)."""
     import optuna
 
-    from hetfl.common.rounds import NoClientSucceeded
+    from hetfl.common.results import NoClientSucceeded
 
     check_spec(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

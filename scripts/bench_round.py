@@ -39,11 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl import launch  # noqa: E402
 from hetfl.common.config import validate  # noqa: E402
-from hetfl.common.data import DataSpec, load_partition  # noqa: E402
 from hetfl.common.models import get_state, set_state  # noqa: E402
 from hetfl.common.nodes import sample_clients  # noqa: E402
 from hetfl.common.task import make_model  # noqa: E402
 from hetfl.common.train import Normalizer, train  # noqa: E402
+from hetfl.data.load import load_partition  # noqa: E402
+from hetfl.data.spec import DataSpec  # noqa: E402
 
 LIGHT = {
     "method": "fedavg", "dataset": "fashion_mnist", "data-source": "local", "partitioner": "dirichlet",

@@ -19,9 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_determinism import COMPARED, METHODS, ONESHOT, setting  # noqa: E402
+from tests.test_determinism import COMPARED, NAMES, setting  # noqa: E402
 
-NAMES = sorted([*METHODS, *ONESHOT])
 
 
 def snapshot(names: list[str]) -> dict[str, list[list]]:

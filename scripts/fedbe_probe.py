@@ -32,7 +32,8 @@ from hetfl.baselines.fedbe import fedbe_round  # noqa: E402
 from hetfl.baselines.params import FedBEParams  # noqa: E402
 from hetfl.baselines.server_app import fedbe_inputs  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
-from hetfl.common.data import DataSpec, load_partition  # noqa: E402
+from hetfl.data.load import load_partition  # noqa: E402
+from hetfl.data.spec import DataSpec  # noqa: E402
 from hetfl.common.task import (  # noqa: E402
     compute_options,
     local_train,

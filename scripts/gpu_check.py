@@ -30,9 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 def samples_per_s(model_name: str, precision: str, seconds: float = 3.0, batch: int = 64) -> float:
     from hetfl.common.config import validate
-    from hetfl.common.data import DataSpec, load_partition
     from hetfl.common.task import make_model
     from hetfl.common.train import Normalizer, train
+    from hetfl.data.load import load_partition
+    from hetfl.data.spec import DataSpec
 
     cfg = validate({"dataset": "fashion_mnist", "data-source": "local", "partitioner": "iid", "model": model_name})
     data = load_partition(DataSpec.from_config(cfg, 10), 0, cfg["cache-dir"])

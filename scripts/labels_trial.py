@@ -26,9 +26,9 @@ NAMES = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt
 def folders(out: Path, subset: bool, seed: int = 0) -> tuple[Path, list[Path]]:
     from PIL import Image
 
-    from hetfl.common import data as D
+    from hetfl.data.load import local_arrays
 
-    train, test = D.local_arrays("fashion_mnist")
+    train, test = local_arrays("fashion_mnist")
     rng = np.random.default_rng(seed)
 
     def write(root: Path, x: np.ndarray, y: np.ndarray) -> Path:

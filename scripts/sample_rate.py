@@ -19,8 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hetfl.common.data import DataSpec, load_partition  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
+from hetfl.data.load import load_partition  # noqa: E402
+from hetfl.data.spec import DataSpec  # noqa: E402
 from hetfl.shefl_app.core import hpc_partitions  # noqa: E402
 from hetfl.shefl_app.keys import client_work  # noqa: E402
 

@@ -22,10 +22,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl.common.config import validate  # noqa: E402
-from hetfl.common.data import DataSpec, load_partition, load_test  # noqa: E402
 from hetfl.common.results import machine_info  # noqa: E402
 from hetfl.common.task import make_model  # noqa: E402
 from hetfl.common.train import Normalizer, evaluate, train  # noqa: E402
+from hetfl.data.load import load_partition, load_test  # noqa: E402
+from hetfl.data.spec import DataSpec  # noqa: E402
 
 MODES = {"fp32": (False, "fp32"), "bf16": (False, "bf16"), "compile": (True, "fp32"), "compile+bf16": (True, "bf16")}
 

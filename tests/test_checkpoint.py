@@ -15,6 +15,7 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from hetfl.common import checkpoint as ckpt
 from hetfl.common.checkpoint import CheckpointError, join_state, read_checkpoint, split_state, write_checkpoint
 from hetfl.common.results import RunRecorder
+from hetfl.common.strategy import StrategyBase
 from hetfl.common.rounds import CHECKPOINT, LEGACY_CHECKPOINT, load_checkpoint, run_rounds, save_checkpoint
 
 # --- exact comparison -------------------------------------------------------------------------
@@ -239,20 +240,17 @@ class _FakeGrid:
         return Traffic(down={0: 7})
 
 
-class _RngStrategy:
+class _RngStrategy(StrategyBase):
     """A strategy whose every round draws from its own Generator, NumPy's legacy RNG and Python's random."""
 
     def __init__(self, seed: int):
         from hetfl.common.nodes import ClientMap
 
         self.rng = np.random.default_rng([seed, 1])
-        self.map = ClientMap()
+        self.map, self.sampled = ClientMap(), []
 
     def configure_train(self, server_round, arrays, config, grid):
         return []
-
-    def order_replies(self, replies):
-        return list(replies)
 
     def aggregate_train(self, server_round, replies):
         w = arrays_of(self.current)["w"]
@@ -390,13 +388,14 @@ def test_save_checkpoint_names_a_fresh_tensor_file_each_time(tmp_path):
     rec = RunRecorder({"run-name": "x", "results-dir": str(tmp_path)}, threshold=0.5)
     path = rec.run_dir / CHECKPOINT
     arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
-    names = []
+    names, strategy = [], _RngStrategy(seed=0)
+    strategy.current = arrays
     for rnd in (1, 1, 2):  # the same round twice (a re-run without resume) must not overwrite the named file
-        save_checkpoint(path, rnd, arrays, object(), rec)  # a strategy without state_dict
+        save_checkpoint(path, rnd, arrays, strategy, rec)
         names.append(json.loads(path.read_text())["tensors"]["file"])
     assert len(set(names)) == 3 and names[0].startswith("checkpoint-r00001-") and names[2].startswith("checkpoint-r00002-")
     ck = load_checkpoint(path)
-    assert ck["round"] == 2 and ck["strategy"] is None
+    assert ck["round"] == 2 and set(ck["strategy"]) == {"rng", "current"}
     same(ck["arrays"], {"w": np.ones(2, np.float32)})
 
 

@@ -1,8 +1,13 @@
 import numpy as np
 import pytest
 
-from hetfl.common import data as D
-from hetfl.common.data import DataSpec, DatasetUnavailable, load_partition, load_test
+from hetfl.data import cache, load
+from hetfl.data.arrays import ROW, column
+from hetfl.data.catalog import DATASETS, DatasetUnavailable
+from hetfl.data.convert import from_hf
+from hetfl.data.load import load_partition, load_test, local_datasetdict
+from hetfl.data.partition import make_partitioner
+from hetfl.data.spec import DataSpec
 
 from .conftest import require_fmnist
 
@@ -22,7 +27,7 @@ def all_parts(s):
 def test_partitions_cover_train_split_disjointly(partitioner):
     s = spec(partitioner=partitioner, shards_per_client=2)
     parts = all_parts(s)
-    n_train = len(D.local_datasetdict("digits")["train"])
+    n_train = len(local_datasetdict("digits")["train"])
     sizes = [len(p) for p in parts]
     if partitioner == "shards":  # num_partitions * shards_per_client shards of n // total samples
         assert sum(sizes) == (n_train // 20) * 20
@@ -37,8 +42,8 @@ def test_partitions_cover_train_split_disjointly(partitioner):
 
 def test_partitions_are_deterministic_and_seeded(tmp_path):
     a = load_partition(spec(), 3, cache_dir=str(tmp_path / "a"))
-    D._MEM.clear()
-    D._partitioner_for.cache_clear()
+    cache._MEM.clear()
+    load._partitioner_for.cache_clear()
     b = load_partition(spec(), 3, cache_dir=str(tmp_path / "b"))  # recomputed from scratch
     assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y)
     c = load_partition(spec(seed=7), 3, cache_dir=str(tmp_path / "c"))
@@ -71,26 +76,26 @@ def test_hub_path_gives_the_same_partitions_as_local(monkeypatch, tmp_path):
     """FederatedDataset (the hub path) fed the same rows yields identical partitions."""
     import flwr_datasets.federated_dataset as fdmod
 
-    local = D.local_datasetdict("digits")
+    local = local_datasetdict("digits")
     monkeypatch.setattr(fdmod.datasets, "load_dataset", lambda *a, **k: local)
-    monkeypatch.setitem(D.DATASETS, "digits", D.DATASETS["digits"].__class__(**{**D.DATASETS["digits"].__dict__, "hub_id": "fake/digits"}))
+    monkeypatch.setitem(DATASETS, "digits", DATASETS["digits"].__class__(**{**DATASETS["digits"].__dict__, "hub_id": "fake/digits"}))
     # the local path partitions a row index (labels + row positions) and takes the rows from the arrays;
     # the hub path partitions the full rows, images included: both must give the same arrays
     for partitioner, holdout in (("iid", 0), ("dirichlet", 0), ("shards", 0), ("dirichlet", 100)):
         s_local = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout)
         s_hub = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout, source="hub")
-        hub_part = D._partitioner_for(s_hub)
-        loc_part = D._partitioner_for(s_local)
-        assert D.ROW in loc_part.dataset.column_names and "image" not in loc_part.dataset.column_names
-        pairs = [(D._from_hf("digits", hub_part.load_partition(pid)), D._to_arrays(s_local, loc_part.load_partition(pid)))
+        hub_part = load._partitioner_for(s_hub)
+        loc_part = load._partitioner_for(s_local)
+        assert ROW in loc_part.dataset.column_names and "image" not in loc_part.dataset.column_names
+        pairs = [(from_hf("digits", hub_part.load_partition(pid)), load._to_arrays(s_local, loc_part.load_partition(pid)))
                  for pid in (0, 4, 9)]
         if holdout:
-            pairs.append((D._from_hf("digits", hub_part.load_split("server")),
-                          D._to_arrays(s_local, D._local_train_splits(s_local)[1])))
+            pairs.append((from_hf("digits", hub_part.load_split("server")),
+                          load._to_arrays(s_local, load._local_train_splits(s_local)[1])))
         for h, l in pairs:
             assert len(h) > 0 and np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y), (partitioner, holdout)
     # the test split: the hub's shuffled rows
-    h = D._from_hf("digits", D._partitioner_for(spec(partitioner="iid", num_partitions=1, source="hub")).load_split("test"))
+    h = from_hf("digits", load._partitioner_for(spec(partitioner="iid", num_partitions=1, source="hub")).load_split("test"))
     l = load_test("digits", "local", cache_dir=str(tmp_path))
     assert np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y)
 
@@ -113,12 +118,12 @@ def test_empty_partitions_load_as_empty_arrays():
     empty = [p for p in parts if len(p) == 0]
     assert empty, [len(p) for p in parts]  # Dirichlet(0.01) over 30 clients leaves some without data
     assert all(p.x.shape == (0, 1, 8, 8) and p.x.dtype == np.uint8 and p.y.shape == (0,) for p in empty)
-    assert sum(len(p) for p in parts) == len(D.local_datasetdict("digits")["train"])
+    assert sum(len(p) for p in parts) == len(local_datasetdict("digits")["train"])
 
 
-def _indices(part):
-    part._determine_partition_id_to_indices_if_needed()
-    return {k: list(v) for k, v in part._partition_id_to_indices.items()}
+def _rows(part, n=10):
+    """Each partition's rows of the digits train split, through the public Partitioner interface."""
+    return [column(part.load_partition(i), ROW).tolist() for i in range(n)]
 
 
 @pytest.mark.parametrize("balance", [False, True])
@@ -128,15 +133,15 @@ def test_resampling_dirichlet_equals_flwr_datasets_where_flwr_succeeds(balance):
 
     from flwr_datasets.partitioner import DirichletPartitioner
 
-    train = D.local_datasetdict("digits")["train"].shuffle(seed=42)
-    ours = D.make_partitioner(spec(min_partition_size=60, balance=balance), 0)
+    s = spec(min_partition_size=60, balance=balance)
+    ours = make_partitioner(s, 0)
     theirs = DirichletPartitioner(num_partitions=10, partition_by="label", alpha=0.5, min_partition_size=60,
                                   self_balancing=balance, seed=42)
-    ours.dataset = theirs.dataset = train
+    ours.dataset = theirs.dataset = load._local_train_splits(s)[0]  # the digits train split's row index, shuffled
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # flwr-datasets warns once per redraw
-        expected = _indices(theirs)
-    assert _indices(ours) == expected
+        expected = _rows(theirs)
+    assert _rows(ours) == expected
     assert 1 < ours.draws <= 11  # the case exercises redrawing
 
 
@@ -156,8 +161,8 @@ def test_fens_dirichlet_001_gives_20_non_empty_clients_on_fmnist():
     s = DataSpec(dataset="fashion_mnist", source="local", partitioner="dirichlet", num_partitions=20,
                  alpha=cfg["dirichlet-alpha"], min_partition_size=cfg["dirichlet-min-size"],
                  balance=cfg["dirichlet-balance"], max_draws=cfg["dirichlet-max-draws"])
-    p = D.make_partitioner(s, 0)
-    p.dataset = D._local_train_splits(s)[0]
-    sizes = [len(v) for v in _indices(p).values()]
+    p = make_partitioner(s, 0)
+    p.dataset = load._local_train_splits(s)[0]
+    sizes = [len(v) for v in p.partition_indices().values()]
     assert cfg["dirichlet-alpha"] == 0.01 and p.draws > 11  # flwr-datasets alone would have given up
     assert min(sizes) >= 10 and sum(sizes) == 60_000, sizes

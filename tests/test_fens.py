@@ -9,7 +9,8 @@ from hetfl import launch
 from hetfl.common.comm import record_nbytes
 from hetfl.common.compression import dequantize_int8, dequantize_state, quantize_int8, quantize_state
 from hetfl.common.config import validate
-from hetfl.common.data import DataSpec, load_partition
+from hetfl.data.load import load_partition
+from hetfl.data.spec import DataSpec
 from hetfl.common.models import get_state
 from hetfl.common.task import make_model
 from hetfl.common.train import Normalizer, member_logits

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetfl.common import data as D
-from hetfl.common.data import ArrayData
 from hetfl.common.models import build_model
 from hetfl.common.train import Normalizer, evaluate, train
+from hetfl.data.arrays import ArrayData
+from hetfl.data.load import local_arrays
 
 
 def _digits(n: int) -> ArrayData:
-    train_split = D.local_arrays("digits")[0]
+    train_split = local_arrays("digits")[0]
     return ArrayData(train_split.x[:n], train_split.y[:n])
 
 

@@ -8,16 +8,18 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from hetfl.common import data as D
 from hetfl.common.config import validate
-from hetfl.common.data import LocalDataError, class_ids
 from hetfl.common.nodes import ClientMap, run_records
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.task import client_data, config_of
+from hetfl.data.byo import LocalDataError, class_ids
+from hetfl.data.catalog import DATASETS
+from hetfl.data.info import RUN_DATA, dataset_info
+from hetfl.data.load import load_local_data
 
 from .test_local_data import digits, write_pngs
 
-FMNIST_NAMES = list(D.DATASETS["fashion_mnist"].class_names)
+FMNIST_NAMES = list(DATASETS["fashion_mnist"].class_names)
 
 
 # --- the matching itself: hand-worked cases ---------------------------------------------------------------------
@@ -91,11 +93,11 @@ def setup(tmp_path_factory):
 def test_the_server_sends_its_classes_with_every_message(setup, task_identity):
     cfg, *_ = setup
     records = run_records(cfg)
-    sent = dict(records[D.RUN_DATA])
+    sent = dict(records[RUN_DATA])
     assert sent["class-names"] == NAMES and sent["num-classes"] == 10 and sent["shape"] == [1, 8, 8]
     cmap = ClientMap({5: {"client-ids": [0]}})
     cmap.records = records
-    assert dict(cmap.message(0, RecordDict({}), "train").content[D.RUN_DATA]) == sent
+    assert dict(cmap.message(0, RecordDict({}), "train").content[RUN_DATA]) == sent
     assert run_records(validate({"dataset": "fashion_mnist"})) == {}  # a named dataset: every node knows its classes
 
 
@@ -108,7 +110,7 @@ def test_a_device_with_a_subset_of_the_classes_trains_with_the_servers_labels(se
     assert list(reply.content["config"]["client-ids"]) == [1]
     got = client_data(ctx, config_of(ctx))
     # the server's labels of the same pictures: its own folder read as the run's evaluation set
-    srv = D.load_local_data(server, D.dataset_info(cfg["dataset"]), "server", split="test")
+    srv = load_local_data(server, dataset_info(cfg["dataset"]), "server", split="test")
     want = {bytes(x.tobytes()): int(y) for x, y in zip(srv.x, srv.y)}
     assert sorted(set(got.y.tolist())) == sorted(NAMES.index(n) for n in ("coat", "bag", "sandal", "trouser"))
     assert [want[x.tobytes()] for x in got.x] == got.y.tolist()  # every row labelled as the server labels it

@@ -17,11 +17,16 @@ import torch
 from flwr.app import Context, RecordDict
 from PIL import Image
 
-from hetfl.common import data as D
 from hetfl.common.config import ConfigError, validate
-from hetfl.common.data import ArrayData, DataSpec, LocalDataError, is_local_data_error, load_partition
 from hetfl.common.task import client_data, config_of, eval_splits, make_model, node_client_id
 from hetfl.common.train import Normalizer
+from hetfl.data import info, load
+from hetfl.data.arrays import ArrayData
+from hetfl.data.byo import LocalDataError, content_client_id, is_local_data_error
+from hetfl.data.convert import to_hf
+from hetfl.data.info import dataset_info
+from hetfl.data.load import load_eval, load_local_data, load_partition, load_server_set, local_arrays, local_datasetdict
+from hetfl.data.spec import DataSpec
 from hetfl.launch import PreflightError, preflight
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +39,7 @@ def ctx(run_config: dict, **node_config) -> Context:
 
 
 def digits(n: int = 40) -> ArrayData:
-    train = D.local_arrays("digits")[0]
+    train = local_arrays("digits")[0]
     return ArrayData(train.x[:n], train.y[:n])
 
 
@@ -57,7 +62,7 @@ def write_pngs(root: Path, images: dict[str, list[np.ndarray]]) -> Path:
 
 def _save_to_disk_dataset(tmp: Path):
     d = digits()
-    return save(D._to_hf("digits", d), tmp / "ds"), d
+    return save(to_hf("digits", d), tmp / "ds"), d
 
 
 def _save_to_disk_datasetdict(tmp: Path):
@@ -87,8 +92,9 @@ FORMATS = {"save_to_disk Dataset": _save_to_disk_dataset, "save_to_disk DatasetD
 def test_each_format_loads_through_the_node_path(fmt, tmp_path, monkeypatch):
     path, expected = FORMATS[fmt](tmp_path)
     # the node never reads the run's dataset: every way to the global data fails here
-    for name in ("local_arrays", "read_reference", "_partitioner_for", "source_arrays"):
-        monkeypatch.setattr(D, name, lambda *a, **k: pytest.fail("a node with data-path read the global dataset"))
+    for module, name in ((load, "local_arrays"), (load, "read_reference"), (info, "read_reference"),
+                         (load, "_partitioner_for"), (load, "source_arrays")):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("a node with data-path read the global dataset"))
     cfg = validate(DIGITS)
     got = client_data(ctx(DIGITS, **{"data-path": str(path)}), cfg)
     assert got.x.dtype == np.uint8 and got.x.shape == expected.x.shape == (len(expected), 1, 8, 8)
@@ -100,7 +106,7 @@ def test_text_csv_loads_for_a_text_run(tmp_path):
     (tmp_path / "news").mkdir()
     (tmp_path / "news" / "train.csv").write_text("text,label\nstocks rally,2\nnew chip,3\nelection day,0\n")
     run = {"dataset": "ag_news", "model": "text"}
-    got = D.load_local_data(tmp_path / "news", D.dataset_info("ag_news"), "node data-path 'news'")
+    got = load_local_data(tmp_path / "news", dataset_info("ag_news"), "node data-path 'news'")
     assert got.x.tolist() == ["stocks rally", "new chip", "election day"] and got.y.tolist() == [2, 3, 0]
     assert validate(run)["dataset"] == "ag_news"
 
@@ -114,7 +120,7 @@ def _bad(tmp: Path, case: str) -> tuple[Path, str, dict]:
 
     d = digits(20)
     if case == "shape":  # 8x8 digits for a 28x28 Fashion-MNIST run
-        return save(D._to_hf("digits", d), tmp / case), "images of shape (1, 8, 8) (channels, height, width); the run expects (1, 28, 28)", {"dataset": "fashion_mnist"}
+        return save(to_hf("digits", d), tmp / case), "images of shape (1, 8, 8) (channels, height, width); the run expects (1, 28, 28)", {"dataset": "fashion_mnist"}
     if case == "channels":  # RGB images for a grayscale run
         rgb = [np.repeat(i[0][:, :, None], 3, axis=2) for i in d.x[:4]]
         return write_pngs(tmp / case, {"a": rgb[:2], "b": rgb[2:]}), "images of shape (3, 8, 8)", DIGITS
@@ -127,10 +133,10 @@ def _bad(tmp: Path, case: str) -> tuple[Path, str, dict]:
         ds = Dataset.from_dict({"pixels": d.x[:, 0].tolist(), "target": d.y.tolist()})
         return save(ds, tmp / case), "has the columns ['pixels', 'target']; the run expects the columns ['image', 'label']", DIGITS
     if case == "empty":  # as python -m hetfl.export writes an empty partition: one empty shard
-        D._to_hf("digits", ArrayData(d.x[:0], d.y[:0])).save_to_disk(str(tmp / case), num_shards=1)
+        to_hf("digits", ArrayData(d.x[:0], d.y[:0])).save_to_disk(str(tmp / case), num_shards=1)
         return tmp / case, "holds no rows; the run expects at least one labelled example", DIGITS
     if case == "empty-no-shards":  # save_to_disk's default for no rows: no data file, which load_from_disk cannot read
-        return save(D._to_hf("digits", ArrayData(d.x[:0], d.y[:0])), tmp / case), "holds no rows", DIGITS
+        return save(to_hf("digits", ArrayData(d.x[:0], d.y[:0])), tmp / case), "holds no rows", DIGITS
     if case == "missing":
         return tmp / case, "no such directory", DIGITS
     if case == "unreadable":
@@ -138,7 +144,7 @@ def _bad(tmp: Path, case: str) -> tuple[Path, str, dict]:
         (tmp / case / "weights.bin").write_bytes(b"\0" * 64)
         return tmp / case, "could not be read as a dataset", DIGITS
     if case == "truncated-arrow":  # a copy cut short: the Arrow file ends mid-record
-        path = save(D._to_hf("digits", d), tmp / case)
+        path = save(to_hf("digits", d), tmp / case)
         arrow = next(path.glob("*.arrow"))
         arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
         return path, "could not be read as a dataset", DIGITS
@@ -165,7 +171,7 @@ def test_bad_node_data_raises_one_clear_error(case, tmp_path):
     assert re.match(rf"(client \d+: )?node data-path {re.escape(repr(str(path)))}: ", msg), msg
     assert fragment in msg and "\n" not in msg, msg
     # the server recognises it in a failed reply, from either engine
-    assert is_local_data_error(f"<class 'hetfl.common.data.LocalDataError'>:<'{msg}'>")
+    assert is_local_data_error(f"<class 'hetfl.data.byo.LocalDataError'>:<'{msg}'>")
     assert is_local_data_error(f"<class 'ClientAppException'>:<'\nException ClientAppException occurred. Message: {msg}'>")
     assert not is_local_data_error("<class 'ValueError'>:<'state mismatch'>")
 
@@ -183,13 +189,13 @@ def test_a_bad_server_data_path_names_the_key(tmp_path):
 
 
 def test_client_id_from_node_config_or_data_content(tmp_path):
-    a = save(D._to_hf("digits", digits(30)), tmp_path / "a")
+    a = save(to_hf("digits", digits(30)), tmp_path / "a")
     shutil.copytree(a, tmp_path / "copy")
-    b = save(D._to_hf("digits", digits(31)), tmp_path / "b")
+    b = save(to_hf("digits", digits(31)), tmp_path / "b")
     assert node_client_id(ctx({}, **{"data-path": str(a), "client-id": 5, "partition-id": 2})) == 5
     assert node_client_id(ctx({}, **{"data-path": str(a), "partition-id": 2, "num-partitions": 4})) == 2
     content = node_client_id(ctx({}, **{"data-path": str(a)}))
-    assert 0 <= content < 2**31 and content == D.content_client_id(a)
+    assert 0 <= content < 2**31 and content == content_client_id(a)
     assert node_client_id(ctx({}, **{"data-path": str(tmp_path / "copy")})) == content  # a copy is the same client
     assert node_client_id(ctx({}, **{"data-path": str(b)})) != content  # one more row: another client
     with pytest.raises(ValueError, match="client-id='x'; expected a non-negative integer"):
@@ -241,7 +247,7 @@ def test_exported_split_is_the_simulations_split(sets, tmp_path, capsys):
     for a, b in zip(eval_splits(half), eval_splits({**half, "server-data-path": served["server-data-path"]})):
         assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y)
     if cfg["server-holdout"]:
-        assert np.array_equal(D.load_server_set(spec).x, D.load_server_set(DataSpec.from_config(served, 1)).x)
+        assert np.array_equal(load_server_set(spec).x, load_server_set(DataSpec.from_config(served, 1)).x)
     from flwr.common.config import parse_config_args
 
     printed = capsys.readouterr().out.split("--node-config ", 1)[1].splitlines()[0]  # as flower-supernode parses it
@@ -268,7 +274,7 @@ def test_export_refuses_a_non_empty_directory_and_bad_keys(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def digits_dir(tmp_path_factory) -> Path:
     """scikit-learn's digits as a save_to_disk DatasetDict: the named 'digits' dataset's rows, in its order."""
-    return save(D.local_datasetdict("digits"), tmp_path_factory.mktemp("byo") / "digits")
+    return save(local_datasetdict("digits"), tmp_path_factory.mktemp("byo") / "digits")
 
 
 @pytest.mark.parametrize("partitioner", ["iid", "dirichlet", "shards"])
@@ -280,7 +286,7 @@ def test_a_dir_dataset_partitions_like_the_named_one(partitioner, digits_dir):
     for i in range(5):
         a, b = load_partition(named, i), load_partition(own, i)
         assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y)
-    t1, t2 = D.load_eval(named), D.load_eval(own)
+    t1, t2 = load_eval(named), load_eval(own)
     assert np.array_equal(t1.x, t2.x) and np.array_equal(t1.y, t2.y)
 
 
@@ -342,9 +348,9 @@ def test_new_keys_are_validated_with_one_line(run, fragment):
 def test_preflight_checks_a_dir_dataset(dataset, fragment, tmp_path):
     run = {}
     if dataset == "train-only":
-        dataset = f"dir:{save(D._to_hf('digits', digits(20)), tmp_path / 'train-only')}"
+        dataset = f"dir:{save(to_hf('digits', digits(20)), tmp_path / 'train-only')}"
     if dataset == "fewer-classes":
-        dataset, run = f"dir:{save(D.local_datasetdict('digits'), tmp_path / 'dd')}", {"num-classes": 5}
+        dataset, run = f"dir:{save(local_datasetdict('digits'), tmp_path / 'dd')}", {"num-classes": 5}
     with pytest.raises(PreflightError) as err:
         preflight({"dataset": dataset, **run})
     assert fragment in str(err.value)
@@ -402,10 +408,10 @@ def test_a_builder_builds_the_runs_model(builders):
 
 def test_a_node_describes_a_reference_from_its_own_data(tmp_path, monkeypatch):
     """A node with data-path never reads the server's `dir:` reference: model and checks follow its own data."""
-    path = save(D._to_hf("digits", digits(30)), tmp_path / "node")
+    path = save(to_hf("digits", digits(30)), tmp_path / "node")
     run = {"dataset": "dir:/server/only/digits", "num-classes": 10, "model": "cnn"}
-    monkeypatch.setattr(D, "_DESCRIBED", {})
-    monkeypatch.setattr(D, "_BY_NAME", {})
+    monkeypatch.setattr(info, "_DESCRIBED", {})
+    monkeypatch.setattr(info, "_BY_NAME", {})
     context = ctx(run, **{"data-path": str(path)})
     cfg = config_of(context)
     assert make_model(cfg)(torch.zeros(2, 1, 8, 8)).shape == (2, 10)

@@ -9,9 +9,9 @@ import torch
 from hetfl import launch, methods
 from hetfl.common import config
 from hetfl.common.config import SCHEMA, ConfigError, Key, validate
-from hetfl.common.data import DATASETS
 from hetfl.common.models import MODELS, build_model
 from hetfl.common.registry import NODE_QUERY, MethodSpec
+from hetfl.data.catalog import DATASETS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +32,29 @@ def test_common_imports_no_method_package():
     for path in (ROOT / "hetfl" / "common").glob("*.py"):
         bad = [m for m in _imports(path) if m.startswith("hetfl.") and m.split(".")[1] in packages]
         assert not bad, f"{path.name} imports {bad}"
+
+
+def test_data_imports_nothing_of_hetfl_but_itself():
+    """hetfl/data stands below hetfl.common and the method packages, which build on it."""
+    for path in (ROOT / "hetfl" / "data").glob("*.py"):
+        bad = [m for m in _imports(path) if m.split(".")[0] == "hetfl" and not m.startswith("hetfl.data")]
+        bad += [f"{'.' * n.level}{n.module or ''}" for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.ImportFrom) and n.level > 1]
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_no_function_over_60_lines_without_a_one_line_reason():
+    """A function of hetfl/ longer than 60 lines (signature and docstring included) carries a comment line right above
+    its ``def`` (or its decorators) saying why."""
+    long = []
+    for path in sorted((ROOT / "hetfl").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 60:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if not lines[first - 2].strip().startswith("#"):
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
 
 
 def test_every_declared_entry_point_resolves_and_every_message_type_is_served():
@@ -149,12 +172,18 @@ def test_launcher_bad_input_is_one_line_and_exit_2_before_anything_starts(args, 
 
 @pytest.fixture
 def no_hf_cache(tmp_path, monkeypatch):
-    """An empty Hugging Face cache, no offline switch and no proxy: whether the hub is tried is up to pre-flight."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE",
-                "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+    """An empty Hugging Face cache, no offline switch and no proxy: whether the hub is tried is up to pre-flight.
+    huggingface_hub reads its settings (HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_ENDPOINT) from the environment
+    once, when imported: they are set on its constants here."""
+    from huggingface_hub import constants
+
+    for var in ("HF_DATASETS_OFFLINE", "HF_DATASETS_CACHE", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://huggingface.co")
     return tmp_path / "hf"
 
 
@@ -164,11 +193,11 @@ def test_a_dataset_neither_here_nor_on_the_hub_fails_preflight_at_once(source, t
     """data-source auto (every CIFAR, SVHN and AG News preset) or hub, no local files, the hub unreachable: one line
     naming the dataset, what was tried and how to get it, exit 2, within seconds (it once failed 46 s later in the
     ClientApps with 3 tracebacks). The hub is looked at once (the probe is replaced: no network in tests)."""
-    from hetfl.common import data
+    from hetfl.data import hub
 
     calls = []
-    monkeypatch.setattr(data, "_probe_hub", lambda url, timeout: calls.append((url, timeout)) or
-                        f"the hub did not answer within {timeout:g} s ({url})")
+    monkeypatch.setattr(hub, "_probe_hub", lambda hub_id, timeout: calls.append((hub_id, timeout)) or
+                        f"the hub did not answer within {timeout:g} s ({hub.hub_endpoint()}/api/datasets/{hub_id})")
     monkeypatch.setattr(launch, "superlink", lambda *a, **k: pytest.fail("a SuperLink was started"))
     monkeypatch.chdir(ROOT)
     t0 = __import__("time").monotonic()
@@ -179,14 +208,16 @@ def test_a_dataset_neither_here_nor_on_the_hub_fails_preflight_at_once(source, t
                    f"within 5 s (https://huggingface.co/api/datasets/uoft-cs/cifar10); data-source = {source!r}); "
                    f"to get it: {DATASETS['cifar10'].how_to_get}" + (", and set data-source = 'local'" if source == "hub" else
                                                                      ", or let this machine reach huggingface.co")]
-    assert calls == [("https://huggingface.co/api/datasets/uoft-cs/cifar10", data.HUB_PROBE_TIMEOUT_S)]
+    assert calls == [("uoft-cs/cifar10", hub.HUB_PROBE_TIMEOUT_S)]
 
 
 def test_preflight_sends_nothing_offline_and_takes_a_cached_hub_dataset(no_hf_cache, monkeypatch):
-    from hetfl.common import data
+    from huggingface_hub import constants
 
-    monkeypatch.setattr(data, "_probe_hub", lambda *a: pytest.fail("the hub was contacted"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from hetfl.data import hub
+
+    monkeypatch.setattr(hub, "_probe_hub", lambda *a: pytest.fail("the hub was contacted"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(launch.PreflightError, match="'cifar10': no local files found .* not in the Hugging Face cache "
                                                     "and HF_HUB_OFFLINE is set; data-source = 'auto'"):
         launch.preflight({"dataset": "cifar10", "data-source": "auto"})
@@ -207,12 +238,18 @@ def test_the_hub_probe_is_one_bounded_request(no_hf_cache, monkeypatch):
     import threading
     import time
 
-    from hetfl.common import data
+    from huggingface_hub import constants
+
+    from hetfl.data import hub
 
     class Hub(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            self.send_response(200 if self.path == "/api/datasets/org/there" else 404)
+            there = self.path == "/api/datasets/org/there"
+            body = b'{"id": "org/there"}' if there else b""
+            self.send_response(200 if there else 404)
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, *a):
             pass
@@ -223,12 +260,12 @@ def test_the_hub_probe_is_one_bounded_request(no_hf_cache, monkeypatch):
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)  # accepts (in the kernel) and never answers
     try:
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-        assert data.hub_unavailable("org/there", timeout=5) is None
-        assert "the hub answered HTTP 404" in data.hub_unavailable("org/gone", timeout=5)
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        assert hub.hub_unavailable("org/there", timeout=5) is None
+        assert "the hub answered HTTP 404" in hub.hub_unavailable("org/gone", timeout=5)
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
         t0 = time.monotonic()
-        assert data.hub_unavailable("org/there", timeout=0.5).startswith("the hub did not answer")
+        assert hub.hub_unavailable("org/there", timeout=0.5).startswith("the hub did not answer")
         assert time.monotonic() - t0 < 2
     finally:
         server.shutdown()

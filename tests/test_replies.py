@@ -123,8 +123,8 @@ def test_a_run_where_no_client_succeeds_stops_with_a_clear_error(idle_rounds, tm
     require_fmnist()
     from hetfl import launch
     from hetfl.baselines import client_app
-    from hetfl.common.data import LocalDataError
-    from hetfl.common.rounds import NoClientSucceeded
+    from hetfl.common.results import NoClientSucceeded
+    from hetfl.data.byo import LocalDataError
 
     def no_data(context, cfg, client_id=None):
         raise LocalDataError("node data-path '/data': label 12 outside [0, 10)")
@@ -152,8 +152,8 @@ def test_replies_of_clients_without_data_are_not_accepted_updates(tmp_path, task
     so max-idle-rounds stops a federation of empty clients (it used to count them and run forever)."""
     require_fmnist()
     from hetfl.baselines import client_app
-    from hetfl.common.data import ArrayData
-    from hetfl.common.rounds import NoClientSucceeded
+    from hetfl.common.results import NoClientSucceeded
+    from hetfl.data.arrays import ArrayData
 
     real = client_app.client_data
 

@@ -36,6 +36,28 @@ def test_recorder_writes_metrics_and_plot(tmp_path):
     assert machine["cuda_devices"] == torch.cuda.device_count()
 
 
+def test_a_stopped_run_records_why_writes_its_plot_and_closes_its_trackers(tmp_path):
+    """RunRecorder.stop: the reason is the run's outcome (``stopped``), metrics.json and the plot are written, and the
+    TensorBoard writer is closed (its events flushed to disk), then NoClientSucceeded is raised with the reason."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hetfl.common.results import NoClientSucceeded
+
+    cfg = {"method": "fedavg", "dataset": "digits", "partitioner": "iid", "seed": 0, "tracking": "tensorboard",
+           "results-dir": str(tmp_path), "run-name": "s"}
+    rec = RunRecorder(cfg, threshold=0.5)
+    rec.record(0, 0.1, 2.3)
+    rec.record(1, 0.2, 2.0, clients=[0, 1], accepted=0)
+    with pytest.raises(NoClientSucceeded, match="every update was NaN; the server log"):
+        rec.stop(2, "every update was NaN")
+    data = json.loads((tmp_path / "s" / "metrics.json").read_text())
+    assert data["stopped"] == {"round": 2, "reason": "every update was NaN"} and len(data["rounds"]) == 2
+    assert (tmp_path / "s" / "accuracy.png").exists() and rec._trackers is None
+    events = EventAccumulator(str(tmp_path / "s" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars(events.Tags()["scalars"][0])] == [0, 1]
+
+
 def test_every_resume_adds_the_machine_from_its_first_round(tmp_path):
     here = {**machine_info(), "from_round": 0}
     elsewhere = {**here, "cpu": "some other CPU", "torch_cpu_capability": "AVX2"}

@@ -191,7 +191,7 @@ def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_ide
 
     from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-    from hetfl.common.data import ArrayData
+    from hetfl.data.arrays import ArrayData
     from hetfl.shefl_app import client_app
 
     run_config = {"method": "shefl", "dataset": "digits", "shefl-models": 2, "shefl-hpc-local-epochs": 10, "shefl-lpc-local-epochs": 1}
@@ -270,7 +270,7 @@ def test_hpcs_train_each_model_from_its_own_global_weights(monkeypatch, task_ide
 
     from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-    from hetfl.common.data import ArrayData
+    from hetfl.data.arrays import ArrayData
     from hetfl.shefl_app import client_app
 
     run_config = {"method": "shefl", "dataset": "digits", "shefl-models": 3}
@@ -295,7 +295,7 @@ def test_hpcs_train_each_model_from_its_own_global_weights(monkeypatch, task_ide
 
 def test_lr_decay_and_weight_decay_reach_the_optimizer(monkeypatch):
     from hetfl.common import task
-    from hetfl.common.data import ArrayData
+    from hetfl.data.arrays import ArrayData
 
     seen = {}
     monkeypatch.setattr(task, "train", lambda model, data, norm, **kw: seen.update(kw))

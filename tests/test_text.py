@@ -8,10 +8,11 @@ import torch
 
 from hetfl import launch
 from hetfl.common.config import ConfigError, validate
-from hetfl.common.data import DataSpec, load_partition, load_test
 from hetfl.common.task import make_model, model_inputs
 from hetfl.common.text import tokenize
 from hetfl.common.train import Normalizer, evaluate, train
+from hetfl.data.load import load_partition, load_test
+from hetfl.data.spec import DataSpec
 
 from .conftest import write_synthetic_ag_news
 

@@ -9,7 +9,7 @@ import hetfl  # noqa: F401  (registers every method's keys)
 from hetfl.common import task
 from hetfl.common import train as T
 from hetfl.common.config import ConfigError, validate
-from hetfl.common.data import ArrayData
+from hetfl.data.arrays import ArrayData
 from hetfl.common.models import CNN, get_state
 from hetfl.common.train import (Normalizer, _batches, augment_batch, autocast, cosine_epoch_lr, crop_flip, evaluate,
                                 evaluate_ensemble, member_disagreement, member_logits, num_steps, predict_proba,

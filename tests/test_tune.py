@@ -108,7 +108,7 @@ def test_an_interrupted_study_resumes_from_its_file(tmp_path, monkeypatch):
 def test_a_trial_whose_run_fails_uses_its_budget_and_the_study_goes_on(tmp_path, monkeypatch):
     """A value that makes the run fail (NoClientSucceeded: every update diverged) is a failed trial with its reason,
     counted in the budget; the study continues with the next values."""
-    from hetfl.common.rounds import NoClientSucceeded
+    from hetfl.common.results import NoClientSucceeded
 
     real = T.run_trial
 

@@ -22,6 +22,7 @@ index, shapes, NaN/inf) are rejected and logged, never applied.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
@@ -112,6 +113,21 @@ PLANNERS: dict[str, type[Planner]] = {"adaptivefl": AdaptiveFLPlanner, "all-larg
 """``Variant.plan`` -> its planner."""
 
 
+@dataclass
+class _Tally:
+    """What one round's replies brought back: per pool slot the (state, weight) updates, returns per pool member,
+    parameter counts sent and back (Eq. 5), train losses and the outcome counts."""
+
+    got: list[list[tuple[dict[str, np.ndarray], float]]]
+    returned: list[int]
+    sent_sizes: list[int] = field(default_factory=list)
+    back_sizes: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    failed: int = 0
+    pruned: int = 0
+    untrained: int = 0
+
+
 class AdaptiveFL(StrategyBase):
     """AdaptiveFL (Alg. 1) over the known clients.
 
@@ -193,10 +209,8 @@ class AdaptiveFL(StrategyBase):
         return [None if b == -1 else b for b in backs], states, weight
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        got: list[list[tuple[dict[str, np.ndarray], float]]] = [[] for _ in range(self.num_models)]
-        sent_sizes, back_sizes, losses = [], [], []
-        failed = rejected = pruned = untrained = 0
-        returned = [0] * len(self.pool)  # trained submodels that came back, per pool member
+        """Alg. 2 per pool slot over the trained submodels that came back; the RL tables learn every outcome."""
+        tally = _Tally([[] for _ in range(self.num_models)], [0] * len(self.pool))
 
         def check(r: Message) -> tuple[list[int | None], list[dict[str, np.ndarray]], float, float | None]:
             backs, states, weight = self.check_reply(r, [m for _, m in self.sent[self.map.client_of(r)]])
@@ -212,54 +226,63 @@ class AdaptiveFL(StrategyBase):
             if client not in self.sent or client in answered:
                 continue
             answered.add(client)
-            todo = self.sent[client]
-            sent_sizes += [self.pool[m].size for _, m in todo]
-            if r.has_error():
-                failed += 1
-                back_sizes += [0] * len(todo)
-                for _, m in todo:
-                    self.selector.update(client, m, None)
-                continue
-            if id(r) not in parsed:  # rejected (logged by validate_replies): nothing applied, tables untouched
-                back_sizes += [0] * len(todo)
-                continue
-            backs, states, weight, loss = parsed[id(r)]
-            for (slot, m), back, state in zip(todo, backs, states, strict=True):
-                self.selector.update(client, m, back)
-                if back is None:
-                    untrained += 1
-                    back_sizes.append(0)
-                    continue
-                pruned += back != m
-                returned[back] += 1
-                back_sizes.append(self.pool[back].size)
-                got[slot].append((state, weight))
-            if loss is not None:
-                losses.append(loss)
+            self._take_reply(tally, client, r, parsed.get(id(r)))
         lost = [c for c in self.sent if c not in answered]  # timed out: nothing came back
         for client in lost:
             for _, m in self.sent[client]:
-                sent_sizes.append(self.pool[m].size)
-                back_sizes.append(0)
+                tally.sent_sizes.append(self.pool[m].size)
+                tally.back_sizes.append(0)
                 self.selector.update(client, m, None)
-        failed += len(lost)
+        tally.failed += len(lost)
         self.rejected = rejected
         new = []
         for slot, st in enumerate(self._states):
-            updates = [u for u in got[slot] if u[1] > 0]
+            updates = [u for u in tally.got[slot] if u[1] > 0]
             new.append(aggregate_submodels(st, [s for s, _ in updates], [w for _, w in updates]) if updates else st)
-        self.total_sent += sum(sent_sizes)
-        self.total_back += sum(back_sizes)
-        self.last_round = {
-            "waste_rate": waste_rate(sent_sizes, back_sizes),
-            "cum_waste_rate": waste_rate([self.total_sent], [self.total_back]),
-            "params_sent": int(sum(sent_sizes)), "params_back": int(sum(back_sizes)),
-            "pruned": pruned, "untrained": untrained, "failed": failed, "rejected": rejected,
-            **{f"back_{e.name}": n for e, n in zip(self.pool.entries, returned, strict=True)},
-        }
-        metrics = MetricRecord({"train_loss": float(np.mean(losses)) if losses else float("nan"),
-                                "failed": failed, "rejected": rejected})
+        self._close_round(tally, rejected)
+        metrics = MetricRecord({"train_loss": float(np.mean(tally.losses)) if tally.losses else float("nan"),
+                                "failed": tally.failed, "rejected": rejected})
         return pack_models(new), metrics
+
+    def _take_reply(self, tally: _Tally, client: int, r: Message, parsed: tuple | None) -> None:
+        """One client's reply into the tally, each sent submodel's outcome into the RL tables (failed, rejected:
+        nothing applied; a rejected reply leaves the tables untouched, as validate_replies logged it)."""
+        todo = self.sent[client]
+        tally.sent_sizes += [self.pool[m].size for _, m in todo]
+        if r.has_error():
+            tally.failed += 1
+            tally.back_sizes += [0] * len(todo)
+            for _, m in todo:
+                self.selector.update(client, m, None)
+            return
+        if parsed is None:
+            tally.back_sizes += [0] * len(todo)
+            return
+        backs, states, weight, loss = parsed
+        for (slot, m), back, state in zip(todo, backs, states, strict=True):
+            self.selector.update(client, m, back)
+            if back is None:
+                tally.untrained += 1
+                tally.back_sizes.append(0)
+                continue
+            tally.pruned += back != m
+            tally.returned[back] += 1
+            tally.back_sizes.append(self.pool[back].size)
+            tally.got[slot].append((state, weight))
+        if loss is not None:
+            tally.losses.append(loss)
+
+    def _close_round(self, tally: _Tally, rejected: int) -> None:
+        """The round's columns (waste rate, Eq. 5) and the run's running totals."""
+        self.total_sent += sum(tally.sent_sizes)
+        self.total_back += sum(tally.back_sizes)
+        self.last_round = {
+            "waste_rate": waste_rate(tally.sent_sizes, tally.back_sizes),
+            "cum_waste_rate": waste_rate([self.total_sent], [self.total_back]),
+            "params_sent": int(sum(tally.sent_sizes)), "params_back": int(sum(tally.back_sizes)),
+            "pruned": tally.pruned, "untrained": tally.untrained, "failed": tally.failed, "rejected": rejected,
+            **{f"back_{e.name}": n for e, n in zip(self.pool.entries, tally.returned, strict=True)},
+        }
 
     def round_metrics(self, traffic: Any) -> dict[str, Any]:
         """Waste rate (Eq. 5), parameters sent/back, pruned/untrained/failed/rejected, returns per pool member."""

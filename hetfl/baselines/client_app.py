@@ -11,7 +11,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.comm import put_sparse
-from hetfl.common.data import ArrayData
+from hetfl.data.arrays import ArrayData
 from hetfl.common.compression import StateLayout
 from hetfl.common.models import get_state
 from hetfl.common.task import (

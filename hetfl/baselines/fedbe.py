@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetfl.common.data import ArrayData
 from hetfl.common.models import get_state, set_state
 from hetfl.common.strategy import weighted_mean
 from hetfl.common.train import Normalizer, predict_proba, train
+from hetfl.data.arrays import ArrayData
 
 State = dict[str, np.ndarray]
 

@@ -21,7 +21,9 @@ from hetfl.baselines.params import (
 from hetfl.baselines.strategy import SeededFedAvg, SeededFedAvgSTC, SeededFedBE, SeededFedNova, SeededFedProx, SeededScaffold
 from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
 from hetfl.common.params import FederationParams, MethodParams, NoParams
-from hetfl.common.data import ArrayData, DataSpec, load_server_set
+from hetfl.data.arrays import ArrayData
+from hetfl.data.load import load_server_set
+from hetfl.data.spec import DataSpec
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder

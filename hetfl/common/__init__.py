@@ -1,1 +1,1 @@
-"""Shared pieces of all apps: config, data, models, training/evaluation, communication, results."""
+"""Shared pieces of all apps: config, models, training/evaluation, communication, results (their data: hetfl.data)."""

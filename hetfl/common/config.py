@@ -22,7 +22,9 @@ from typing import Any
 
 # The dataset table and the model registry are the single sources of the `dataset` and `model` names; a run may
 # also bring its own dataset (a hub:/dir: reference) and model (an import path): docs/bring-your-own.md.
-from .data import DATASETS, DatasetInfo, is_byo
+from hetfl.data.byo import is_byo
+from hetfl.data.catalog import DATASETS, DatasetInfo
+
 from .models import IMPORT_PATH, MODELS, model_spec
 
 

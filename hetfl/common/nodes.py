@@ -265,12 +265,13 @@ def run_records(cfg: dict[str, Any]) -> dict[str, ConfigRecord]:
     """The records every message of the run carries: for a ``hub:``/``dir:`` dataset the server's description of it
     (classes by name, input shape), which a node holding only its own data cannot know; none for a named dataset
     (every node knows it from the catalog)."""
-    from . import data as D
+    from hetfl.data.byo import is_byo
+    from hetfl.data.info import RUN_DATA, dataset_info, run_description
 
-    if not D.is_byo(cfg["dataset"]):
+    if not is_byo(cfg["dataset"]):
         return {}
-    info = D.dataset_info(cfg["dataset"], cfg["input-column"], cfg["label-column"], cfg["num-classes"])
-    return {D.RUN_DATA: ConfigRecord(D.run_description(info))}
+    info = dataset_info(cfg["dataset"], cfg["input-column"], cfg["label-column"], cfg["num-classes"])
+    return {RUN_DATA: ConfigRecord(run_description(info))}
 
 
 def discover_clients(grid, cfg: dict[str, Any], timeout: float = 600.0) -> ClientMap:

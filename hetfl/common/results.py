@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .progress import round_line
 from .tracking import Trackers, write_csv
@@ -91,6 +91,11 @@ def machine_info() -> dict[str, Any]:
     except Exception:  # pragma: no cover - not installed as a distribution
         pass
     return info
+
+
+class NoClientSucceeded(RuntimeError):
+    """No sampled client's update was accepted for ``max-idle-rounds`` rounds in a row, or in any round: the run
+    stops with its reason recorded (:meth:`RunRecorder.stop`)."""
 
 
 @dataclass
@@ -265,6 +270,17 @@ class RunRecorder:
         trackers.close()
         self._trackers = None
         return s
+
+    def stop(self, rnd: int, reason: str) -> NoReturn:
+        """End a run that cannot go on (no update accepted): record why as the run's outcome (``stopped``, kept with
+        its rows: not an interrupted run), write metrics.json and the plot, close the trackers, and raise
+        :class:`NoClientSucceeded` with the reason."""
+        self.extra["stopped"] = {"round": rnd, "reason": reason}
+        plot_run(self.write())
+        if self._trackers is not None:
+            self._trackers.close()
+            self._trackers = None
+        raise NoClientSucceeded(f"{reason}; the server log names each client's error")
 
 
 def load_metrics(path: Path | str) -> dict[str, Any]:

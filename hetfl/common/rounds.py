@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
-from flwr.serverapp.strategy import Strategy
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .comm import Traffic
 from .progress import heartbeat
-from .results import RunRecorder, plot_run
+from .results import RunRecorder
+from .strategy import StrategyBase
 
 log = logging.getLogger("hetfl")
 CHECKPOINT = "checkpoint.json"  # names its tensor file, checkpoint-r<round>-<random>.safetensors
@@ -54,10 +54,6 @@ def observe_rounds(fn: Callable[[dict[str, Any]], None]) -> Iterator[None]:
         _OBSERVERS.remove(fn)
 
 
-class NoClientSucceeded(RuntimeError):
-    """No sampled client's update was accepted for ``max-idle-rounds`` rounds in a row: the run stops."""
-
-
 def zero_weight(reply) -> bool:
     """Whether a reply's aggregation weight (``num-examples`` of its metric record) is 0: a client without data,
     whose update changes nothing and so is not an accepted update (``max-idle-rounds``)."""
@@ -75,12 +71,12 @@ def _numpy_to_arrays(state: dict[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({k: Array(np.asarray(v)) for k, v in state.items()})
 
 
-def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy: Strategy, recorder: RunRecorder) -> None:
+def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy: StrategyBase, recorder: RunRecorder) -> None:
     """Atomically write everything needed to continue after `server_round` (`path`: the checkpoint.json)."""
     state = {
         "round": server_round,
         "arrays": _arrays_to_numpy(arrays),
-        "strategy": strategy.state_dict() if hasattr(strategy, "state_dict") else None,
+        "strategy": strategy.state_dict(),
         "python_random": random.getstate(),
         "numpy_random": np.random.get_state(),
         "recorder": recorder.state_dict(),
@@ -102,7 +98,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return ck
 
 
-def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_round: int, arrays: ArrayRecord,
+def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, server_round: int, arrays: ArrayRecord,
                  evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]], also: Traffic | None = None) -> dict[str, Any]:
     """Evaluate, close the round's traffic period and record one row: the same columns for every method.
 
@@ -121,10 +117,10 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
     traffic = grid.take() if hasattr(grid, "take") else Traffic()
     if also is not None:
         traffic.add(also)
-    own = strategy.round_metrics(traffic) if server_round and hasattr(strategy, "round_metrics") else {}
+    own = strategy.round_metrics(traffic) if server_round and strategy is not None else {}
     acc, loss = metrics.pop("accuracy"), metrics.pop("loss")
     columns = {"eval_s": eval_s, "comm_s": traffic.comm_s, "replies": traffic.replies, "failures": traffic.failures,
-               "rejected": getattr(strategy, "rejected", 0) if server_round else 0,
+               "rejected": strategy.rejected if server_round and strategy is not None else 0,
                "hosts": dict(sorted(traffic.hosts.items())), **metrics, **own}
     if server_round:  # who answered, and how much each sent and got (a slow or a dropped device shows here)
         columns["bytes_up_by_client"] = {str(c): b for c, b in sorted(traffic.up.items())}
@@ -135,16 +131,130 @@ def record_round(grid, strategy: Strategy | None, recorder: RunRecorder, server_
     return row
 
 
-def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
+class RoundCallback:
+    """One job of the round loop besides the round itself, called at fixed points of every round.
+
+    The loop's own callbacks: :class:`Evaluation` (evaluate, record the row), :class:`IdleStop` (``max-idle-rounds``,
+    and a run that never trained) and :class:`Checkpointing` (write after each round, restore on resume). Tracking
+    is the recorder's: every row it records goes to its trackers (:class:`~hetfl.common.results.RunRecorder`).
+    """
+
+    def on_accepted(self, rnd: int, sent: int, accepted: int) -> None:
+        """After the round's aggregation: `sent` train messages, `accepted` client updates kept."""
+
+    def on_round_end(self, rnd: int, arrays: ArrayRecord) -> None:
+        """After the round, with the new global arrays (in callback order)."""
+
+    def on_end(self, last: int) -> None:
+        """After the loop's last round `last`."""
+
+
+class Evaluation(RoundCallback):
+    """Evaluate the global arrays and record the round's row (:func:`record_round`)."""
+
+    def __init__(self, grid, strategy: StrategyBase, recorder: RunRecorder,
+                 evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]]) -> None:
+        self.grid, self.strategy, self.recorder, self.evaluate_fn = grid, strategy, recorder, evaluate_fn
+
+    def on_round_end(self, rnd: int, arrays: ArrayRecord) -> None:
+        _note_left_out(self.recorder, self.strategy.map)  # nodes that connected later and were refused too
+        record_round(self.grid, self.strategy, self.recorder, rnd, arrays, self.evaluate_fn)
+
+
+class IdleStop(RoundCallback):
+    """Stop a run in which no client update was accepted for ``max-idle-rounds`` rounds in a row, or in any round."""
+
+    def __init__(self, recorder: RunRecorder, cfg: dict[str, Any]) -> None:
+        self.recorder, self.max_idle, self.rounds = recorder, cfg.get("max-idle-rounds", 0), cfg["num-server-rounds"]
+        self.idle = 0  # consecutive rounds in which work was sent and no client's update was accepted
+
+    def on_accepted(self, rnd: int, sent: int, accepted: int) -> None:
+        self.idle = self.idle + 1 if sent and accepted <= 0 else 0
+        if self.idle >= self.max_idle > 0:
+            # the outcome of the run (a diverged method, unusable data), kept with its rows: not an interrupted run
+            self.recorder.stop(rnd, f"no client update was accepted in the last {self.idle} rounds (run-config "
+                               f"'max-idle-rounds' = {self.max_idle}): every sampled client failed or sent a malformed "
+                               "update")  # rows end at round - 1
+
+    def on_end(self, last: int) -> None:
+        trained = [r for r in self.recorder.rounds if r["round"] >= 1 and r.get("clients")]
+        if last == self.rounds and trained and not any(
+                r.get("accepted", r.get("replies", 0) - r.get("rejected", 0)) > 0 for r in trained):
+            self.recorder.stop(trained[-1]["round"], f"no client update was accepted in any of the run's {len(trained)} "
+                               "round(s): every sampled client failed or sent a malformed update, so the model was "
+                               "never trained")
+
+
+class Checkpointing(RoundCallback):
+    """``<run-dir>/checkpoint.json`` after every round (``checkpoint = true``), and the resume from it."""
+
+    def __init__(self, grid, strategy: StrategyBase, recorder: RunRecorder, cfg: dict[str, Any]) -> None:
+        self.grid, self.strategy, self.recorder, self.cfg = grid, strategy, recorder, cfg
+        self.path = recorder.run_dir / CHECKPOINT
+
+    def restore(self, arrays: ArrayRecord, taken: Traffic | None) -> tuple[ArrayRecord, int]:
+        """With ``resume = true`` and a checkpoint: its arrays, strategy, RNGs and rows; returns (arrays, first round).
+
+        `taken` and what is still pending on the grid are counted as the run's ``resume_download_bytes`` /
+        ``resume_upload_bytes``: real traffic of no round, since round 0 is not evaluated again.
+        """
+        if not self.cfg["resume"]:
+            return arrays, 1
+        legacy = self.recorder.run_dir / LEGACY_CHECKPOINT
+        if legacy.exists():
+            log.warning("ignoring %s: old pickle checkpoint format, never loaded (unpickling can run code); "
+                        "resume reads %s only", legacy, CHECKPOINT)
+        if not self.path.exists():
+            log.warning("resume = true but %s does not exist: starting at round 1", self.path)
+            return arrays, 1
+        ck = load_checkpoint(self.path)
+        if ck["strategy"] is not None:  # None in a checkpoint of a strategy without state
+            self.strategy.load_state_dict(ck["strategy"])
+        random.setstate(ck["python_random"])
+        np.random.set_state(ck["numpy_random"])
+        self.recorder.load_state_dict(ck["recorder"])
+        before = Traffic().add(taken or Traffic()).add(self.grid.take() if hasattr(self.grid, "take") else Traffic())
+        for key, n in (("resume_download_bytes", before.bytes_down), ("resume_upload_bytes", before.bytes_up)):
+            self.recorder.extra[key] = self.recorder.extra.get(key, 0) + n  # summed over every resume of the run
+        log.info("resumed from %s after round %d", self.path, ck["round"])
+        return _numpy_to_arrays(ck["arrays"]), ck["round"] + 1
+
+    def on_round_end(self, rnd: int, arrays: ArrayRecord) -> None:
+        if self.cfg["checkpoint"]:
+            save_checkpoint(self.path, rnd, arrays, self.strategy, self.recorder)
+
+
+def train_round(grid, strategy: StrategyBase, recorder: RunRecorder, cfg: dict[str, Any], rnd: int, last: int,
+                arrays: ArrayRecord) -> tuple[ArrayRecord, int, int]:
+    """One round's training: plan, send (at most one message in flight per node), check and aggregate.
+
+    Returns (the new global arrays, train messages sent, client updates accepted). A client without data (weight 0)
+    trains nothing: not an accepted update; a rejected reply may weigh 0 too and is never counted twice.
+    """
+    messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(), grid))
+    recorder.stage(clients=list(strategy.sampled))  # client ids of this round, in metrics.json
+    with heartbeat(f"round {rnd}/{last}: {len(messages)} client(s) training", cfg.get("progress-interval", 10.0)):
+        replies = strategy.order_replies(strategy.map.send_and_receive(grid, messages, cfg["round-timeout"]))
+    errors = sum(r.has_error() for r in replies)
+    if len(replies) < len(messages) or errors:
+        log.warning("round %d: %d of %d clients replied, %d with errors; aggregating what arrived",
+                    rnd, len(replies), len(messages), errors)
+    new, _ = strategy.aggregate_train(rnd, replies)
+    weighted = sum(1 for r in replies if not r.has_error() and not zero_weight(r))
+    accepted = max(0, min(len(replies) - errors - strategy.rejected, weighted))
+    recorder.stage(accepted=accepted)
+    return (arrays if new is None else new), len(messages), accepted
+
+
+def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
                evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]],
                taken: Traffic | None = None, round0: Traffic | None = None) -> ArrayRecord:
     """Rounds 1..num-server-rounds (or from a checkpoint): the one round loop of every method.
 
-    A round: the strategy plans and builds its messages, the client map sends them (at most one in
-    flight per node), the strategy checks and aggregates the replies, then :func:`record_round`
-    evaluates and records the row, and the checkpoint is written. ``stop-after-round`` ends the loop
-    early (the checkpoint of that round stays): how a scheduler with a time budget, or the resume
-    test, interrupts a run cleanly.
+    A round: :func:`train_round`, then the callbacks in order: :class:`IdleStop` after aggregation,
+    :class:`Evaluation` (the row) and :class:`Checkpointing` after the round. ``stop-after-round`` ends the loop
+    early (the checkpoint of that round stays): how a scheduler with a time budget, or the resume test, interrupts
+    a run cleanly.
 
     Parameters
     ----------
@@ -152,76 +262,31 @@ def run_rounds(grid, strategy: Strategy, initial_arrays: ArrayRecord, cfg: dict[
         ``(round, arrays) -> {"accuracy", "loss", ...}``: the centralized evaluation of the global arrays.
     taken : Traffic, optional
         Traffic of this run before the rounds that the caller has already taken from the grid (FENS:
-        node discovery and the ensemble download). In a resumed run it is counted with what is still
-        pending on the grid (node discovery) as the run's ``resume_download_bytes`` /
-        ``resume_upload_bytes``: real traffic of no round, since round 0 is not evaluated again.
+        node discovery and the ensemble download), counted in a resumed run (:meth:`Checkpointing.restore`).
     round0 : Traffic, optional
         Traffic that the round-0 row carries besides what is pending on the grid (FENS's phases).
     """
-    path = recorder.run_dir / CHECKPOINT
-    arrays, start = initial_arrays, 1
-    legacy = recorder.run_dir / LEGACY_CHECKPOINT
-    if cfg["resume"] and legacy.exists():
-        log.warning("ignoring %s: old pickle checkpoint format, never loaded (unpickling can run code); "
-                    "resume reads %s only", legacy, CHECKPOINT)
-    if cfg["resume"] and path.exists():
-        ck = load_checkpoint(path)
-        arrays, start = _numpy_to_arrays(ck["arrays"]), ck["round"] + 1
-        if ck["strategy"] is not None:
-            strategy.load_state_dict(ck["strategy"])
-        random.setstate(ck["python_random"])
-        np.random.set_state(ck["numpy_random"])
-        recorder.load_state_dict(ck["recorder"])
-        before = Traffic().add(taken or Traffic()).add(grid.take() if hasattr(grid, "take") else Traffic())
-        for key, n in (("resume_download_bytes", before.bytes_down), ("resume_upload_bytes", before.bytes_up)):
-            recorder.extra[key] = recorder.extra.get(key, 0) + n  # summed over every resume of the run
-        log.info("resumed from %s after round %d", path, ck["round"])
-    elif cfg["resume"]:
-        log.warning("resume = true but %s does not exist: starting at round 1", path)
-    if hasattr(strategy, "summary"):
-        strategy.summary()
-    cmap = getattr(strategy, "map", None)
-    if cmap is not None and "federation" not in recorder.extra:
-        recorder.federation(len(cmap.clients()), len(cmap.hosted))
-    _note_left_out(recorder, cmap)
+    checkpointing = Checkpointing(grid, strategy, recorder, cfg)
+    callbacks: list[RoundCallback] = [IdleStop(recorder, cfg), Evaluation(grid, strategy, recorder, evaluate_fn),
+                                      checkpointing]
+    arrays, start = checkpointing.restore(initial_arrays, taken)
+    strategy.summary()
+    if "federation" not in recorder.extra:
+        recorder.federation(len(strategy.map.clients()), len(strategy.map.hosted))
+    _note_left_out(recorder, strategy.map)
     if start == 1:
         record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)
     last = recorder.last_round  # num-server-rounds, or stop-after-round if earlier
-    idle = 0  # consecutive rounds in which work was sent and no client's update was accepted
     for rnd in range(start, last + 1):
         t0 = time.perf_counter()
-        messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(), grid))
-        recorder.stage(clients=list(getattr(strategy, "sampled", [])))  # client ids of this round, in metrics.json
-        with heartbeat(f"round {rnd}/{last}: {len(messages)} client(s) training", cfg.get("progress-interval", 10.0)):
-            replies = strategy.order_replies(strategy.map.send_and_receive(grid, messages, cfg["round-timeout"]))
-        errors = sum(r.has_error() for r in replies)
-        if len(replies) < len(messages) or errors:
-            log.warning("round %d: %d of %d clients replied, %d with errors; aggregating what arrived",
-                        rnd, len(replies), len(messages), errors)
-        new, _ = strategy.aggregate_train(rnd, replies)
-        if new is not None:
-            arrays = new
-        # a client without data (weight 0) trains nothing: not an accepted update. At most the replies the strategy
-        # kept, and at most those of positive weight (a rejected reply may weigh 0 too: never counted twice)
-        weighted = sum(1 for r in replies if not r.has_error() and not zero_weight(r))
-        accepted = max(0, min(len(replies) - errors - getattr(strategy, "rejected", 0), weighted))
-        recorder.stage(accepted=accepted)
-        idle = idle + 1 if messages and accepted <= 0 else 0
-        if idle >= cfg.get("max-idle-rounds", 0) > 0:
-            why = (f"no client update was accepted in the last {idle} rounds (run-config 'max-idle-rounds' = "
-                   f"{cfg['max-idle-rounds']}): every sampled client failed or sent a malformed update")
-            # the outcome of the run (a diverged method, unusable data), kept with its rows: not an interrupted run
-            _stop(recorder, rnd, why)  # rows end at round - 1
+        arrays, sent, accepted = train_round(grid, strategy, recorder, cfg, rnd, last, arrays)
+        for cb in callbacks:
+            cb.on_accepted(rnd, sent, accepted)
         log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
-        _note_left_out(recorder, cmap)  # nodes that connected later and were refused too
-        record_round(grid, strategy, recorder, rnd, arrays, evaluate_fn)
-        if cfg["checkpoint"]:
-            save_checkpoint(path, rnd, arrays, strategy, recorder)
-    trained = [r for r in recorder.rounds if r["round"] >= 1 and r.get("clients")]
-    if last == cfg["num-server-rounds"] and trained and not any(r.get("accepted", r.get("replies", 0) - r.get("rejected", 0)) > 0 for r in trained):
-        why = (f"no client update was accepted in any of the run's {len(trained)} round(s): every sampled client "
-               "failed or sent a malformed update, so the model was never trained")
-        _stop(recorder, trained[-1]["round"], why)
+        for cb in callbacks:
+            cb.on_round_end(rnd, arrays)
+    for cb in callbacks:
+        cb.on_end(last)
     return arrays
 
 
@@ -229,11 +294,3 @@ def _note_left_out(recorder: RunRecorder, cmap) -> None:
     """Keep the nodes refused at discovery, and why (their one line), with the run's record."""
     if cmap is not None and getattr(cmap, "left_out", None):
         recorder.extra["left_out"] = {str(n): why for n, why in sorted(cmap.left_out.items())}
-
-
-def _stop(recorder: RunRecorder, rnd: int, why: str) -> None:
-    """End a run that trained nothing: record why (the run's outcome, kept with its rows, not an interrupted run),
-    write metrics.json and the plot, raise :class:`NoClientSucceeded`."""
-    recorder.extra["stopped"] = {"round": rnd, "reason": why}
-    plot_run(recorder.write())
-    raise NoClientSucceeded(f"{why}; the server log names each client's error")

@@ -194,6 +194,9 @@ class StrategyBase(Strategy):
         """The strategy's own columns of the round's row in metrics.json (`traffic`: the round's Traffic)."""
         return {}
 
+    def summary(self) -> None:
+        """Log what the strategy will do, once before round 1 (default: nothing)."""
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must hold to continue identically (default: nothing)."""
         return {}

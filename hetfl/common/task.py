@@ -18,12 +18,17 @@ import torch
 from flwr.app import Array, ArrayRecord, Context
 from torch import nn
 
-from . import data as D
+from hetfl.data import info as data_info
+from hetfl.data.arrays import ArrayData
+from hetfl.data.byo import LocalDataError, content_client_id, is_byo
+from hetfl.data.catalog import DatasetInfo
+from hetfl.data.load import load_eval, load_local_data, load_partition
+from hetfl.data.spec import DataSpec
+
 from .config import validate
-from .data import ArrayData, DatasetInfo, DataSpec, LocalDataError, load_eval, load_local_data, load_partition
 from .models import build_model, get_state, set_state
-from .train import Normalizer, TrainResult, evaluate, resolve_device, train
 from .params import LocalSGDParams
+from .train import Normalizer, TrainResult, evaluate, resolve_device, train
 
 log = logging.getLogger("hetfl")
 
@@ -65,7 +70,7 @@ def config_of(context: Context, msg=None) -> dict[str, Any]:
 
     On a SuperNode with a ``data-path`` whose run brings its own dataset (``hub:``/``dir:``), the node does not read
     the server's reference: the run's classes (by name), input shape and normalisation come with the message
-    (`msg`'s :data:`~hetfl.common.data.RUN_DATA` record) and the node's own data is described for them, so that
+    (`msg`'s :data:`~hetfl.data.info.RUN_DATA` record) and the node's own data is described for them, so that
     the model, the labels and the data checks of this process follow the run (docs/node-data.md#labels).
 
     Raises
@@ -75,19 +80,19 @@ def config_of(context: Context, msg=None) -> dict[str, Any]:
     """
     cfg = _validated(context.run_id, context.run_config)
     path = context.node_config.get("data-path")
-    if path and D.is_byo(cfg["dataset"]):
+    if path and is_byo(cfg["dataset"]):
         run = None
-        if msg is not None and D.RUN_DATA in msg.content:
-            run = D.from_run_description(dict(msg.content[D.RUN_DATA]))
-        D.describe_from_directory(str(path), cfg["dataset"], cfg["input-column"], cfg["label-column"],
-                                  cfg["num-classes"], node_data_where(str(path), context), run=run)
+        if msg is not None and data_info.RUN_DATA in msg.content:
+            run = data_info.from_run_description(dict(msg.content[data_info.RUN_DATA]))
+        data_info.describe_from_directory(str(path), cfg["dataset"], cfg["input-column"], cfg["label-column"],
+                                          cfg["num-classes"], node_data_where(str(path), context), run=run)
     return cfg
 
 
 def dataset_info(cfg: dict[str, Any]) -> DatasetInfo:
     """The run's dataset: a named dataset's table entry, or the description of a ``hub:``/``dir:`` reference
-    (:func:`hetfl.common.data.dataset_info`; docs/bring-your-own.md)."""
-    return D.dataset_info(cfg["dataset"], cfg["input-column"], cfg["label-column"], cfg["num-classes"])
+    (:func:`hetfl.data.info.dataset_info`; docs/bring-your-own.md)."""
+    return data_info.dataset_info(cfg["dataset"], cfg["input-column"], cfg["label-column"], cfg["num-classes"])
 
 
 def num_classes(cfg: dict[str, Any]) -> int:
@@ -184,7 +189,7 @@ def node_partition(context: Context) -> tuple[int, int]:
 
 
 def node_data_where(path: str, context: Context | None = None) -> str:
-    """How errors name a node's data (:class:`~hetfl.common.data.LocalDataError` messages start with it): the client
+    """How errors name a node's data (:class:`~hetfl.data.byo.LocalDataError` messages start with it): the client
     id it serves (with `context`) and the path."""
     if context is None:
         return f"node data-path {path!r}"
@@ -196,7 +201,7 @@ def node_data_where(path: str, context: Context | None = None) -> str:
 
 def node_client_id(context: Context) -> int:
     """This node's client id: node config ``client-id`` if given, else ``partition-id``, else, for a node with a
-    ``data-path``, an id derived from its data's content (:func:`hetfl.common.data.content_client_id`: the first
+    ``data-path``, an id derived from its data's content (:func:`hetfl.data.byo.content_client_id`: the first
     31 bits of the SHA-256 of the directory's files). docs/node-data.md
 
     Raises
@@ -220,7 +225,7 @@ def node_client_id(context: Context) -> int:
         if not Path(path).is_dir():
             raise LocalDataError(f"{node_data_where(path)}: no such directory; expected a directory written by "
                                  "Dataset.save_to_disk or an image folder")
-        return D.content_client_id(path)
+        return content_client_id(path)
     raise KeyError("node config lacks a client id: start the SuperNode with --node-config \"partition-id=<i> "
                    "num-partitions=<n>\" (a partition of the run's dataset) or 'data-path=\"<dir>\"' (data of its own; "
                    "optionally client-id=<int>)")
@@ -344,7 +349,7 @@ def eval_splits(cfg: dict[str, Any]) -> tuple[ArrayData | None, ArrayData]:
     """(validation, test) from the server's evaluation set (truncated by max-test-samples; tokenized for text).
 
     The evaluation set is ``server-data-path`` when set (a directory on the server host), else the dataset's
-    test split (:func:`hetfl.common.data.load_eval`).
+    test split (:func:`hetfl.data.load.load_eval`).
     ``eval-split = "test-half"`` (FENS Sec. 3.1): the first half is validation, accuracy is
     reported on the second half; ``"all"``: no validation, the whole split is the test set.
     Every method of one comparison uses the same key, so they are scored on the same images.

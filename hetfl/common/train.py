@@ -1,6 +1,6 @@
 """The one local training loop and the one evaluation loop (single model and ensemble).
 
-Data are :class:`~hetfl.common.data.ArrayData` (uint8 images); batches are normalised on
+Data are :class:`~hetfl.data.arrays.ArrayData` (uint8 images); batches are normalised on
 the fly, which keeps partitions small in memory and avoids DataLoader worker overhead
 (the loops run inside Ray actors with one thread each). Devices, bf16 autocast, data
 augmentation, learning-rate schedules and drop-last are explained in docs/training.md.
@@ -20,8 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hetfl.data.arrays import ArrayData
+from hetfl.data.catalog import DatasetInfo
+from hetfl.data.info import info_by_name
+
 from .config import DEVICE_PATTERN, ConfigError
-from .data import ArrayData, DatasetInfo, info_by_name
 
 AUGMENT_PAD = 4  # random crop: zero padding on each side, then a crop back to the input size (docs/training.md)
 
@@ -59,7 +62,7 @@ class Normalizer:
     """uint8 NCHW -> float32 normalised tensors for one dataset (token ids of text pass through).
 
     `dataset` is a run-config ``dataset`` value (a named dataset, or a reference this process has described) or its
-    :class:`~hetfl.common.data.DatasetInfo`.
+    :class:`~hetfl.data.catalog.DatasetInfo`.
     """
 
     def __init__(self, dataset: str | DatasetInfo) -> None:
@@ -205,6 +208,7 @@ LR_SCHEDULES = ("constant", "cosine", "cosine-epoch")
 AUGMENTS = ("none", "crop", "flip", "crop-flip")
 
 
+# Over 60 lines only by its signature and docstring: the keyword arguments are local training's one interface.
 def train(
     model: nn.Module,
     data: ArrayData,
@@ -250,10 +254,7 @@ def train(
     n = len(data)
     if n == 0:
         return TrainResult(float("nan"), 0, 0, 0.0)
-    if lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"unknown lr_schedule {lr_schedule!r}; expected one of {LR_SCHEDULES}")
-    if augment not in AUGMENTS:
-        raise ValueError(f"unknown augment {augment!r}; expected one of {AUGMENTS}")
+    _check_options(lr_schedule, augment)
     device = torch.device(device)
     prepare_model(model, device, np.ndim(data.x) == 4).train()
     total = num_steps(n, batch_size, steps, epochs, drop_last)
@@ -262,10 +263,7 @@ def train(
     n_epochs = num_epochs(n, batch_size, steps, epochs, drop_last)
     global_params = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
     gen = torch.Generator().manual_seed(seed)
-    x_all = torch.from_numpy(np.ascontiguousarray(data.x))
-    y_all = torch.from_numpy(np.ascontiguousarray(data.y))
-    if device.type != "cpu":  # the whole (uint8) partition moves once; batches are gathered on the device
-        x_all, y_all = x_all.to(device), y_all.to(device)
+    x_all, y_all = _partition_tensors(data, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     done, current_epoch, stopped = 0, -1, False
     for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last):
@@ -279,17 +277,8 @@ def train(
                 group["lr"] = cosine_epoch_lr(lr, lr_min, epoch, n_epochs)
         current_epoch = epoch
         idx = idx.to(device, non_blocking=True)
-        xb = augment_batch(x_all[idx], augment, gen)
-        x = prepare_batch(xb, normalize, device)
-        y = y_all[idx]
-        opt.zero_grad(set_to_none=True)
-        with autocast(device, precision):
-            out = model(x) if loss_fn is None else loss_fn(model, x, y)
-        loss = F.cross_entropy(out.float(), y) if loss_fn is None else out.float()
-        loss.backward()
-        if global_params is not None:
-            loss = loss + proximal_step(list(model.parameters()), global_params, proximal_mu)
-        opt.step()
+        x = prepare_batch(augment_batch(x_all[idx], augment, gen), normalize, device)
+        loss = _step(model, opt, x, y_all[idx], loss_fn, device, precision, global_params, proximal_mu)
         if sched is not None:
             sched.step()
         loss_sum += loss.detach().double()  # on the device: no host sync per step
@@ -297,6 +286,37 @@ def train(
     if epoch_end is not None and current_epoch >= 0 and not stopped:
         epoch_end(current_epoch)
     return TrainResult(float(loss_sum) / max(done, 1), done, n, time.perf_counter() - t0)
+
+
+def _check_options(lr_schedule: str, augment: str) -> None:
+    if lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {lr_schedule!r}; expected one of {LR_SCHEDULES}")
+    if augment not in AUGMENTS:
+        raise ValueError(f"unknown augment {augment!r}; expected one of {AUGMENTS}")
+
+
+def _partition_tensors(data: ArrayData, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partition as tensors; off the CPU the whole (uint8) partition moves once and batches are gathered there."""
+    x_all = torch.from_numpy(np.ascontiguousarray(data.x))
+    y_all = torch.from_numpy(np.ascontiguousarray(data.y))
+    if device.type != "cpu":
+        x_all, y_all = x_all.to(device), y_all.to(device)
+    return x_all, y_all
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+          loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None, device: torch.device,
+          precision: str, global_params: list[torch.Tensor] | None, proximal_mu: float) -> torch.Tensor:
+    """One optimiser step on batch (x, y); returns the step's loss (with FedProx's term where mu > 0)."""
+    opt.zero_grad(set_to_none=True)
+    with autocast(device, precision):
+        out = model(x) if loss_fn is None else loss_fn(model, x, y)
+    loss = F.cross_entropy(out.float(), y) if loss_fn is None else out.float()
+    loss.backward()
+    if global_params is not None:
+        loss = loss + proximal_step(list(model.parameters()), global_params, proximal_mu)
+    opt.step()
+    return loss
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.compression import quantize_state
-from hetfl.common.data import ArrayData
+from hetfl.data.arrays import ArrayData
 from hetfl.common.oneshot.client import OWN, train_and_upload
 from hetfl.common.oneshot.ensemble import build_members, cached_logits, split_indices, states_digest, subset
 from hetfl.common.task import (arrays_to_model, client_data, client_device, compute_options, config_of, dataset_info,

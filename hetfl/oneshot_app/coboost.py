@@ -54,54 +54,72 @@ def co_boost(members: Sequence[nn.Module], student: nn.Module, p: CoBoostParams,
     pool_x: list[torch.Tensor] = []
     pool_y: list[torch.Tensor] = []
     pool_z: list[torch.Tensor] = []  # the members' logits on the pool (fixed: the members are frozen)
-    B = p.batch_size
     for epoch in range(p.epochs):
-        # (1) synthesis
-        student.eval()
-        generator.reset(gen)
-        generator.train()
-        z = torch.randn(B, NZ, generator=gen).to(device).requires_grad_(True)
-        y = torch.randint(0, num_classes, (B,), generator=gen).to(device)
-        g_opt = torch.optim.Adam([{"params": generator.parameters()}, {"params": [z]}], lr=p.lr_g, betas=(0.5, 0.999))
-        best, best_x = float("inf"), None
-        for _ in range(p.g_steps):
-            g_opt.zero_grad(set_to_none=True)
-            x = to_input(generator(z))
-            t = weighted_logits(logits(x), weights)
-            loss = p.oh * hard_sample_loss(t, y, p.hs) + p.adv * adversarial_loss(student(x).float(), t)
-            loss.backward()
-            nn.utils.clip_grad_norm_(generator.parameters(), CLIP)
-            g_opt.step()
-            if loss.item() < best:
-                best, best_x = loss.item(), x.detach()
-        # (2) ensemble re-weighting over the pool so far (not at the first epoch)
-        if epoch > 0:
-            px, py, pz = torch.cat(pool_x), torch.cat(pool_y), torch.cat(pool_z, dim=1)
-            start = weights.clone()
-            for idx in torch.randperm(len(px), generator=gen).split(B):
-                w = weights.detach().requires_grad_(True)
-                ce = F.cross_entropy(weighted_logits(pz[:, idx.to(device)], w), py[idx.to(device)])
-                (grad,) = torch.autograd.grad(ce, w)
-                weights = reweight_step(weights, start, grad, p.mu, p.wdc, epoch)
-        # (3) the new batch joins the pool
-        with torch.no_grad():
+        best_x, y = _synthesize(generator, student, logits, to_input, weights, p, num_classes, gen, device)
+        if epoch > 0:  # (2) ensemble re-weighting over the pool so far (not at the first epoch)
+            weights = _reweight(weights, pool_y, pool_z, p, epoch, gen, device)
+        with torch.no_grad():  # (3) the new batch joins the pool
             pool_x.append(best_x)
             pool_y.append(y)
             pool_z.append(logits(best_x))
-        # (4) distillation over the whole pool, ODS-perturbed
-        student.train()
-        px = torch.cat(pool_x)
-        for idx in torch.randperm(len(px), generator=gen).split(B):
-            xb = ods_perturb(px[idx.to(device)], lambda v: weighted_logits(logits(v), weights), p.ods_eta / 255.0, gen)
-            s = student(xb).float()
-            with torch.no_grad():
-                t = weighted_logits(logits(xb), weights)
-            loss = kd_kl(s, t, p.kd_t)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(student.parameters(), CLIP)
-            opt.step()
+        _distill(student, opt, torch.cat(pool_x), logits, weights, p, gen, device)  # (4)
         sched.step()
         if epoch_end is not None:
             epoch_end(epoch, weights.detach().cpu())
     return weights.detach().cpu()
+
+def _synthesize(generator: Generator, student: nn.Module, logits: Callable[[torch.Tensor], torch.Tensor],
+                to_input: Callable[[torch.Tensor], torch.Tensor], weights: torch.Tensor, p: CoBoostParams,
+                num_classes: int, gen: torch.Generator, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step (1): the generator (re-initialised) and its codes trained toward hard samples the student
+    disagrees on; returns the lowest-loss batch and its labels."""
+    B = p.batch_size
+    student.eval()
+    generator.reset(gen)
+    generator.train()
+    z = torch.randn(B, NZ, generator=gen).to(device).requires_grad_(True)
+    y = torch.randint(0, num_classes, (B,), generator=gen).to(device)
+    g_opt = torch.optim.Adam([{"params": generator.parameters()}, {"params": [z]}], lr=p.lr_g, betas=(0.5, 0.999))
+    best, best_x = float("inf"), None
+    for _ in range(p.g_steps):
+        g_opt.zero_grad(set_to_none=True)
+        x = to_input(generator(z))
+        t = weighted_logits(logits(x), weights)
+        loss = p.oh * hard_sample_loss(t, y, p.hs) + p.adv * adversarial_loss(student(x).float(), t)
+        loss.backward()
+        nn.utils.clip_grad_norm_(generator.parameters(), CLIP)
+        g_opt.step()
+        if loss.item() < best:
+            best, best_x = loss.item(), x.detach()
+    return best_x, y
+
+
+def _reweight(weights: torch.Tensor, pool_y: list[torch.Tensor], pool_z: list[torch.Tensor], p: CoBoostParams,
+              epoch: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Step (2): the members' weights moved against the weighted ensemble's loss on the pool so far."""
+    py, pz = torch.cat(pool_y), torch.cat(pool_z, dim=1)
+    start = weights.clone()
+    for idx in torch.randperm(len(py), generator=gen).split(p.batch_size):
+        w = weights.detach().requires_grad_(True)
+        ce = F.cross_entropy(weighted_logits(pz[:, idx.to(device)], w), py[idx.to(device)])
+        (grad,) = torch.autograd.grad(ce, w)
+        weights = reweight_step(weights, start, grad, p.mu, p.wdc, epoch)
+    return weights
+
+
+def _distill(student: nn.Module, opt: torch.optim.Optimizer, px: torch.Tensor,
+             logits: Callable[[torch.Tensor], torch.Tensor], weights: torch.Tensor, p: CoBoostParams,
+             gen: torch.Generator, device: torch.device) -> None:
+    """Step (4): one epoch of distillation from the weighted ensemble over the whole pool, ODS-perturbed."""
+    student.train()
+    for idx in torch.randperm(len(px), generator=gen).split(p.batch_size):
+        xb = ods_perturb(px[idx.to(device)], lambda v: weighted_logits(logits(v), weights), p.ods_eta / 255.0, gen)
+        s = student(xb).float()
+        with torch.no_grad():
+            t = weighted_logits(logits(xb), weights)
+        loss = kd_kl(s, t, p.kd_t)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(student.parameters(), CLIP)
+        opt.step()
+

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetfl.common.data import DatasetInfo
 from hetfl.common.train import Normalizer
+from hetfl.data.catalog import DatasetInfo
 
 DOWNSAMPLE = 16  # the encoder halves the side four times: the CVAE's sides are multiples of 16 (authors: 32 x 32)
 

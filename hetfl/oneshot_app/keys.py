@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetfl.common.config import ConfigError, Key
-from hetfl.common.data import DATASETS, is_byo
 from hetfl.common.params import MethodParams, key
+from hetfl.data.byo import is_byo
+from hetfl.data.catalog import DATASETS
 
 KD, ET, CB, CV = ("fedkd",), ("fedet",), ("coboost",), ("fedcvae",)
 ALL = (*KD, *ET, *CB)  # the methods that share a classifier phase 1 (oneshot-reuse)

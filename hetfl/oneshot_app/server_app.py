@@ -34,7 +34,9 @@ import torch
 from flwr.app import Context
 
 from hetfl.common.comm import MeteredGrid, Traffic
-from hetfl.common.data import ArrayData, DataSpec, load_server_set
+from hetfl.data.arrays import ArrayData
+from hetfl.data.load import load_server_set
+from hetfl.data.spec import DataSpec
 from hetfl.common.models import set_state
 from hetfl.common.nodes import discover_clients
 from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
-from hetfl.common.data import ArrayData, label_histogram
+from hetfl.data.arrays import ArrayData, label_histogram
 from hetfl.common.models import get_state, set_state
 from hetfl.common.task import (arrays_to_model, compute_options, dataset_info, local_train, make_model,
                                model_to_arrays, num_classes, state_key)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from hetfl.common.compression import dequantize_state
-from hetfl.common.data import ArrayData
+from hetfl.data.arrays import ArrayData
 from hetfl.common.models import set_state
 from hetfl.common.task import make_model
 from hetfl.common.train import Normalizer, member_logits
@@ -72,14 +72,14 @@ def cached_logits(models: Sequence[nn.Module], digest: str, data: ArrayData, nor
     """:func:`ensemble_logits` of `data` with its labels, cached under `cache_dir` by content: the ensemble's
     `digest` (:func:`states_digest`), the data's bytes, the device and the precision. A study that trains many
     aggregators on one saved ensemble (hetfl.tune with fens-reuse) computes each set of logits once."""
-    from hetfl.common.data import _cache_root, cached
+    from hetfl.data.cache import cache_root, cached
 
     if data.x.dtype == object:  # texts: not content-hashed here
         return ArrayData(ensemble_logits(models, data, normalize, batch_size, device, precision), data.y)
     h = hashlib.sha1(f"{digest}|{torch.device(device)}|{precision}|{data.x.shape}|{data.x.dtype}".encode())
     h.update(np.ascontiguousarray(data.x).tobytes())
     h.update(np.ascontiguousarray(data.y).tobytes())
-    path = _cache_root(cache_dir) / "fens-logits" / f"{h.hexdigest()[:24]}.npz"
+    path = cache_root(cache_dir) / "fens-logits" / f"{h.hexdigest()[:24]}.npz"
     return cached(path, lambda: ArrayData(ensemble_logits(models, data, normalize, batch_size, device, precision), data.y))
 
 

@@ -38,8 +38,6 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
     """
     t0 = time.perf_counter()
     init = make_model(cfg) if template is None else template
-    expected = {k: tuple(v.shape) for k, v in get_state(init).items()}
-    dtypes = {k: v.dtype for k, v in get_state(init).items()}
     content = RecordDict({"config": ConfigRecord({"server-round": 0})})
     if not diff_init:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = model_to_arrays(init)
@@ -48,7 +46,30 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
     with heartbeat(f"{phase}: {len(clients)} clients training locally", cfg["progress-interval"]):
         raw = cmap.send_and_receive(grid, [cmap.message(c, content, phase1.message) for c in clients], cfg["round-timeout"])
 
-    C = num_classes(cfg)
+    kept, rejected, epochs = _usable_models(raw, cmap, clients, num_classes(cfg), get_state(init), phase)
+    traffic = grid.take()
+    wall = time.perf_counter() - t0
+    log.info("%s: %d local models in %.1fs (%.1f MB up)", phase, len(kept), wall, traffic.bytes_up / 1e6)
+    return Ensemble(
+        states=[st for _, st, _, _, _ in kept],
+        client_ids=[cmap.client_of(r) for r, *_ in kept],
+        label_counts=np.array([counts for *_, counts, _ in kept], dtype=np.int64),
+        num_examples=[int(n) for _, _, n, _, _ in kept],
+        phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
+                "phase1_client_train_s": [secs for *_, secs in kept],
+                "rejected_models": rejected, "phase1_comm_s": traffic.comm_s,
+                **({"phase1_member_epochs": [epochs[cmap.client_of(r)] for r, *_ in kept]}
+                   if any(epochs.get(cmap.client_of(r)) is not None for r, *_ in kept) else {})},
+        settings=phase1_settings(cfg, phase1, len(clients)),
+    )
+
+
+def _usable_models(raw: list[Message], cmap: ClientMap, clients: list[int], C: int, reference: dict[str, np.ndarray],
+                   phase: str) -> tuple[list[tuple], int, dict[int, int | None]]:
+    """Phase 1's replies checked (keys, shapes, dtypes, finite values, label counts), in client-id order, without the
+    models of clients that hold no data; returns ([(reply, state, n, label counts, train s)], rejected, epochs kept)."""
+    expected = {k: tuple(v.shape) for k, v in reference.items()}
+    dtypes = {k: v.dtype for k, v in reference.items()}
     epochs: dict[int, int | None] = {}  # client -> local epochs kept (members trained to completion)
 
     def check(r: Message) -> tuple[dict[str, np.ndarray], float, list[int], float]:
@@ -70,18 +91,4 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
     kept = [(r, st, n, counts, secs) for r, (st, n, counts, secs) in valid if n > 0]
     if not kept:
         raise RuntimeError(f"{phase}: no client returned a usable local model")
-    traffic = grid.take()
-    wall = time.perf_counter() - t0
-    log.info("%s: %d local models in %.1fs (%.1f MB up)", phase, len(kept), wall, traffic.bytes_up / 1e6)
-    return Ensemble(
-        states=[st for _, st, _, _, _ in kept],
-        client_ids=[cmap.client_of(r) for r, *_ in kept],
-        label_counts=np.array([counts for *_, counts, _ in kept], dtype=np.int64),
-        num_examples=[int(n) for _, _, n, _, _ in kept],
-        phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
-                "phase1_client_train_s": [secs for *_, secs in kept],
-                "rejected_models": rejected, "phase1_comm_s": traffic.comm_s,
-                **({"phase1_member_epochs": [epochs[cmap.client_of(r)] for r, *_ in kept]}
-                   if any(epochs.get(cmap.client_of(r)) is not None for r, *_ in kept) else {})},
-        settings=phase1_settings(cfg, phase1, len(clients)),
-    )
+    return kept, rejected, epochs
