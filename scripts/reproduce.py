@@ -35,7 +35,9 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # plots.py
 
+from fmt import mean_std  # noqa: E402
 from hetfl import launch  # noqa: E402
 from hetfl.common.config import SCHEMA, ConfigError, validate  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
@@ -165,16 +167,6 @@ def grid_picks(grids: dict[str, list[tuple[str, dict, dict]]]) -> list[dict]:
         for p in scored:
             out.append({**p, "picked": p is best, "picked_on": on})
     return out
-
-
-def mean_std(xs: list[float]) -> str:
-    """"mean ± std" (sample std) of the values given; one value alone, without a std it does not have."""
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "n/a"
-    if len(xs) == 1:
-        return f"{xs[0]:.2f}"
-    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}"
 
 
 def client_mb(record: dict, kind: str = "cum") -> float:
@@ -472,39 +464,9 @@ def main() -> int:
         rows += [{"grid": p["method"], **{k: p[k] for k in ("overrides", "test", "val", "picked", "picked_on")}} for p in picks]
     (out / "table.md").write_text("\n".join(table) + "\n")
     (out / "table.json").write_text(json.dumps(rows, indent=2))
-    import matplotlib
+    from plots import plot_comparison  # every method's accuracy by round, zoomed, and by client MB
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    # accuracy per round, and per MB of client communication (rounds differ in cost between methods)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for lab, runs in results.items():
-        n = min(len(r["rounds"]) for r in runs)
-        acc = np.array([[100 * row["accuracy"] for row in r["rounds"][:n]] for r in runs])
-        x = [row["round"] for row in runs[0]["rounds"][:n]]
-        mb = np.array([[client_mb(row) for row in r["rounds"][:n]] for r in runs]).mean(0)
-        for axis, xs in ((ax, x), (bx, mb)):
-            line, = axis.plot(xs, acc.mean(0), label=lab)
-            axis.fill_between(xs, acc.mean(0) - acc.std(0), acc.mean(0) + acc.std(0), alpha=0.2)
-        if lab in fens:  # FENS's point: its final accuracy at its whole run's traffic (what the crossing table uses)
-            bx.plot(mb[-1], acc.mean(0)[-1], "*", ms=14, color=line.get_color(), zorder=5)
-            bx.annotate(f"{lab.split('/')[0].upper()} {acc.mean(0)[-1]:.1f}%, {mb[-1]:,.0f} MB", (mb[-1], acc.mean(0)[-1]),
-                        textcoords="offset points", xytext=(6, -14), fontsize=8)
-    ax.set_xlabel("round")
-    bx.set_xlabel("cumulative client communication (MB, up + down)")
-    first = [client_mb(r["rounds"][1]) for runs in results.values() for r in runs if len(r["rounds"]) > 1]
-    if first and bx.get_xlim()[1] > 20 * min(first):  # FENS's one shot vs rounds of iterative FL
-        bx.set_xscale("log")
-        bx.set_xlim(left=0.5 * min(first))  # from round 1 on (round 0 has sent nothing)
-    for axis in (ax, bx):
-        axis.set_ylabel("test accuracy (%)")
-        axis.grid(alpha=0.3)
-    ax.legend()
-    fig.suptitle(a.name)
-    fig.tight_layout()
-    fig.savefig(out / "accuracy.png", dpi=110)
+    plot_comparison(results, out / "accuracy.png", f"{a.name}: test accuracy")
     print("\n".join(table))
     print(f"\ntable: {out / 'table.md'}\nplot:  {out / 'accuracy.png'}")
     return 0

@@ -1,0 +1,15 @@
+"""Number formats shared by the scripts' tables."""
+
+from __future__ import annotations
+
+import statistics
+
+
+def mean_std(xs: list[float]) -> str:
+    """"mean ± std" (sample std) of the values given; one value alone, without a std it does not have."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    if len(xs) == 1:
+        return f"{xs[0]:.2f}"
+    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}"
