@@ -1,6 +1,6 @@
 """FENS at its best before a verdict (docs/results/fens-fair.md): per alpha, seed 0, each step reusing what is done.
 
-    python scripts/fens_fair.py --alphas 0.1 0.01 0.05 --steps base tune upper complete [--trials 12 --rounds 500]
+    python scripts/fens_fair.py --alphas 0.1 0.01 0.05 --steps base tune upper complete [--trials 8 --rounds 500]
 
 Steps (each writes under results/fens-fair/dir<alpha>/ and is skipped when its output exists; the committed copies
 live in docs/results/fens-fair/):
@@ -14,6 +14,9 @@ live in docs/results/fens-fair/):
   client (the federated aggregator's ceiling), early-stopped on the validation half, scored on the test half.
 * ``complete``: members trained to completion (at most ``--max-epochs`` epochs, the epoch count chosen per client on
   10% of its own local split, patience 5) with the tuned aggregator lrs of ``tune``.
+* ``iterative``: FedAdam and FedAvg (``--methods``) at the same alpha, their learning rate chosen by ``hetfl.tune`` on
+  the same validation half with the budget the Dir(0.1) grids had (4 values x 10 rounds, every trial run in full),
+  then the chosen value for the presets' 50 rounds, scored once on the test half.
 """
 
 from __future__ import annotations
@@ -88,6 +91,22 @@ def step_complete(alpha: str, out: Path, max_epochs: int) -> dict:
     return run(cfg, out, f"complete-e{max_epochs}")
 
 
+ITER_GRIDS = {"fedadam": "0.003,0.01,0.03,0.1", "fedavg": "0.01,0.03,0.1,0.3"}  # the Dir(0.1) grids (Makefile ITER_GRID)
+ITER_ROUNDS = 50
+
+
+def step_iterative(alpha: str, out: Path, methods: list[str]) -> None:
+    from hetfl.tune import TuneSpec, parse_space, tune
+
+    for method in methods:
+        base = tomllib.loads((ROOT / f"configs/{method}/fmnist-dir{alpha}.toml").read_text())
+        spec = TuneSpec(base=base, space=tuple(parse_space(f"lr={ITER_GRIDS[method]}")), trials=4, rounds=10,
+                        nodes=NODES, sampler="grid", seed=0, prune=False)
+        best = tune(spec, out / f"iter-{method}", final=False)["best"]["values"]
+        run({**base, **best, "num-server-rounds": ITER_ROUNDS, "eval-split": "test-half"}, out / f"iter-{method}",
+            f"chosen-r{ITER_ROUNDS}")
+
+
 DOCS = ROOT / "docs/results/fens-fair"
 PAGE = ROOT / "docs/results/fens-fair.md"
 BEGIN, END = "<!-- table: scripts/fens_fair.py --page -->", "<!-- end table -->"
@@ -101,7 +120,8 @@ def keep(out: Path, alpha: str) -> None:
     for f in [out / "base/metrics.json", out / "upper.json", out / "tune-agg/summary.json",
               out / "tune-agg/chosen/metrics.json", out / "tune-agg/chosen-r1000/metrics.json",
               *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
-              *sorted(out.glob("complete-e*/metrics.json"))]:
+              *sorted(out.glob("complete-e*/metrics.json")), *sorted(out.glob("iter-*/summary.json")),
+              *sorted(out.glob("iter-*/trials/t*/metrics.json")), *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]:
         if f.exists():
             (dst / f.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dst / f.relative_to(out))
@@ -113,9 +133,9 @@ def _pct(x) -> str:
 
 def page_table() -> str:
     """The page's table, from the committed files only."""
-    rows = ["| alpha | FENS as preset (Table 8 lrs, 500 rounds) | tuned aggregator (client lr, server lr) | "
+    rows = [("| alpha | FENS as preset (Table 8 lrs, 500 rounds) | tuned aggregator (client lr, server lr) | "
             "central upper bound | members to completion + tuned aggregator (epochs kept: min / median / max) | "
-            "weighted avg. | voting | study budget |",
+            "weighted avg. | voting | study budget |"),
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for d in sorted(DOCS.glob("dir*"), key=lambda p: float(p.name[3:])):
         base = json.loads((d / "base/metrics.json").read_text()) if (d / "base/metrics.json").exists() else None
@@ -162,9 +182,11 @@ def main() -> int:
 
     p = argparse.ArgumentParser(prog="python scripts/fens_fair.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--alphas", nargs="+", default=["0.1", "0.01", "0.05"])
-    p.add_argument("--steps", nargs="+", default=["base", "tune", "longer", "upper", "complete"],
-                   choices=("base", "tune", "longer", "upper", "complete"))
-    p.add_argument("--trials", type=int, default=12)
+    p.add_argument("--steps", nargs="+", default=["base", "tune", "longer", "upper", "complete", "iterative"],
+                   choices=("base", "tune", "longer", "upper", "complete", "iterative"))
+    p.add_argument("--methods", nargs="+", default=list(ITER_GRIDS), choices=list(ITER_GRIDS),
+                   help="the iterative step's methods")
+    p.add_argument("--trials", type=int, default=8)
     p.add_argument("--rounds", type=int, default=500)
     p.add_argument("--max-epochs", type=int, default=50)
     p.add_argument("--out", default="results/fens-fair")
@@ -187,6 +209,8 @@ def main() -> int:
                 step_longer(alpha, out)
             elif step == "upper":
                 step_upper(alpha, out)
+            elif step == "iterative":
+                step_iterative(alpha, out, a.methods)
             else:
                 step_complete(alpha, out, a.max_epochs)
             keep(out, alpha)
