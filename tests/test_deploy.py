@@ -207,12 +207,12 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     The run's classes travel to the devices with every message; the subset device trains with the server's labels;
     the fourth and fifth devices are refused at discovery (one line each naming the client, the path and the
     problem) and left out; the run completes, and the refused SuperNodes stay up."""
-    from hetfl.common import data as D
+    from hetfl.data.load import local_arrays
 
     from .test_labels import NAMES
     from .test_local_data import write_pngs
 
-    d = D.local_arrays("digits")[0]
+    d = local_arrays("digits")[0]
     rng = np.random.default_rng(0)
 
     def folder(root, classes, per_class):
@@ -227,7 +227,7 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     (next((broken / NAMES[1]).glob("*.png"))).write_bytes(b"not a png")
     configs = [{"client-id": i, "data-path": str(p)} for i, p in enumerate([*devices, extra, broken])]
     over = {"dataset": f"dir:{server}", "server-data-path": str(server), "model": "cnn", "batch-size": 16,
-            "lr": 0.05, "momentum": 0.9, "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 3,
+            "lr": 0.05, "momentum": 0.9, "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 2,
             "round-timeout": 300.0, "run-name": "own"}
     with cluster.local_cluster(5, tmp_path / "flwr", configs=configs) as c:
         run_dir = cluster.submit(c, None, {**over, "min-available-nodes": 5}, results_dir=tmp_path, timeout=600)
@@ -236,7 +236,7 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
         assert c.nodes[3].poll() is None and c.nodes[4].poll() is None
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["federation"]["clients"] == 3, m.get("federation")  # the devices with 'hat' and a broken file: left out
-    assert [sorted(r["clients"]) for r in m["rounds"][1:]] == [[0, 1, 2]] * 3
+    assert [sorted(r["clients"]) for r in m["rounds"][1:]] == [[0, 1, 2]] * 2
     # every device trained every round (the subset device builds the run's 10-class model, not one of its 4 classes)
     assert all(r["failures"] == 0 and r["accepted"] == 3 for r in m["rounds"][1:]), m["rounds"]
     assert m["rounds"][-1]["accuracy"] > 0.25, m["rounds"][-1]  # learning (10 classes: chance is 0.1); the labels
