@@ -14,7 +14,7 @@ from flwr.clientapp import ClientApp
 
 from hetfl import methods
 from hetfl.common.comm import tag_host
-from hetfl.common.nodeconfig import validate_node_config
+from hetfl.common.nodeconfig import NodeProfile, validate_node_config
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.nodes import CLIENT_IDS
 from hetfl.common.task import client_data, config_of, node_clients
@@ -39,7 +39,7 @@ def node_query(msg: Message, context: Context) -> Message:
     """
     validate_node_config(context.node_config)
     cfg = config_of(context, msg)
-    if "data-path" in context.node_config:
+    if NodeProfile(context.node_config).own_data:
         client_data(context, cfg)  # read and checked once here (and cached for the rounds)
     clients = node_clients(context, cfg)
     answer: dict = {CLIENT_IDS: clients}

@@ -73,15 +73,16 @@ def check_node_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The node config checked against the schema, with its data (partition-id and num-partitions, or data-path):
     ArgError if not."""
     import hetfl  # noqa: F401  (registers the methods' node-config keys)
-    from hetfl.common.nodeconfig import NodeConfigError, validate_node_config
+    from hetfl.common.nodeconfig import NodeConfigError, NodeProfile, validate_node_config
 
     try:
         validate_node_config(cfg)
     except NodeConfigError as err:
         raise ArgError(str(err)) from None
-    if "data-path" in cfg:  # data of its own: the client id is client-id, partition-id or from the data
-        if not Path(str(cfg["data-path"])).is_dir():
-            raise ArgError(f"node config key 'data-path' = {str(cfg['data-path'])!r}: no such directory on this machine; "
+    profile = NodeProfile(cfg)
+    if profile.own_data:  # data of its own: the client id is client-id, partition-id or from the data
+        if not Path(profile.data_path).is_dir():
+            raise ArgError(f"node config key 'data-path' = {profile.data_path!r}: no such directory on this machine; "
                            "expected a directory with this node's data (an image folder, or python -m hetfl.export's "
                            "output; docs/node-data.md)")
         return cfg

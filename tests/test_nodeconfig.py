@@ -255,3 +255,17 @@ def test_connect_address():
     assert launch.connect_address("::", 8000) == "[::1]:8000"
     assert launch.connect_address("10.77.0.1", 9) == "10.77.0.1:9"
     assert launch.connect_address("fd00::5", 9) == "[fd00::5]:9"
+
+
+def test_node_profile_owns_data_path_and_the_device_profile():
+    """NodeProfile: the one reader of a node's data-path and declared device keys (checked as the schema says)."""
+    import hetfl  # noqa: F401  (registers the methods' node keys)
+    from hetfl.common.nodeconfig import NodeConfigError, NodeProfile
+
+    own = NodeProfile({"data-path": "/data/dev1", "device-class": "lpc", "capacity": "weak"})
+    assert own.own_data and own.data_path == "/data/dev1"
+    assert own.device("device-class") == "lpc" and own.device("capacity") == "weak"
+    part = NodeProfile({"partition-id": 3, "num-partitions": 10})
+    assert not part.own_data and part.data_path is None and part.device("device-class") is None
+    with pytest.raises(NodeConfigError, match="device-class"):
+        NodeProfile({"device-class": "fast"}).device("device-class")

@@ -8,7 +8,7 @@ from typing import Any
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.models import get_state, set_state
-from hetfl.common.nodeconfig import declared
+from hetfl.common.nodeconfig import NodeProfile
 from hetfl.common.task import (client_data, config_of, local_train, message_client, model_input_shape, pack_models,
                                unpack_models)
 
@@ -32,7 +32,7 @@ def capacity_warning(context: Context, cfg: dict[str, Any], client: int) -> dict
     the run's pool reports it at discovery (``capacity-warning``; "" when it fits), so that the server names the
     client and both sizes instead of leaving its slot empty every round without a word. Only nodes that declare a
     number carry the field; AdaptiveFL's server uses it for the warning alone, never to plan."""
-    value = declared(context.node_config, "capacity")
+    value = NodeProfile(context.node_config).device("capacity")
     if value is None or str(value) in TIERS:
         return {}
     pool, gamma = pool_of(cfg), float(value)

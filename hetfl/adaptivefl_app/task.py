@@ -7,7 +7,7 @@ from typing import Any
 
 from flwr.app import Context
 
-from hetfl.common.nodeconfig import declared
+from hetfl.common.nodeconfig import NodeProfile
 from hetfl.common.task import dataset_info, num_clients
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
@@ -69,14 +69,14 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
     """
     pool, p = reference_pool(cfg), AdaptiveFLParams.from_config(cfg)
     tiers = tier_capacities(pool, p.tier_capacity)
-    value = declared(context.node_config, "capacity")
+    value = NodeProfile(context.node_config).device("capacity")
     if value is not None:
         if value in TIERS:
             return str(value), tiers[str(value)]
         gamma = float(value)
         fits = [t for t in TIERS if pool.tier_capacity(t) <= gamma]
         return (fits[-1] if fits else "weak"), Capacity(gamma, 0.0, gamma, gamma)
-    if "data-path" in context.node_config:
+    if NodeProfile(context.node_config).own_data:
         raise ValueError("node config lacks 'capacity': a SuperNode with data of its own declares its device, "
                          "capacity=\"weak\" | \"medium\" | \"strong\" or a number of parameters (docs/deployment.md)")
     tier = _tiers(num_clients(context, cfg), p.tier_proportions, cfg["seed"])[client]

@@ -113,6 +113,30 @@ def declared(node_config: Mapping[str, Any], name: str) -> Any:
     return None if value is None else NODE_SCHEMA[name].check(value)
 
 
+@dataclass(frozen=True)
+class NodeProfile:
+    """What a SuperNode says of itself in its ``--node-config``: data of its own (``data-path``) or a partition of
+    the run's dataset, and its device profile (the methods' node keys: SHEFL's ``device-class``, AdaptiveFL's
+    ``capacity``). docs/deployment.md#device-profile, docs/node-data.md"""
+
+    node_config: Mapping[str, Any]
+
+    @property
+    def data_path(self) -> str | None:
+        """The directory of the node's own data, or None for a node that serves partitions of the run's dataset."""
+        value = self.node_config.get("data-path")
+        return None if value is None else str(value)
+
+    @property
+    def own_data(self) -> bool:
+        """Whether the node holds data of its own (a real device), as opposed to a partition (simulation)."""
+        return "data-path" in self.node_config
+
+    def device(self, name: str) -> Any:
+        """The node's declared device-profile value of key `name` (checked), or None when it declares none."""
+        return declared(self.node_config, name)
+
+
 def parse_node_config(text: str) -> dict[str, Any]:
     """A ``--node-config`` string parsed as ``flower-supernode`` parses it (TOML values; or a .toml file).
 

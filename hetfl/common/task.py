@@ -27,6 +27,7 @@ from hetfl.data.spec import DataSpec
 
 from .config import validate
 from .models import build_model, get_state, set_state
+from .nodeconfig import NodeProfile
 from .params import LocalSGDParams
 from .train import Normalizer, TrainResult, evaluate, resolve_device, train
 
@@ -79,7 +80,7 @@ def config_of(context: Context, msg=None) -> dict[str, Any]:
         That node's data cannot be read or describes no classification dataset.
     """
     cfg = _validated(context.run_id, context.run_config)
-    path = context.node_config.get("data-path")
+    path = NodeProfile(context.node_config).data_path
     if path and is_byo(cfg["dataset"]):
         run = None
         if msg is not None and data_info.RUN_DATA in msg.content:
@@ -220,8 +221,8 @@ def node_client_id(context: Context) -> int:
         return int(raw)
     if "partition-id" in nc:
         return int(nc["partition-id"])
-    if "data-path" in nc:
-        path = str(nc["data-path"])
+    if NodeProfile(nc).own_data:
+        path = NodeProfile(nc).data_path
         if not Path(path).is_dir():
             raise LocalDataError(f"{node_data_where(path)}: no such directory; expected a directory written by "
                                  "Dataset.save_to_disk or an image folder")
@@ -264,7 +265,7 @@ def hosted_clients(partition_id: int, num_partitions: int, num_clients: int) -> 
 
 def _single_client(nc) -> bool:
     """Whether a node is one client named by :func:`node_client_id` (data of its own, a declared id, no partition)."""
-    return "data-path" in nc or "client-id" in nc or "partition-id" not in nc
+    return NodeProfile(nc).own_data or "client-id" in nc or "partition-id" not in nc
 
 
 def node_clients(context: Context, cfg: dict[str, Any]) -> list[int]:
@@ -331,8 +332,8 @@ def client_data(context: Context, cfg: dict[str, Any], client_id: int | None = N
         [0, num-classes), missing columns, no rows); one line naming the path, what was found and what is expected.
     """
     nc = context.node_config
-    if "data-path" in nc:
-        path = str(nc["data-path"])
+    if NodeProfile(nc).own_data:
+        path = NodeProfile(nc).data_path
         if client_id is not None and client_id != node_client_id(context):
             raise ValueError(f"{node_data_where(path)} holds the data of client {node_client_id(context)}, "
                              f"not of client {client_id}")

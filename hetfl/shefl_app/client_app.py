@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
-from hetfl.common.nodeconfig import declared
+from hetfl.common.nodeconfig import NodeProfile
 from hetfl.common.task import client_data, config_of, local_train, message_client, num_clients, received_model, state_key
 
 from .core import hpc_partitions
@@ -20,10 +20,10 @@ from .keys import SHEFLParams
 def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
     """'hpc' | 'lpc': the node config's device-class (a real device declares it), else drawn from the client id
     and shefl-hpc-fraction (simulation). docs/deployment.md#device-profile"""
-    value = declared(context.node_config, "device-class")
+    value = NodeProfile(context.node_config).device("device-class")
     if value is not None:
         return str(value)
-    if "data-path" in context.node_config:
+    if NodeProfile(context.node_config).own_data:
         raise ValueError("node config lacks 'device-class': a SuperNode with data of its own declares its device, "
                          "device-class=\"hpc\" or \"lpc\" (docs/deployment.md)")
     return "hpc" if client in hpc_partitions(num_clients(context, cfg), cfg["shefl-hpc-fraction"], cfg["seed"]) else "lpc"
