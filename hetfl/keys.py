@@ -19,8 +19,8 @@ from hetfl.common.config import SCHEMA, Key
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 HEADER = "[tool.flwr.app.config]"
-INTRO = ("# Every run-config key with its default, generated from the schema (hetfl/common/config.py and each method's\n"
-         "# keys.py) by `python -m hetfl.keys --write-pyproject`; do not edit by hand (tests/test_config.py checks it).\n")
+INTRO = ("# Every run-config key with its default, generated from the schema (hetfl/common/config.py and the methods'\n"
+         "# parameter objects) by `python -m hetfl.keys --write-pyproject`; do not edit by hand (tests/test_config.py checks it).\n")
 
 
 def assignment(k: Key) -> str:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from hetfl.common.config import ConfigError, Key
+from hetfl.common.config import ConfigError, keys_of
 from hetfl.common.models import MODELS, PRUNABLE
 from hetfl.common.nodeconfig import NodeKey, is_positive_number, quoted
 from hetfl.common.params import MethodParams, floats, ints, key
@@ -96,19 +96,7 @@ def check(cfg: dict) -> None:
                           f"expected one of {PRUNABLE}")
 
 
-ALL = NAMES  # the methods of this package
-KEYS = (
-    Key("adaptivefl-selection", str, "rl", "AdaptiveFL: client selection (rl = curiosity x resource; ablations +C, +S, +Random)", choices=SELECTION, methods=("adaptivefl",)),
-    Key("adaptivefl-dispatch", str, "random", "AdaptiveFL: model per slot: random pool member, or always the largest (+Greed)", choices=("random", "largest"), methods=("adaptivefl",)),
-    Key("adaptivefl-ratios", str, "0.66,0.40", "AdaptiveFL pool: width ratios r_w of the M and S levels (all variants: it sets the tiers' capacities)", methods=ALL),
-    Key("adaptivefl-starts", str, "", "AdaptiveFL pool: start layers I_1 > .. > I_p ('' = model default; one value = coarse-grained)", methods=ALL),
-    Key("adaptivefl-tau", int, 1, "AdaptiveFL pool: shallow-layer threshold tau (I >= tau)", min=0, methods=ALL),
-    Key("adaptivefl-tier-proportions", str, "4:3:3", "AdaptiveFL and its baselines: weak:medium:strong device tiers (simulation)", methods=ALL),
-    Key("adaptivefl-tier-capacity", str, "gaussian", "AdaptiveFL and its baselines: a tier's capacity per request: the authors' clipped Gaussian (uncertain environments), or fixed S1/M1/L1 sizes", choices=("gaussian", "fixed"), methods=ALL),
-    Key("scalefl-exits", str, "", "ScaleFL: hidden layers followed by an early exit ('' = model default: VGG16 '8,10', CNN '2,3')", methods=("scalefl",)),
-    Key("scalefl-kd", float, 0.0, "ScaleFL: self-distillation weight from the deepest exit after 25% of the rounds (authors' comparison: 0)", min=0.0, methods=("scalefl",)),
-    Key("adaptivefl-bn", str, "batch", "AdaptiveFL and its baselines: BatchNorm with batch statistics (authors: track_running_stats=False) or running statistics aggregated by Alg. 2", choices=("batch", "running"), methods=ALL),
-)
+
 RENAMED = {"device-proportions": "adaptivefl-tier-proportions", "device-capacity": "adaptivefl-tier-capacity",
            "adaptivefl-variant": " the baselines are methods of their own: method = 'heterofl', 'scalefl', 'decoupled' "
                                  "or 'all-large' (AdaptiveFL: method = 'adaptivefl')"}
@@ -145,13 +133,16 @@ class AdaptiveFLParams(MethodParams):
     """
 
     variant: Variant = key("method", VARIANTS["adaptivefl"], parse=lambda name: VARIANTS[name])
-    selection: str = key("adaptivefl-selection", "rl")
-    dispatch: str = key("adaptivefl-dispatch", "random")
-    ratios: tuple[float, ...] = key("adaptivefl-ratios", (0.66, 0.40), parse=floats())
-    starts: tuple[int, ...] = key("adaptivefl-starts", (), parse=ints())
-    tau: int = key("adaptivefl-tau", 1)
-    tier_proportions: tuple[float, ...] = key("adaptivefl-tier-proportions", (4.0, 3.0, 3.0), parse=floats(":"))
-    tier_capacity: str = key("adaptivefl-tier-capacity", "gaussian")
-    bn: str = key("adaptivefl-bn", "batch")
-    scalefl_exits: tuple[int, ...] = key("scalefl-exits", (), parse=ints())
-    scalefl_kd: float = key("scalefl-kd", 0.0)
+    selection: str = key("adaptivefl-selection", "rl", "AdaptiveFL: client selection (rl = curiosity x resource; ablations +C, +S, +Random)", choices=SELECTION, methods=("adaptivefl",))
+    dispatch: str = key("adaptivefl-dispatch", "random", "AdaptiveFL: model per slot: random pool member, or always the largest (+Greed)", choices=("random", "largest"), methods=("adaptivefl",))
+    ratios: tuple[float, ...] = key("adaptivefl-ratios", "0.66,0.40", "AdaptiveFL pool: width ratios r_w of the M and S levels (all variants: it sets the tiers' capacities)", parse=floats())
+    starts: tuple[int, ...] = key("adaptivefl-starts", "", "AdaptiveFL pool: start layers I_1 > .. > I_p ('' = model default; one value = coarse-grained)", parse=ints())
+    tau: int = key("adaptivefl-tau", 1, "AdaptiveFL pool: shallow-layer threshold tau (I >= tau)", min=0)
+    tier_proportions: tuple[float, ...] = key("adaptivefl-tier-proportions", "4:3:3", "AdaptiveFL and its baselines: weak:medium:strong device tiers (simulation)", parse=floats(":"))
+    tier_capacity: str = key("adaptivefl-tier-capacity", "gaussian", "AdaptiveFL and its baselines: a tier's capacity per request: the authors' clipped Gaussian (uncertain environments), or fixed S1/M1/L1 sizes", choices=("gaussian", "fixed"))
+    bn: str = key("adaptivefl-bn", "batch", "AdaptiveFL and its baselines: BatchNorm with batch statistics (authors: track_running_stats=False) or running statistics aggregated by Alg. 2", choices=("batch", "running"))
+    scalefl_exits: tuple[int, ...] = key("scalefl-exits", "", "ScaleFL: hidden layers followed by an early exit ('' = model default: VGG16 '8,10', CNN '2,3')", parse=ints(), methods=("scalefl",))
+    scalefl_kd: float = key("scalefl-kd", 0.0, "ScaleFL: self-distillation weight from the deepest exit after 25% of the rounds (authors' comparison: 0)", min=0.0, methods=("scalefl",))
+
+
+KEYS = keys_of(dict.fromkeys(NAMES, AdaptiveFLParams))

@@ -117,6 +117,30 @@ def register_keys(*keys: Key, cross_check: Callable[[dict[str, Any]], None] | No
         _CROSS_CHECKS.append(cross_check)
 
 
+def keys_of(params: Mapping[str, type], methods: tuple[str, ...] | None = None) -> tuple[Key, ...]:
+    """The run-config keys that parameter objects declare (method name -> its class; a class may serve several).
+
+    Each field declared with a doc (:func:`hetfl.common.params.key`) is one :class:`Key`, read by the methods whose
+    object holds a field of that key (declared there or not) unless the declaration names its methods; in field order. Nested parameter objects declare
+    their keys where they are defined (e.g. :mod:`hetfl.common.fedopt`).
+    """
+    import dataclasses
+
+    found: dict[str, dict[str, Any]] = {}
+    readers: dict[str, list[str]] = {}
+    for method, cls in params.items():
+        for f in dataclasses.fields(cls):
+            name = f.metadata.get("key")
+            if not name:
+                continue
+            if f.metadata.get("declare") is not None:
+                found.setdefault(name, f.metadata["declare"])
+            if method not in readers.setdefault(name, []):
+                readers[name].append(method)
+    return tuple(Key(name, d["type"], d["default"], d["doc"], methods=d["methods"] or tuple(readers[name]), **d["rules"])
+                 for name, d in found.items())
+
+
 def register_renames(renames: Mapping[str, str]) -> None:
     """Declare old key names (old -> new name, or ' <what replaces it>' for a removed key): docs/architecture.md#keys."""
     for old, new in renames.items():

@@ -10,19 +10,11 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAdam, FedYogi
 
-from .config import Key
+from .config import keys_of
 from .params import MethodParams, key
 from .strategy import SeededSampling
 
-ADAM_METHODS = ("fedadam", "fens")  # the methods whose server runs FedAdam (FENS: or FedYogi)
-MOMENT_METHODS = (*ADAM_METHODS, "fedyogi")  # the methods that read tau and the betas
-ADAM_KEYS = (
-    Key("fedadam-update", str, "authors", "FedAdam server step (fedadam, FENS phase 2): 'authors' = no bias correction (FENS code), 'flower' = Flower's bias-corrected step",
-        choices=("authors", "flower"), methods=ADAM_METHODS),
-    Key("fedadam-tau", float, 1e-3, "FedAdam/FedYogi adaptivity tau (fedadam, fedyogi, FENS phase 2)", min=0.0, min_inclusive=False, methods=MOMENT_METHODS),
-    Key("fedadam-beta1", float, 0.9, "FedAdam/FedYogi first-moment decay beta_1", min=0.0, max=1.0, max_inclusive=False, methods=MOMENT_METHODS),
-    Key("fedadam-beta2", float, 0.99, "FedAdam/FedYogi second-moment decay beta_2", min=0.0, max=1.0, max_inclusive=False, methods=MOMENT_METHODS),
-)
+
 ADAM_RENAMED = {"adam-update": "fedadam-update", "adam-tau": "fedadam-tau", "adam-beta1": "fedadam-beta1",
                 "adam-beta2": "fedadam-beta2"}
 
@@ -39,9 +31,9 @@ class MomentParams(MethodParams):
         First- and second-moment decays.
     """
 
-    tau: float = key("fedadam-tau", 1e-3)
-    beta1: float = key("fedadam-beta1", 0.9)
-    beta2: float = key("fedadam-beta2", 0.99)
+    tau: float = key("fedadam-tau", 1e-3, "FedAdam/FedYogi adaptivity tau (fedadam, fedyogi, FENS phase 2)", min=0.0, min_inclusive=False)
+    beta1: float = key("fedadam-beta1", 0.9, "FedAdam/FedYogi first-moment decay beta_1", min=0.0, max=1.0, max_inclusive=False)
+    beta2: float = key("fedadam-beta2", 0.99, "FedAdam/FedYogi second-moment decay beta_2", min=0.0, max=1.0, max_inclusive=False)
 
     def options(self) -> dict:
         """Keyword arguments of Flower's FedAdam / FedYogi."""
@@ -58,11 +50,14 @@ class AdamParams(MomentParams):
         "authors": no bias correction, eta_t = eta (the FENS authors' step); "flower": Flower's bias-corrected step.
     """
 
-    update: str = key("fedadam-update", "authors")
+    update: str = key("fedadam-update", "authors", "FedAdam server step (fedadam, FENS phase 2): 'authors' = no bias correction (FENS code), 'flower' = Flower's bias-corrected step", choices=("authors", "flower"))
 
     def options(self, yogi: bool = False) -> dict:
         """Keyword arguments of :class:`SeededFedAdam` (FedYogi: all but ``bias_correction``)."""
         return super().options() if yogi else {**super().options(), "bias_correction": self.update == "flower"}
+
+
+ADAM_KEYS = keys_of({"fedadam": AdamParams, "fens": AdamParams, "fedyogi": MomentParams})
 
 
 def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, tau: float,

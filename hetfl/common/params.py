@@ -13,6 +13,7 @@ method reads. Each field names its run-config key with :func:`key`; ``from_confi
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -21,11 +22,24 @@ from typing import Any, TypeVar
 P = TypeVar("P", bound="MethodParams")
 
 
-def key(name: str, default: Any = dataclasses.MISSING, parse: Callable[[Any], Any] | None = None,
-        nested: type[MethodParams] | None = None) -> Any:
+def key(name: str, default: Any = dataclasses.MISSING, doc: str = "", *, parse: Callable[[Any], Any] | None = None,
+        nested: type[MethodParams] | None = None, type: type | None = None, methods: tuple[str, ...] | None = None,
+        **rules: Any) -> Any:
     """A field read from run-config key `name` (converted by ``parse(value)`` if given; `nested`: a parameter
-    object of its own, built from the same config)."""
-    meta = {"key": name, "parse": parse, "nested": nested}
+    object of its own, built from the same config).
+
+    With a `doc`, the field is also the key's one declaration (:func:`hetfl.common.config.keys_of` makes its
+    :class:`~hetfl.common.config.Key`): `default` is then the run-config value (a field with `parse` defaults to
+    ``parse(default)``), the key's type is the default's unless `type` says otherwise, `rules` are the Key's
+    ``choices``, ``min``, ``max``, ``min_inclusive``, ``max_inclusive``, ``pattern``, ``pattern_doc``, and the key
+    is read by the methods whose parameter object holds the field unless `methods` names them.
+    """
+    meta: dict[str, Any] = {"key": name, "parse": parse, "nested": nested}
+    if doc:
+        meta["declare"] = {"type": type or builtins.type(default), "default": default, "doc": doc, "methods": methods,
+                           "rules": rules}
+        if parse is not None:
+            default = parse(default)
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

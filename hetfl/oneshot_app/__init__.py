@@ -5,7 +5,7 @@ uploads into one model (docs/readings.md#oneshot)."""
 from hetfl.common.oneshot import Phase1
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS, check
+from .keys import KEYS, PARAMS, check
 
 LOCAL = "train.oneshot_local"  # phase 1: the initial model down, the trained model (and label counts) up, once
 PHASE1 = Phase1(LOCAL)  # all of a client's data, from the downloaded initial model: nothing else decides it
@@ -19,6 +19,5 @@ METHOD = MethodSpec(
     keys=KEYS,
     check=check,
     preflight="hetfl.oneshot_app.keys:check_files",
-    params={"fedkd": "hetfl.oneshot_app.keys:FedKDParams", "fedet": "hetfl.oneshot_app.keys:FedETParams",
-            "coboost": "hetfl.oneshot_app.keys:CoBoostParams", "fedcvae": "hetfl.oneshot_app.keys:FedCVAEParams"},
+    params={method: f"{cls.__module__}:{cls.__qualname__}" for method, cls in PARAMS.items()},
 )

@@ -4,55 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetfl.common.config import ConfigError, Key
+from hetfl.common.config import ConfigError, keys_of
 from hetfl.common.params import MethodParams, key
 from hetfl.data.byo import is_byo
 from hetfl.data.catalog import DATASETS
 
-KD, ET, CB, CV = ("fedkd",), ("fedet",), ("coboost",), ("fedcvae",)
-ALL = (*KD, *ET, *CB)  # the methods that share a classifier phase 1 (oneshot-reuse)
+CLASSIFIER_PHASE1 = ("fedkd", "fedet", "coboost")  # the methods that share a classifier phase 1 (oneshot-reuse)
 POS = dict(min=0.0, min_inclusive=False)
-KEYS = (
-    Key("oneshot-reuse", str, "", "FedKD / Fed-ET / Co-Boosting: start from the phase-1 ensemble saved by an earlier one-shot run "
-        "with the same phase-1 settings (its run directory or ensemble.json): no local training, its bytes and times reported",
-        methods=ALL),
-    # FedKD (Gong et al. 2022), one-shot mode of the authors' main.py (--oneshot)
-    Key("fedkd-epochs", int, 200, "FedKD: server distillation epochs over the auxiliary set (authors: fedrounds 200)", min=1, methods=KD),
-    Key("fedkd-batch-size", int, 512, "FedKD: server distillation batch size (authors: disbatchsize 512)", min=1, methods=KD),
-    Key("fedkd-lr", float, 1e-3, "FedKD: server Adam lr (authors: dis_lr 1e-3)", **POS, methods=KD),
-    Key("fedkd-lr-min", float, 1e-3, "FedKD: floor of the per-epoch cosine lr (authors: dis_lrmin 1e-3, i.e. constant)", min=0.0, methods=KD),
-    Key("fedkd-loss", str, "l1", "FedKD: distillation loss on logits (authors: l1; kl = KL at T = 3)", choices=("l1", "kl"), methods=KD),
-    Key("fedkd-weighting", str, "class-counts", "FedKD: member weights of the teacher's logits (authors: clscnt = 1, per-class label counts)",
-        choices=("class-counts", "data-size"), methods=KD),
-    # Fed-ET (Cho et al. 2022), one round of its ensemble transfer
-    Key("fedet-lambda", float, 0.05, "Fed-ET: weight of the diversity regularization (FENS: best lambda 0.05)", min=0.0, methods=ET),
-    Key("fedet-epochs", int, 200, "Fed-ET: server distillation epochs over the auxiliary set (FedKD's setup, as FENS runs both)", min=1, methods=ET),
-    Key("fedet-batch-size", int, 512, "Fed-ET: server distillation batch size", min=1, methods=ET),
-    Key("fedet-lr", float, 1e-3, "Fed-ET: server Adam lr", **POS, methods=ET),
-    # Co-Boosting (Dai et al. 2024), the authors' co_boosting.sh and datafree_kd.py defaults
-    Key("coboost-epochs", int, 200, "Co-Boosting: epochs of synthesis + re-weighting + distillation (authors: 200)", min=1, methods=CB),
-    Key("coboost-g-steps", int, 30, "Co-Boosting: generator steps per epoch (authors: 30)", min=1, methods=CB),
-    Key("coboost-batch-size", int, 128, "Co-Boosting: synthetic batch per epoch and distillation batch size (authors: 128)", min=1, methods=CB),
-    Key("coboost-lr-g", float, 1e-3, "Co-Boosting: Adam lr of the generator and its inputs z (authors: 1e-3)", **POS, methods=CB),
-    Key("coboost-kd-lr", float, 0.01, "Co-Boosting: student SGD lr, cosine over the epochs (authors: 0.01)", **POS, methods=CB),
-    Key("coboost-kd-t", float, 4.0, "Co-Boosting: distillation temperature (authors: kd_T 4)", **POS, methods=CB),
-    Key("coboost-ods-eta", float, 8.0, "Co-Boosting: ODS step on the normalised synthetic images, in 1/255 (authors: odseta 8)", min=0.0, methods=CB),
-    Key("coboost-hs", float, 1.0, "Co-Boosting: hardness exponent of the hard-sample loss (authors: hs 1.0)", min=0.0, methods=CB),
-    Key("coboost-adv", float, 1.0, "Co-Boosting: weight of the adversarial (student-teacher disagreement) term (authors: adv 1.0)", min=0.0, methods=CB),
-    Key("coboost-oh", float, 1.0, "Co-Boosting: weight of the hard-sample cross-entropy term (authors: ohg 1.0)", min=0.0, methods=CB),
-    Key("coboost-mu", float, 0.01, "Co-Boosting: step of the ensemble re-weighting (authors: mu 0.01)", min=0.0, methods=CB),
-    Key("coboost-wdc", float, 0.99, "Co-Boosting: per-epoch decay of the re-weighting step (authors: wdc 0.99)", min=0.0, max=1.0, methods=CB),
-    # FedCVAE-Ens (Heinbaugh et al. 2023), the authors' FMNIST setting (docs/readings.md#fedcvae)
-    Key("fedcvae-z-dim", int, 10, "FedCVAE-Ens: latent size of the clients' CVAEs (authors' FMNIST: z_dim 10)", min=1, methods=CV),
-    Key("fedcvae-beta", float, 1.0, "FedCVAE-Ens: weight of the KL term in the CVAE loss (authors: beta 1.0)", min=0.0, methods=CV),
-    Key("fedcvae-z-bound", float, 3.0, "FedCVAE-Ens: server z ~ N(0, I) truncated to [-b, b], 0 = untruncated (authors' FMNIST: uniform_range (-3, 3))",
-        min=0.0, methods=CV),
-    Key("fedcvae-samples", int, 5000, "FedCVAE-Ens: synthetic samples the server classifier trains on (authors: classifier_num_train_samples 5000)",
-        min=1, methods=CV),
-    Key("fedcvae-epochs", int, 5, "FedCVAE-Ens: server classifier epochs over the synthetic set (authors' FMNIST: classifier_epochs 5)", min=1, methods=CV),
-    Key("fedcvae-batch-size", int, 32, "FedCVAE-Ens: server classifier batch size (authors: 32)", min=1, methods=CV),
-    Key("fedcvae-lr", float, 1e-3, "FedCVAE-Ens: server classifier Adam lr (authors: 1e-3)", **POS, methods=CV),
-)
+
 HOLDOUT = ("fedkd", "fedet")
 
 
@@ -74,7 +33,7 @@ def check(cfg: dict) -> None:
 def check_files(cfg: dict) -> None:
     """Pre-flight only (``MethodSpec.preflight``): a reused ensemble must exist on this host and record this run's
     phase-1 settings (its JSON only; docs/readings.md#fens-artifacts). The ServerApp checks it again after discovery."""
-    if cfg["method"] in ALL and cfg["oneshot-reuse"]:
+    if cfg["method"] in CLASSIFIER_PHASE1 and cfg["oneshot-reuse"]:
         from hetfl.common.oneshot.artifacts import check_reuse
 
         from . import PHASE1  # imported here: the package's __init__ imports this module first
@@ -92,7 +51,7 @@ class OneShotParams(MethodParams):
         A one-shot run directory (or its ensemble.json) whose phase 1 this run starts from ("" = train it).
     """
 
-    reuse: str = key("oneshot-reuse", "")
+    reuse: str = key("oneshot-reuse", "", "FedKD / Fed-ET / Co-Boosting: start from the phase-1 ensemble saved by an earlier one-shot run with the same phase-1 settings (its run directory or ensemble.json): no local training, its bytes and times reported")
 
 
 @dataclass(frozen=True)
@@ -106,12 +65,12 @@ class FedKDParams(OneShotParams):
     weighting : "class-counts": member m's logit of class c weighted n_mc / sum_m n_mc; "data-size": n_m / n.
     """
 
-    epochs: int = key("fedkd-epochs", 200)
-    batch_size: int = key("fedkd-batch-size", 512)
-    lr: float = key("fedkd-lr", 1e-3)
-    lr_min: float = key("fedkd-lr-min", 1e-3)
-    loss: str = key("fedkd-loss", "l1")
-    weighting: str = key("fedkd-weighting", "class-counts")
+    epochs: int = key("fedkd-epochs", 200, "FedKD: server distillation epochs over the auxiliary set (authors: fedrounds 200)", min=1)
+    batch_size: int = key("fedkd-batch-size", 512, "FedKD: server distillation batch size (authors: disbatchsize 512)", min=1)
+    lr: float = key("fedkd-lr", 1e-3, "FedKD: server Adam lr (authors: dis_lr 1e-3)", **POS)
+    lr_min: float = key("fedkd-lr-min", 1e-3, "FedKD: floor of the per-epoch cosine lr (authors: dis_lrmin 1e-3, i.e. constant)", min=0.0)
+    loss: str = key("fedkd-loss", "l1", "FedKD: distillation loss on logits (authors: l1; kl = KL at T = 3)", choices=("l1", "kl"))
+    weighting: str = key("fedkd-weighting", "class-counts", "FedKD: member weights of the teacher's logits (authors: clscnt = 1, per-class label counts)", choices=("class-counts", "data-size"))
 
 
 @dataclass(frozen=True)
@@ -119,10 +78,10 @@ class FedETParams(OneShotParams):
     """Fed-ET's one-shot ensemble transfer (Cho et al. 2022, Sec. 3.2): weighted consensus distillation with the
     diversity regularization weighted by `lam`, on FedKD's distillation setup (docs/readings.md#fedet)."""
 
-    lam: float = key("fedet-lambda", 0.05)
-    epochs: int = key("fedet-epochs", 200)
-    batch_size: int = key("fedet-batch-size", 512)
-    lr: float = key("fedet-lr", 1e-3)
+    lam: float = key("fedet-lambda", 0.05, "Fed-ET: weight of the diversity regularization (FENS: best lambda 0.05)", min=0.0)
+    epochs: int = key("fedet-epochs", 200, "Fed-ET: server distillation epochs over the auxiliary set (FedKD's setup, as FENS runs both)", min=1)
+    batch_size: int = key("fedet-batch-size", 512, "Fed-ET: server distillation batch size", min=1)
+    lr: float = key("fedet-lr", 1e-3, "Fed-ET: server Adam lr", **POS)
 
 
 @dataclass(frozen=True)
@@ -130,18 +89,18 @@ class CoBoostParams(OneShotParams):
     """Co-Boosting (Dai et al. 2024): per epoch, a generator synthesizes hard samples, the ensemble's weights are
     adjusted on the synthetic pool, and the student distils the weighted ensemble on it (docs/readings.md#coboost)."""
 
-    epochs: int = key("coboost-epochs", 200)
-    g_steps: int = key("coboost-g-steps", 30)
-    batch_size: int = key("coboost-batch-size", 128)
-    lr_g: float = key("coboost-lr-g", 1e-3)
-    kd_lr: float = key("coboost-kd-lr", 0.01)
-    kd_t: float = key("coboost-kd-t", 4.0)
-    ods_eta: float = key("coboost-ods-eta", 8.0)
-    hs: float = key("coboost-hs", 1.0)
-    adv: float = key("coboost-adv", 1.0)
-    oh: float = key("coboost-oh", 1.0)
-    mu: float = key("coboost-mu", 0.01)
-    wdc: float = key("coboost-wdc", 0.99)
+    epochs: int = key("coboost-epochs", 200, "Co-Boosting: epochs of synthesis + re-weighting + distillation (authors: 200)", min=1)
+    g_steps: int = key("coboost-g-steps", 30, "Co-Boosting: generator steps per epoch (authors: 30)", min=1)
+    batch_size: int = key("coboost-batch-size", 128, "Co-Boosting: synthetic batch per epoch and distillation batch size (authors: 128)", min=1)
+    lr_g: float = key("coboost-lr-g", 1e-3, "Co-Boosting: Adam lr of the generator and its inputs z (authors: 1e-3)", **POS)
+    kd_lr: float = key("coboost-kd-lr", 0.01, "Co-Boosting: student SGD lr, cosine over the epochs (authors: 0.01)", **POS)
+    kd_t: float = key("coboost-kd-t", 4.0, "Co-Boosting: distillation temperature (authors: kd_T 4)", **POS)
+    ods_eta: float = key("coboost-ods-eta", 8.0, "Co-Boosting: ODS step on the normalised synthetic images, in 1/255 (authors: odseta 8)", min=0.0)
+    hs: float = key("coboost-hs", 1.0, "Co-Boosting: hardness exponent of the hard-sample loss (authors: hs 1.0)", min=0.0)
+    adv: float = key("coboost-adv", 1.0, "Co-Boosting: weight of the adversarial (student-teacher disagreement) term (authors: adv 1.0)", min=0.0)
+    oh: float = key("coboost-oh", 1.0, "Co-Boosting: weight of the hard-sample cross-entropy term (authors: ohg 1.0)", min=0.0)
+    mu: float = key("coboost-mu", 0.01, "Co-Boosting: step of the ensemble re-weighting (authors: mu 0.01)", min=0.0)
+    wdc: float = key("coboost-wdc", 0.99, "Co-Boosting: per-epoch decay of the re-weighting step (authors: wdc 0.99)", min=0.0, max=1.0)
 
 
 @dataclass(frozen=True)
@@ -158,10 +117,14 @@ class FedCVAEParams(MethodParams):
     epochs, batch_size, lr : Adam over the synthetic set, from the initial classifier.
     """
 
-    z_dim: int = key("fedcvae-z-dim", 10)
-    beta: float = key("fedcvae-beta", 1.0)
-    z_bound: float = key("fedcvae-z-bound", 3.0)
-    samples: int = key("fedcvae-samples", 5000)
-    epochs: int = key("fedcvae-epochs", 5)
-    batch_size: int = key("fedcvae-batch-size", 32)
-    lr: float = key("fedcvae-lr", 1e-3)
+    z_dim: int = key("fedcvae-z-dim", 10, "FedCVAE-Ens: latent size of the clients' CVAEs (authors' FMNIST: z_dim 10)", min=1)
+    beta: float = key("fedcvae-beta", 1.0, "FedCVAE-Ens: weight of the KL term in the CVAE loss (authors: beta 1.0)", min=0.0)
+    z_bound: float = key("fedcvae-z-bound", 3.0, "FedCVAE-Ens: server z ~ N(0, I) truncated to [-b, b], 0 = untruncated (authors' FMNIST: uniform_range (-3, 3))", min=0.0)
+    samples: int = key("fedcvae-samples", 5000, "FedCVAE-Ens: synthetic samples the server classifier trains on (authors: classifier_num_train_samples 5000)", min=1)
+    epochs: int = key("fedcvae-epochs", 5, "FedCVAE-Ens: server classifier epochs over the synthetic set (authors' FMNIST: classifier_epochs 5)", min=1)
+    batch_size: int = key("fedcvae-batch-size", 32, "FedCVAE-Ens: server classifier batch size (authors: 32)", min=1)
+    lr: float = key("fedcvae-lr", 1e-3, "FedCVAE-Ens: server classifier Adam lr (authors: 1e-3)", **POS)
+
+
+PARAMS = {"fedkd": FedKDParams, "fedet": FedETParams, "coboost": CoBoostParams, "fedcvae": FedCVAEParams}
+KEYS = keys_of(PARAMS)  # each declared once, in its parameter object's field

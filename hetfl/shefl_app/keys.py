@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from hetfl.common.config import SCHEMA, ConfigError, Key
+from hetfl.common.config import SCHEMA, ConfigError, keys_of
 from hetfl.common.nodeconfig import NodeKey, choice, quoted
 from hetfl.common.params import MethodParams, key
 
@@ -78,19 +78,19 @@ class SHEFLParams(MethodParams):
         A role's own local work (0 = the run's local-steps / local-epochs; straggler study).
     """
 
-    models: int = key("shefl-models", 5)
-    hpc_fraction: float = key("shefl-hpc-fraction", 0.5)
-    hpc_per_round: int = key("shefl-hpc-per-round", 5)
-    topk_density: float = key("shefl-topk-density", 0.1)
-    resource_ratio: float = key("shefl-resource-ratio", 5.0)
-    topk_scope: str = key("shefl-topk-scope", "global")
-    error_feedback: bool = key("shefl-error-feedback", False)
-    coefficients: str = key("shefl-coefficients", "balanced")
-    hpc_models: str = key("shefl-hpc-models", "all")
-    hpc_local_steps: int = key("shefl-hpc-local-steps", 0)
-    lpc_local_steps: int = key("shefl-lpc-local-steps", 0)
-    hpc_local_epochs: int = key("shefl-hpc-local-epochs", 0)
-    lpc_local_epochs: int = key("shefl-lpc-local-epochs", 0)
+    models: int = key("shefl-models", 5, "SHEFL: ensemble size M", min=1, max=64)
+    hpc_fraction: float = key("shefl-hpc-fraction", 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0)
+    hpc_per_round: int = key("shefl-hpc-per-round", 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0)
+    topk_density: float = key("shefl-topk-density", 0.1, "SHEFL: LPC top-k density k (fraction of d); 1.0 = dense", min=0.0, max=1.0, min_inclusive=False)
+    resource_ratio: float = key("shefl-resource-ratio", 5.0, "SHEFL: HPC:LPC budget r; HPC density per model = min(1, k r / M)", min=0.0, min_inclusive=False)
+    topk_scope: str = key("shefl-topk-scope", "global", "SHEFL: top-k over the whole model or per tensor", choices=("global", "tensor"))
+    error_feedback: bool = key("shefl-error-feedback", False, "SHEFL: keep the top-k residual on the client (Stich et al.)")
+    coefficients: str = key("shefl-coefficients", "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS)
+    hpc_models: str = key("shefl-hpc-models", "all", "SHEFL: HPCs train all M models (SHEFL), or every device one model with its device's work (restricted Fed-Ensemble, Fig. 7)", choices=("all", "one"))
+    hpc_local_steps: int = key("shefl-hpc-local-steps", 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0)
+    lpc_local_steps: int = key("shefl-lpc-local-steps", 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0)
+    hpc_local_epochs: int = key("shefl-hpc-local-epochs", 0, "SHEFL: local epochs of HPCs (0 = the run's local work; straggler study: 10)", min=0)
+    lpc_local_epochs: int = key("shefl-lpc-local-epochs", 0, "SHEFL: local epochs of LPCs (0 = the run's local work; straggler study: 1)", min=0)
 
     def role_work(self, role: str) -> tuple[int | None, int | None]:
         """(steps, epochs) for local_train of a client in `role` ("hpc" | "lpc"): the role's own local epochs or
@@ -103,22 +103,7 @@ class SHEFLParams(MethodParams):
         return None, None
 
 
-ONLY = ("shefl",)
-KEYS = (
-    Key("shefl-models", int, 5, "SHEFL: ensemble size M", min=1, max=64, methods=ONLY),
-    Key("shefl-hpc-fraction", float, 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0, methods=ONLY),
-    Key("shefl-hpc-per-round", int, 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0, methods=ONLY),
-    Key("shefl-topk-density", float, 0.1, "SHEFL: LPC top-k density k (fraction of d); 1.0 = dense", min=0.0, max=1.0, min_inclusive=False, methods=ONLY),
-    Key("shefl-resource-ratio", float, 5.0, "SHEFL: HPC:LPC budget r; HPC density per model = min(1, k r / M)", min=0.0, min_inclusive=False, methods=ONLY),
-    Key("shefl-topk-scope", str, "global", "SHEFL: top-k over the whole model or per tensor", choices=("global", "tensor"), methods=ONLY),
-    Key("shefl-error-feedback", bool, False, "SHEFL: keep the top-k residual on the client (Stich et al.)", methods=ONLY),
-    Key("shefl-coefficients", str, "balanced", "SHEFL: aggregation weights (Eq. 2 variants)", choices=COEFFICIENTS, methods=ONLY),
-    Key("shefl-lpc-local-steps", int, 0, "SHEFL: local steps of LPCs (0 = local-steps; straggler study)", min=0, methods=ONLY),
-    Key("shefl-hpc-local-steps", int, 0, "SHEFL: local steps of HPCs (0 = local-steps)", min=0, methods=ONLY),
-    Key("shefl-hpc-models", str, "all", "SHEFL: HPCs train all M models (SHEFL), or every device one model with its device's work (restricted Fed-Ensemble, Fig. 7)", choices=("all", "one"), methods=ONLY),
-    Key("shefl-lpc-local-epochs", int, 0, "SHEFL: local epochs of LPCs (0 = the run's local work; straggler study: 1)", min=0, methods=ONLY),
-    Key("shefl-hpc-local-epochs", int, 0, "SHEFL: local epochs of HPCs (0 = the run's local work; straggler study: 10)", min=0, methods=ONLY),
-)
+KEYS = keys_of({"shefl": SHEFLParams})
 
 RENAMED = {old: f"shefl-{old}" for old in (
     "hpc-fraction", "hpc-per-round", "topk-density", "resource-ratio", "topk-scope", "error-feedback", "coefficients",
