@@ -259,7 +259,6 @@ def test_connect_address():
 
 def test_node_profile_owns_data_path_and_the_device_profile():
     """NodeProfile: the one reader of a node's data-path and declared device keys (checked as the schema says)."""
-    import hetfl  # noqa: F401  (registers the methods' node keys)
     from hetfl.common.nodeconfig import NodeConfigError, NodeProfile
 
     own = NodeProfile({"data-path": "/data/dev1", "device-class": "lpc", "capacity": "weak"})

@@ -19,7 +19,7 @@ from hetfl.common.registry import NODE_QUERY
 from hetfl.inprocess import InProcessGrid, run_in_process
 
 from .conftest import require_fmnist
-from .test_determinism import BASE, METHODS
+from .test_determinism import BASE, setting
 
 MALFORMED = ("missing-record", "missing-metrics", "wrong-shape", "wrong-dtype", "nan")  # each rejected by the check
 EXTRA = ("duplicate", "unsent")  # rejected as replies to no message of the round / a second reply
@@ -95,7 +95,7 @@ def _ask(reply: Message) -> Message:
                                   "adaptivefl", "fens"])
 def test_every_malformed_reply_is_counted_and_never_applied(name, tmp_path, task_identity, monkeypatch):
     require_fmnist()
-    cfg = {**BASE, **METHODS[name], "fraction-train": 1.0, "min-available-nodes": 10, "seed": 1}
+    cfg = {**setting(name)[0], "fraction-train": 1.0, "min-available-nodes": 10, "seed": 1}
     if name == "shefl":
         cfg.update({"shefl-hpc-per-round": 5, "shefl-topk-density": 0.5})
     monkeypatch.setattr("hetfl.inprocess.InProcessGrid", SpoilingGrid)
