@@ -30,7 +30,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords  # noq
 from safetensors.numpy import load_file  # noqa: E402
 from hetfl.baselines.fedbe import fedbe_round  # noqa: E402
 from hetfl.baselines.params import FedBEParams  # noqa: E402
-from hetfl.baselines.server_app import fedbe_inputs  # noqa: E402
+from hetfl.baselines.fedbe import server_inputs  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.data.load import load_partition  # noqa: E402
 from hetfl.data.spec import DataSpec  # noqa: E402
@@ -74,7 +74,7 @@ def main(run_dir: str) -> int:
         weights.append(float(res.num_examples))
     torch.set_num_threads(threads)
     mean = {k: v.numpy() for k, v in aggregate_arrayrecords(replies, "num-examples").items()}
-    held, opts = fedbe_inputs(cfg, FedBEParams.from_config(cfg))  # the server app's own; `held.y` is read below for the diagnosis only
+    held, opts = server_inputs(cfg, FedBEParams.from_config(cfg))  # the server app's own; `held.y` is read below for the diagnosis only
     norm = Normalizer(cfg["dataset"])
     compute = compute_options(cfg, server=True)
     step = fedbe_round(lambda: make_model(cfg), mean, clients, weights, held.x, norm, cfg["fedbe-samples"], opts,

@@ -112,6 +112,16 @@ class FedBERound:
     targets: torch.Tensor
 
 
+def server_inputs(cfg: dict, p) -> tuple[ArrayData, DistillOptions]:
+    """FedBE's server set (the held-out train images; the strategy gets only their `x`) and distillation settings
+    (`p`: :class:`~hetfl.baselines.params.FedBEParams`)."""
+    from hetfl.data.load import load_server_set
+    from hetfl.data.spec import DataSpec
+
+    held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])
+    return held, DistillOptions(p.epochs, p.batch_size, p.lr, p.momentum, p.weight_decay, p.swa_start)
+
+
 def fedbe_round(make_model: Callable[[], nn.Module], mean: State, clients: Sequence[State], weights: Sequence[float],
                 unlabeled_x: np.ndarray, normalize: Normalizer, samples: int, opts: DistillOptions, seed: int,
                 server_round: int, **compute) -> FedBERound:

@@ -14,16 +14,12 @@ from flwr.app import ArrayRecord, Context
 from torch import nn
 
 from hetfl.baselines import METHOD
-from hetfl.baselines.fedbe import DistillOptions
 from hetfl.baselines.params import (
     FedAdamParams, FedBEParams, FedNovaParams, FedProxParams, FedYogiParams, ScaffoldParams, STCParams,
 )
 from hetfl.baselines.strategy import SeededFedAvg, SeededFedAvgSTC, SeededFedBE, SeededFedNova, SeededFedProx, SeededScaffold
 from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
 from hetfl.common.params import FederationParams, MethodParams, NoParams
-from hetfl.data.arrays import ArrayData
-from hetfl.data.load import load_server_set
-from hetfl.data.spec import DataSpec
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder
@@ -31,19 +27,17 @@ from hetfl.common.rounds import run_rounds
 from hetfl.common.task import (
     arrays_to_model,
     centralized_evaluators,
-    compute_options,
     dataset_threshold,
     make_model,
     model_to_arrays,
 )
-from hetfl.common.train import Normalizer
 
 
 ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCParams: SeededFedAvgSTC}
 """Strategies that update the model's trainable parameters themselves (they need the global model)."""
 BUILDERS: dict[type, Callable[[Any, dict[str, Any]], SeededFedAvg]] = {
     NoParams: lambda p, kw: SeededFedAvg(**kw),
-    FedBEParams: lambda p, kw: SeededFedBE(**kw),  # its server set comes in run (:func:`_fedbe`)
+    FedBEParams: lambda p, kw: SeededFedBE(**kw),  # its server set comes with prepare() (SeededFedBE.prepare)
     FedProxParams: lambda p, kw: SeededFedProx(proximal_mu=p.mu, **kw),
     FedAdamParams: lambda p, kw: SeededFedAdam(eta=p.server_lr, eta_l=p.local_lr, **p.adam.options(), **kw),
     FedYogiParams: lambda p, kw: SeededFedYogi(eta=p.server_lr, eta_l=p.local_lr, **p.moments.options(), **kw),
@@ -72,19 +66,6 @@ def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, 
     return BUILDERS[type(params)](params, kwargs).bind(cmap, fed.seed, fed.round_timeout)
 
 
-def fedbe_inputs(cfg: dict[str, Any], p: FedBEParams) -> tuple[ArrayData, DistillOptions]:
-    """FedBE's server set (the held-out train images; the strategy gets only their `x`) and distillation settings."""
-    held = load_server_set(DataSpec.from_config(cfg, 1), cfg["cache-dir"])
-    return held, DistillOptions(p.epochs, p.batch_size, p.lr, p.momentum, p.weight_decay, p.swa_start)
-
-
-def _fedbe(cfg: dict[str, Any], p: FedBEParams, strategy: SeededFedBE) -> SeededFedBE:
-    """FedBE's server side: the held-out unlabeled images (never their labels) and the distillation settings."""
-    held, opts = fedbe_inputs(cfg, p)
-    return strategy.setup(lambda: make_model(cfg), held.x, Normalizer(cfg["dataset"]), p.samples, opts,
-                          compute_options(cfg, server=True))
-
-
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FedAvg/FedProx/FedAdam/FedYogi/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
@@ -92,10 +73,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder = RunRecorder(cfg, dataset_threshold(cfg))
     params = METHOD.params_for(cfg)
     strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg), model)
-    if isinstance(strategy, SeededScaffold):  # the server's copies of the clients' c_i: one file each, not in memory
-        strategy.keep_state_in(recorder.run_dir)
-    if isinstance(params, FedBEParams):
-        strategy = _fedbe(cfg, params, strategy)
+    strategy.prepare(cfg, recorder.run_dir)  # Scaffold: its c_i copies on disk; FedBE: the unlabeled server set
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         loss, acc = evaluate(arrays_to_model(model, arrays))

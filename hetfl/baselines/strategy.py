@@ -61,6 +61,19 @@ class SeededFedBE(SeededSampling):
     Call :meth:`setup` after :meth:`bind`. docs/readings.md#fedbe
     """
 
+    def prepare(self, cfg: dict, run_dir: Path) -> SeededFedBE:
+        """FedBE's server side: the held-out unlabeled images (never their labels) and the distillation settings."""
+        from hetfl.common.task import compute_options, make_model
+        from hetfl.common.train import Normalizer
+
+        from .fedbe import server_inputs
+        from .params import FedBEParams
+
+        p = FedBEParams.from_config(cfg)
+        held, opts = server_inputs(cfg, p)
+        return self.setup(lambda: make_model(cfg), held.x, Normalizer(cfg["dataset"]), p.samples, opts,
+                          compute_options(cfg, server=True))
+
     def setup(self, make_model, unlabeled_x: np.ndarray, normalize, samples: int, opts, compute: dict) -> SeededFedBE:
         """`make_model()` builds an empty global-model architecture; `unlabeled_x` are the held-out images."""
         self.make_model, self.unlabeled_x, self.normalize = make_model, unlabeled_x, normalize
@@ -179,6 +192,10 @@ class SeededScaffold(SeededIterative):
         self.synced: dict[int, int] = {}  # client -> node known to hold its current c_i (this process only)
         self._c_record: ArrayRecord | None = None
         return self
+
+    def prepare(self, cfg: dict, run_dir: Path) -> SeededScaffold:
+        """The server's copies of the clients' c_i on disk in the run's directory, one file each, not in memory."""
+        return self.keep_state_in(run_dir)
 
     def keep_state_in(self, run_dir: Path) -> SeededScaffold:
         """Keep the server's copies of the c_i in ``<run_dir>/scaffold-ci/`` (one file per client)."""

@@ -197,6 +197,11 @@ class StrategyBase(Strategy):
     def summary(self) -> None:
         """Log what the strategy will do, once before round 1 (default: nothing)."""
 
+    def prepare(self, cfg: dict[str, Any], run_dir: Any) -> StrategyBase:
+        """What the strategy needs from the run on the server before round 1 (its directory, a server data set);
+        returns self (default: nothing)."""
+        return self
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must hold to continue identically (default: nothing)."""
         return {}
