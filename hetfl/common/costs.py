@@ -1,0 +1,85 @@
+"""What a round costs a device, measured rather than assumed: FLOPs counted by PyTorch, and a simulated wall clock.
+
+* :func:`step_flops` counts the floating-point operations of one training step (forward, loss, backward) or of one
+  inference batch with :class:`torch.utils.flop_counter.FlopCounterMode`, PyTorch's own counter (matmuls and
+  convolutions, forward and backward as the autograd graph runs them), cached per architecture, input shape and batch.
+* :func:`client_seconds` and :func:`round_seconds` are the simulated clock of FedScale's system model (Lai et al.,
+  ICML 2022): a client's round lasts its download at its downlink bandwidth, its training FLOPs at its compute speed
+  and its upload at its uplink bandwidth; a synchronous round lasts as long as its slowest sampled client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+_CACHE: dict[tuple, int] = {}
+
+
+def _signature(model: nn.Module) -> tuple:
+    return type(model).__qualname__, tuple((k, tuple(v.shape)) for k, v in model.state_dict().items())
+
+
+def step_flops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, train: bool = True,
+               num_classes: int | None = None) -> int:
+    """FLOPs of one step on a batch of `batch_size` inputs of `input_shape` (without the batch dimension).
+
+    ``train``: forward, cross-entropy and backward (the weights' gradients and the inputs' gradients of every layer
+    but the first, as autograd computes them); else one forward pass. The model's state and gradients are left as
+    they were. Cached per (architecture and tensor shapes, input shape, batch, train).
+    """
+    key = (_signature(model), tuple(input_shape), int(batch_size), bool(train))
+    if key in _CACHE:
+        return _CACHE[key]
+    was_training = model.training
+    grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+    x = torch.zeros((batch_size, *input_shape))
+    try:
+        with FlopCounterMode(display=False) as counter:
+            if train:
+                model.train()
+                out = model(x)
+                y = torch.zeros(batch_size, dtype=torch.long)
+                nn.functional.cross_entropy(out.float(), y).backward()
+            else:
+                model.eval()
+                with torch.no_grad():
+                    model(x)
+    finally:
+        model.train(was_training)
+        for n, p in model.named_parameters():
+            p.grad = grads[n]
+    _CACHE[key] = int(counter.get_total_flops())
+    return _CACHE[key]
+
+
+@dataclass(frozen=True)
+class ClientCost:
+    """One client's work in one round: bytes it downloads and uploads, and the FLOPs it computes."""
+
+    bytes_down: int
+    bytes_up: int
+    flops: int
+
+
+@dataclass(frozen=True)
+class DeviceSpeed:
+    """How fast a device computes and communicates: FLOP/s, downlink and uplink bandwidth in bit/s."""
+
+    flops_per_s: float
+    down_bps: float
+    up_bps: float
+
+
+def client_seconds(cost: ClientCost, speed: DeviceSpeed) -> float:
+    """Download, training and upload of one client, one after the other (FedScale's system model)."""
+    return 8.0 * cost.bytes_down / speed.down_bps + cost.flops / speed.flops_per_s + 8.0 * cost.bytes_up / speed.up_bps
+
+
+def round_seconds(clients: Iterable[tuple[ClientCost, DeviceSpeed]]) -> float:
+    """A synchronous round: its slowest sampled client (0 for a round that sampled nobody)."""
+    return max((client_seconds(c, s) for c, s in clients), default=0.0)
