@@ -70,3 +70,96 @@ def test_the_version_is_written_once():
     assert hetfl.__version__ == project["version"]
     assert f"version: {project['version']}" in (ROOT / "CITATION.cff").read_text()
     assert "__version__ = \"" not in (ROOT / "hetfl" / "__init__.py").read_text()  # derived, not a second copy
+
+
+COMMANDS = ("python -m hetfl.", ".venv/bin/python -m hetfl.", "hetfl run", "make ", ".venv/bin/python examples/")
+
+
+def _doc_commands() -> list[tuple[str, str, str | None]]:
+    """(file, command, the error line the docs show right below it, or None) of every hetfl or make command in the
+    bash blocks of the README and docs/*.md, continuation lines joined; commands with a <placeholder> are left out."""
+    out = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        blocks, block, lang = [], None, ""
+        for line in path.read_text().splitlines():
+            fence = re.match(r"\s*```(\w*)", line)
+            if fence and block is None:
+                block, lang = [], fence.group(1)
+            elif fence:
+                if lang in ("", "bash", "sh", "console"):
+                    blocks.append("\n".join(block))
+                block = None
+            elif block is not None:
+                block.append(line)
+        split = [[ln.strip().removeprefix("$ ") for ln in re.sub(r"\\\n\s*", " ", t).splitlines()] for t in blocks]
+        for k, lines in enumerate(split):
+            # the output shown below a command: its next line, or the first line of the next block
+            after = [*lines[1:], (split[k + 1][:1] or [""])[0] if k + 1 < len(split) else ""]
+            for line, below in zip(lines, after, strict=True):
+                line = re.split(r"\s+#|\s{3,}", line)[0].strip()  # a comment, or a diagram's second column
+                if line.startswith(COMMANDS) and not re.search(r"[<>$]|\.\.\.", line):
+                    out.append((path.relative_to(ROOT).as_posix(), line, below if below.startswith("error:") else None))
+    return out
+
+
+class _Parsed(Exception):
+    """Raised by the stand-ins once a command has been parsed and its config validated: nothing runs."""
+
+
+def test_every_documented_command_parses_and_its_config_validates(monkeypatch, capsys, tmp_path):
+    """In the order the docs give them (their /tmp/ paths under a fresh directory): each `python -m hetfl.launch` /
+    `hetfl run` command parses and passes the launcher's whole pre-flight (config, data, model), or, where the docs
+    show an error below it, exits 2 with exactly that line; the same for `python -m hetfl.tune` (its space checked);
+    each `python -m hetfl.cluster` command parses; each `make` target exists; the examples' data scripts run.
+    No simulation starts."""
+    import shlex
+
+    from hetfl import cluster, launch
+    from hetfl import tune as tune_mod
+    import subprocess
+
+    def fake_run(config, overrides, supernodes, *args, **kwargs):
+        launch.preflight({**launch.load_preset(config), **overrides}, supernodes)
+        raise _Parsed
+
+    def fake_tune(spec, study_dir, final=True):
+        tune_mod.check_spec(spec)
+        raise _Parsed
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(tune_mod, "tune", fake_tune)
+    monkeypatch.chdir(ROOT)
+    targets = {t for rule in re.findall(r"^([\w][\w -]*):", (ROOT / "Makefile").read_text(), re.M) for t in rule.split()}
+    seen = {"launch": 0, "tune": 0, "cluster": 0, "make": 0}
+    for where, line, shown in _doc_commands():
+        argv = shlex.split(line.removeprefix(".venv/bin/").replace("/tmp/", f"{tmp_path}/"))
+        shown = shown and shown.replace("/tmp/", f"{tmp_path}/")
+        if argv[:2] == ["python", "examples/byo/make_digits.py"]:
+            subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, check=True, capture_output=True)
+            continue
+        if argv[:3] == ["python", "-m", "hetfl.launch"] or argv[:2] == ["hetfl", "run"]:
+            rest = argv[3:] if argv[0] == "python" else argv[2:]
+            if shown:  # a documented bad input: exit 2 with the error line the docs show
+                capsys.readouterr()
+                assert launch.main(rest) == 2, (where, line)
+                assert capsys.readouterr().err.strip() == shown, (where, line)
+            else:
+                with pytest.raises(_Parsed):
+                    assert launch.main(rest) == 0, (where, line)  # a config error returns 2 instead of raising _Parsed
+            seen["launch"] += 1
+        elif argv[:3] == ["python", "-m", "hetfl.tune"]:
+            if shown:
+                capsys.readouterr()
+                assert tune_mod.main(argv[3:]) == 2, (where, line)
+                assert capsys.readouterr().err.strip() == shown, (where, line)
+            else:
+                with pytest.raises(_Parsed):
+                    tune_mod.main(argv[3:])
+            seen["tune"] += 1
+        elif argv[:3] == ["python", "-m", "hetfl.cluster"]:
+            cluster._parser().parse_args(argv[3:])
+            seen["cluster"] += 1
+        elif argv[0] == "make":
+            assert not set(a for a in argv[1:] if "=" not in a) - targets, (where, line)
+            seen["make"] += 1
+    assert all(seen.values()), seen  # the docs still hold commands of each kind
