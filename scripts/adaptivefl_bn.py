@@ -141,9 +141,9 @@ def main() -> int:
 
         setup_logging()
         train(a.methods, a.seeds, a.rounds)
-    text = PAGE.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    PAGE.write_text(text[:start] + "\n" + table() + "\n" + text[end:])
+    from fmt import write_between
+
+    write_between(PAGE, BEGIN, END, table())
     plot()
     print(f"wrote {PAGE}")
     return 0

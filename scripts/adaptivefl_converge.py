@@ -129,9 +129,9 @@ def main() -> int:
             else:
                 step_converge(method, a.min_rounds, a.chunk, a.max_rounds)
     if PAGE.exists():
-        text = PAGE.read_text()
-        start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-        PAGE.write_text(text[:start] + "\n" + table() + "\n" + text[end:])
+        from fmt import write_between
+
+        write_between(PAGE, BEGIN, END, table())
         print(f"wrote {PAGE}")
     return 0
 

@@ -171,9 +171,9 @@ def page_table() -> str:
 
 
 def write_page() -> None:
-    text = PAGE.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    PAGE.write_text(text[:start] + "\n" + page_table() + "\n" + text[end:])
+    from fmt import write_between
+
+    write_between(PAGE, BEGIN, END, page_table())
     print(f"wrote {PAGE}")
 
 

@@ -13,3 +13,12 @@ def mean_std(xs: list[float]) -> str:
     if len(xs) == 1:
         return f"{xs[0]:.2f}"
     return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}"
+
+
+def write_between(page, begin: str, end: str, text: str) -> None:
+    """Replace what stands between the markers `begin` and `end` of the file `page` (a generated table) by `text`."""
+    from pathlib import Path
+
+    old = Path(page).read_text()
+    a, b = old.index(begin) + len(begin), old.index(end)
+    Path(page).write_text(old[:a] + "\n" + text + "\n" + old[b:])

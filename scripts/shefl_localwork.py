@@ -80,9 +80,9 @@ def main() -> int:
     a = p.parse_args()
     if a.train:
         train(a.seeds, a.epochs)
-    text = PAGE.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    PAGE.write_text(text[:start] + "\n" + table() + "\n" + text[end:])
+    from fmt import write_between
+
+    write_between(PAGE, BEGIN, END, table())
     print(f"wrote {PAGE}")
     return 0
 

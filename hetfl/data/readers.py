@@ -91,12 +91,17 @@ def _read_cifar(files: list[Path], key: bytes) -> ArrayData:
     return ArrayData(np.concatenate(xs), np.concatenate(ys))
 
 
-def _svhn_arrays(dirs: list[Path]) -> tuple[ArrayData, ArrayData] | None:
-    """SVHN (cropped digits): train_32x32.mat and test_32x32.mat."""
-    tr, te = _find(dirs, ["train_32x32.mat"]), _find(dirs, ["test_32x32.mat"])
+def _split_files(dirs: list[Path], train: str, test: str, read) -> tuple[ArrayData, ArrayData] | None:
+    """(train, test) read from the files named `train` and `test` in the first of `dirs` holding them, else None."""
+    tr, te = _find(dirs, [train]), _find(dirs, [test])
     if tr is None or te is None:
         return None
-    return _read_svhn(tr), _read_svhn(te)
+    return read(tr), read(te)
+
+
+def _svhn_arrays(dirs: list[Path]) -> tuple[ArrayData, ArrayData] | None:
+    """SVHN (cropped digits): train_32x32.mat and test_32x32.mat."""
+    return _split_files(dirs, "train_32x32.mat", "test_32x32.mat", _read_svhn)
 
 
 def _read_svhn(p: Path) -> ArrayData:
@@ -112,10 +117,7 @@ def _read_svhn(p: Path) -> ArrayData:
 
 def _ag_news_arrays(dirs: list[Path]) -> tuple[ArrayData, ArrayData] | None:
     """AG News: train.csv and test.csv (class index 1-4, title, description)."""
-    tr, te = _find(dirs, ["train.csv"]), _find(dirs, ["test.csv"])
-    if tr is None or te is None:
-        return None
-    return _read_ag_news(tr), _read_ag_news(te)
+    return _split_files(dirs, "train.csv", "test.csv", _read_ag_news)
 
 
 def _read_ag_news(p: Path) -> ArrayData:
