@@ -55,7 +55,7 @@ ROUNDS=500             # num-server-rounds
 GMF=0.9                # FedAdam beta1 (beta2 0.99, tau 1e-3 are fixed in distoptim/FedAdam.py)
 D=2                    # SmallNN hidden = d x clients = 40 (fens-aggregator-hidden 0 = 2M)
 SIZE=20; MAXITR=0; EVALAFTER=5; TEST_BS=16; LOGIT_BS=64     # TEST_BS, LOGIT_BS: their scripts' values
-RUN="${OUT:-$ROOT/runs/alpha$ALPHA$([ "$SMOKE" = 1 ] && echo -smoke)}"
+RUN="${OUT:-$ROOT/runs/alpha$ALPHA$(if [ "$SMOKE" = 1 ]; then echo -smoke; fi)}"
 mkdir -p "$RUN/logs" "$RUN/local_training" "$RUN/logits" "$RUN/aggregator"
 if [ "$SMOKE" = 1 ]; then   # fewest export clients that hold every class, <= 40 rows per class each (tools/smoke_data.py)
   SIZE=$($NICE "$PY" "$ROOT/tools/smoke_data.py" "$EXPORT" "$RUN/smoke-data" 40 5)
