@@ -23,6 +23,15 @@ def test_step_flops_by_hand():
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_counting_leaves_batchnorm_statistics_and_the_rng_as_they_were():
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    assert step_flops(model, (4,), 3) > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # running mean/var, batch count
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
 def test_a_wider_model_costs_more_flops():
     from hetfl.common.models import build_model
 

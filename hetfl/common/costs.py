@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -30,29 +31,22 @@ def step_flops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, 
 
     ``train``: forward, cross-entropy and backward (the weights' gradients and the inputs' gradients of every layer
     but the first, as autograd computes them); else one forward pass. The model's state and gradients are left as
-    they were. Cached per (architecture and tensor shapes, input shape, batch, train).
+    they were (it runs on a copy). Cached per (architecture and tensor shapes, input shape, batch, train).
     """
     key = (_signature(model), tuple(input_shape), int(batch_size), bool(train))
     if key in _CACHE:
         return _CACHE[key]
-    was_training = model.training
-    grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+    probe = copy.deepcopy(model)  # the model's weights, buffers (BatchNorm statistics) and gradients stay as they are
     x = torch.zeros((batch_size, *input_shape))
-    try:
-        with FlopCounterMode(display=False) as counter:
-            if train:
-                model.train()
-                out = model(x)
-                y = torch.zeros(batch_size, dtype=torch.long)
-                nn.functional.cross_entropy(out.float(), y).backward()
-            else:
-                model.eval()
-                with torch.no_grad():
-                    model(x)
-    finally:
-        model.train(was_training)
-        for n, p in model.named_parameters():
-            p.grad = grads[n]
+    with torch.random.fork_rng(), FlopCounterMode(display=False) as counter:  # dropout draws leave the RNG as it was
+        if train:
+            probe.train()
+            y = torch.zeros(batch_size, dtype=torch.long)
+            nn.functional.cross_entropy(probe(x).float(), y).backward()
+        else:
+            probe.eval()
+            with torch.no_grad():
+                probe(x)
     _CACHE[key] = int(counter.get_total_flops())
     return _CACHE[key]
 
