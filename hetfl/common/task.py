@@ -221,8 +221,7 @@ def node_client_id(context: Context) -> int:
         return int(raw)
     if "partition-id" in nc:
         return int(nc["partition-id"])
-    if NodeProfile(nc).own_data:
-        path = NodeProfile(nc).data_path
+    if (path := NodeProfile(nc).data_path) is not None:
         if not Path(path).is_dir():
             raise LocalDataError(f"{node_data_where(path)}: no such directory; expected a directory written by "
                                  "Dataset.save_to_disk or an image folder")
@@ -332,8 +331,7 @@ def client_data(context: Context, cfg: dict[str, Any], client_id: int | None = N
         [0, num-classes), missing columns, no rows); one line naming the path, what was found and what is expected.
     """
     nc = context.node_config
-    if NodeProfile(nc).own_data:
-        path = NodeProfile(nc).data_path
+    if (path := NodeProfile(nc).data_path) is not None:
         if client_id is not None and client_id != node_client_id(context):
             raise ValueError(f"{node_data_where(path)} holds the data of client {node_client_id(context)}, "
                              f"not of client {client_id}")
