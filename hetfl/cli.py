@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("hetfl.cluster", "a deployment: SuperLink and SuperNodes here, or one role of a real one"),
     "export": ("hetfl.export", "write a run's partition as one directory per client, for devices"),
     "tune": ("hetfl.tune", "choose a method's hyperparameters on validation data (Optuna; docs/tuning.md)"),
+    "compare": ("hetfl.compare", "every heterogeneous method on one simulated fleet, tuned alike (docs/compare.md)"),
     "keys": ("hetfl.keys", "list the run-config keys (default, allowed values, which methods read them)"),
     "presets": ("hetfl.cli", "list the presets under configs/ with the first line of each one's header"),
 }

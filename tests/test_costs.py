@@ -32,6 +32,22 @@ def test_counting_leaves_batchnorm_statistics_and_the_rng_as_they_were():
     assert torch.equal(torch.get_rng_state(), rng)
 
 
+def test_local_training_reports_the_flops_of_the_steps_it_took():
+    """10 examples, batch 4, 2 epochs: 2 x (4 + 4 + 2) = 4 steps of 4 and 2 steps of 2 examples; the Linear pair
+    costs (72 + 96) / 2 = 84 FLOPs per example and step: 4 x 336 + 2 x 168 = 1,680."""
+    import numpy as np
+
+    from hetfl.common.train import train
+    from hetfl.data.arrays import ArrayData
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    data = ArrayData(np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32), np.arange(10) % 2)
+    res = train(model, data, torch.as_tensor, epochs=2, steps=0, batch_size=4)
+    assert res.steps == 6 and res.flops == 4 * step_flops(model, (4,), 4) + 2 * step_flops(model, (4,), 2) == 1680
+    assert train(model, data, torch.as_tensor, epochs=2, steps=0, batch_size=4, drop_last=True).flops == 4 * 336
+
+
 def test_a_wider_model_costs_more_flops():
     from hetfl.common.models import build_model
 

@@ -72,7 +72,7 @@ def test_the_version_is_written_once():
     assert "__version__ = \"" not in (ROOT / "hetfl" / "__init__.py").read_text()  # derived, not a second copy
 
 
-COMMANDS = ("python -m hetfl.", ".venv/bin/python -m hetfl.", "hetfl run", "make ", ".venv/bin/python examples/")
+COMMANDS = ("python -m hetfl.", ".venv/bin/python -m hetfl.", "hetfl run", "hetfl compare", "make ", ".venv/bin/python examples/")
 
 
 def _doc_commands() -> list[tuple[str, str, str | None]]:
@@ -128,9 +128,15 @@ def test_every_documented_command_parses_and_its_config_validates(monkeypatch, c
 
     monkeypatch.setattr(launch, "run", fake_run)
     monkeypatch.setattr(tune_mod, "tune", fake_tune)
+    from hetfl import compare as compare_mod
+
+    def fake_run_plan(*_args, **_kw):
+        raise _Parsed
+
+    monkeypatch.setattr(compare_mod, "run_plan", fake_run_plan)
     monkeypatch.chdir(ROOT)
     targets = {t for rule in re.findall(r"^([\w][\w -]*):", (ROOT / "Makefile").read_text(), re.M) for t in rule.split()}
-    seen = {"launch": 0, "tune": 0, "cluster": 0, "make": 0}
+    seen = {"launch": 0, "tune": 0, "compare": 0, "cluster": 0, "make": 0}
     for where, line, shown in _doc_commands():
         argv = shlex.split(line.removeprefix(".venv/bin/").replace("/tmp/", f"{tmp_path}/"))
         shown = shown and shown.replace("/tmp/", f"{tmp_path}/")
@@ -156,6 +162,10 @@ def test_every_documented_command_parses_and_its_config_validates(monkeypatch, c
                 with pytest.raises(_Parsed):
                     tune_mod.main(argv[3:])
             seen["tune"] += 1
+        elif argv[:3] == ["python", "-m", "hetfl.compare"] or argv[:2] == ["hetfl", "compare"]:
+            with pytest.raises(_Parsed):  # every method's config checked, then the first run stops it
+                compare_mod.main(argv[3:] if argv[0] == "python" else argv[2:])
+            seen["compare"] += 1
         elif argv[:3] == ["python", "-m", "hetfl.cluster"]:
             cluster._parser().parse_args(argv[3:])
             seen["cluster"] += 1

@@ -200,7 +200,7 @@ def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_ide
 
     def fake_train(model, data, cfg, rnd, *, steps=None, epochs=None, seed_offset=0):
         seen.append((steps, epochs))
-        return SimpleNamespace(loss=0.0, seconds=0.0)
+        return SimpleNamespace(loss=0.0, seconds=0.0, flops=0)
 
     monkeypatch.setattr(client_app, "local_train", fake_train)
     monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg, client: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))
@@ -279,7 +279,7 @@ def test_hpcs_train_each_model_from_its_own_global_weights(monkeypatch, task_ide
 
     def fake_train(model, data, cfg, rnd, **kw):
         starts.append(float(next(model.parameters()).detach().sum()))
-        return SimpleNamespace(loss=0.0, seconds=0.0)
+        return SimpleNamespace(loss=0.0, seconds=0.0, flops=0)
 
     monkeypatch.setattr(client_app, "local_train", fake_train)
     monkeypatch.setattr(client_app, "client_data", lambda ctx, cfg, client: ArrayData(np.zeros((4, 1, 8, 8), np.uint8), np.zeros(4, np.int64)))

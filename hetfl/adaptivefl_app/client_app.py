@@ -61,7 +61,7 @@ def train(msg: Message, context: Context) -> Message:
     loss_fn = None
     if p.variant.pool == "scalefl":  # early exits; distillation after the first 25% of the rounds
         loss_fn = scalefl_loss(p.scalefl_kd if rnd - 1 > 0.25 * cfg["num-server-rounds"] else 0.0)
-    backs, states, losses, seconds = [], [], [], 0.0
+    backs, states, losses, seconds, flops = [], [], [], 0.0, 0
     for j, m in enumerate(sent):
         back = m if capacity is None else pool.fit(m, request_capacity(capacity, cfg["seed"], rnd, pid, j))
         if back is None:  # not even the smallest contained model fits this request
@@ -75,6 +75,7 @@ def train(msg: Message, context: Context) -> Message:
         states.append(get_state(model))
         losses.append(res.loss)
         seconds += res.seconds
-    metrics = MetricRecord({"num-examples": len(data), "pool-index": backs, "train_s": seconds,
+        flops += res.flops
+    metrics = MetricRecord({"num-examples": len(data), "pool-index": backs, "train_s": seconds, "train_flops": flops,
                             "train_loss": sum(losses) / len(losses) if losses else math.nan})
     return Message(RecordDict({"arrays": pack_models(states), "metrics": metrics}), reply_to=msg)

@@ -169,7 +169,7 @@ class AdaptiveFL(StrategyBase):
         if self.tiers:  # the tier baselines: clients found after the start report theirs too
             self.tiers.update({c: str(t) for c, t in self.map.field("tier").items()})
         jobs: dict[int, list[tuple[int, int]]] = {}
-        for client, slot, m in self.plan(self.map.online(grid)):  # plan over client ids (stable)
+        for client, slot, m in self.plan(self.map.online(grid, server_round)):  # plan over client ids (stable)
             jobs.setdefault(client, []).append((slot, m))
         self.sent = jobs
         messages = []

@@ -8,7 +8,7 @@ from typing import Any
 from flwr.app import Context
 
 from hetfl.common.nodeconfig import NodeProfile
-from hetfl.common.task import dataset_info, num_clients
+from hetfl.common.task import dataset_info, device_value, num_clients
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
 from .keys import AdaptiveFLParams
@@ -69,7 +69,7 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
     """
     pool, p = reference_pool(cfg), AdaptiveFLParams.from_config(cfg)
     tiers = tier_capacities(pool, p.tier_capacity)
-    value = NodeProfile(context.node_config).device("capacity")
+    value = device_value(context, cfg, client, "capacity")  # the node's declared, else its fleet tier's
     if value is not None:
         if value in TIERS:
             return str(value), tiers[str(value)]

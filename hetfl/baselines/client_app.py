@@ -57,7 +57,7 @@ def train(msg: Message, context: Context) -> Message:
     mu = float(msg.content["config"].get("proximal-mu", 0.0))
     res = local_train(model, data, cfg, rnd, proximal_mu=mu, seed_offset=client)
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
-                            "steps": res.steps, "proximal_mu": mu})
+                            "steps": res.steps, "train_flops": res.flops, "proximal_mu": mu})
     return Message(RecordDict({"arrays": model_to_arrays(model), "metrics": metrics}), reply_to=msg)
 
 
@@ -122,7 +122,7 @@ def train_scaffold(msg: Message, context: Context) -> Message:
     context.state[state_key(client, CI_STATE)] = ArrayRecord({k: Array(v) for k, v in apply_delta(c_i, delta).items()})
     context.state[state_key(client, CI_ROUND_STATE)] = ConfigRecord({"round": rnd})
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
-                            "steps": res.steps})
+                            "steps": res.steps, "train_flops": res.flops})
     return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in y.items()}),
                                CONTROL: ArrayRecord({k: Array(v) for k, v in delta.items()}), "metrics": metrics}),
                    reply_to=msg)
@@ -149,5 +149,5 @@ def train_stc(msg: Message, context: Context) -> Message:
     out = ArrayRecord()
     put_sparse(out, STC_PREFIX, enc)
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
-                            "steps": res.steps})
+                            "steps": res.steps, "train_flops": res.flops})
     return Message(RecordDict({STC_UPDATE: out, "metrics": metrics}), reply_to=msg)

@@ -102,10 +102,12 @@ class Traffic:
     failures: int = 0
     comm_s: float = 0.0  # wall time spent inside send_and_receive
     hosts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # host -> replies from ClientApps there
+    flops: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # client -> FLOPs its replies report
 
     def add(self, other: Traffic) -> Traffic:
         """Fold another period into this one (e.g. several phases reported as one round)."""
-        for mine, theirs in ((self.down, other.down), (self.up, other.up), (self.hosts, other.hosts)):
+        for mine, theirs in ((self.down, other.down), (self.up, other.up), (self.hosts, other.hosts),
+                             (self.flops, other.flops)):
             for node, b in theirs.items():
                 mine[node] = mine.get(node, 0) + b
         self.replies += other.replies
@@ -169,6 +171,9 @@ class MeteredGrid(Grid):
                     self.current.failures += 1
                 else:
                     self.current.replies += 1
+                    flops = reported_flops(r)
+                    if flops:
+                        self.current.flops[_client_or_node(to, r.metadata.src_node_id)] += flops
 
     # --- Grid API (forwarded) -------------------------------------------------------
     def set_run(self, run):  # noqa: D102
@@ -208,6 +213,19 @@ class MeteredGrid(Grid):
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
+
+
+FLOP_METRICS = ("train_flops", "infer_flops")
+"""Reply metrics in which a client reports the floating-point operations it computed for the message
+(:func:`~hetfl.common.costs.step_flops`: training steps, and the inference of FENS's ensemble logits)."""
+
+
+def reported_flops(reply: Message) -> int:
+    """The FLOPs a reply reports in its ``metrics`` record (:data:`FLOP_METRICS`; 0 where it reports none)."""
+    if not reply.has_content() or "metrics" not in reply.content:
+        return 0
+    metrics = reply.content["metrics"]
+    return int(sum(metrics[k] for k in FLOP_METRICS if k in metrics))
 
 
 def _client_or_node(m: Message | None, node: int) -> int:

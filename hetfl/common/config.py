@@ -229,6 +229,9 @@ register_keys(
     Key("drop-last", bool, False, "drop each epoch's incomplete last local batch (AdaptiveFL authors)"),
     Key("augment", str, "none", "random crop (zero pad 4) and/or horizontal flip of local image batches", choices=("none", "crop", "flip", "crop-flip")),
     Key("client-threads", int, 1, "torch threads per ClientApp process", min=1),
+    # simulated devices (docs/fleets.md)
+    Key("fleet", str, "", "a fleet file (fleets/*.toml): each simulated client gets a tier's device profile and availability; "
+        "rows add the round's simulated wall clock ('' = none)"),
     # devices and precision (docs/training.md)
     Key("torch-device", str, "auto", "torch device of local training and client logits: auto (CUDA if available), cpu, cuda, cuda:N"),
     Key("server-torch-device", str, "", "torch device of server-side evaluation ('' = torch-device)"),
@@ -270,6 +273,13 @@ def _cross_check_common(cfg: dict[str, Any]) -> None:
                                   f"{'0' if key == 'num-classes' else repr('')} or {own!r} (the columns and classes of a "
                                   "hub:/dir: dataset are set by these keys)")
         check_dataset_fits(cfg, info)  # a reference is described, and checked, at pre-flight (hetfl.launch.preflight)
+    if cfg["fleet"]:
+        from .fleet import FleetError, load_fleet
+
+        try:
+            load_fleet(cfg["fleet"])
+        except FleetError as err:
+            raise ConfigError(f"run-config key 'fleet' = {cfg['fleet']!r}: {err}") from None
     if cfg["model"] not in MODELS and cfg["width"] != 1.0:
         raise ConfigError(f"run-config key 'width' = {cfg['width']!r} does not apply to model {cfg['model']!r} (an import "
                           "path: the builder decides the width); expected 1.0")

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -26,23 +26,30 @@ def _signature(model: nn.Module) -> tuple:
 
 
 def step_flops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, train: bool = True,
-               num_classes: int | None = None) -> int:
+               *, dtype: torch.dtype = torch.float32,
+               loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> int:
     """FLOPs of one step on a batch of `batch_size` inputs of `input_shape` (without the batch dimension).
 
-    ``train``: forward, cross-entropy and backward (the weights' gradients and the inputs' gradients of every layer
-    but the first, as autograd computes them); else one forward pass. The model's state and gradients are left as
-    they were (it runs on a copy). Cached per (architecture and tensor shapes, input shape, batch, train).
+    ``train``: forward, loss and backward (the weights' gradients and the inputs' gradients of every layer but the
+    first, as autograd computes them); else one forward pass. ``dtype``: the inputs' (token ids are integers);
+    ``loss_fn(model, x, y)`` in place of cross-entropy of ``model(x)`` (a multi-exit model's loss). The model's state
+    and gradients are left as they were (it runs on a copy, on the model's device). Cached per (architecture and
+    tensor shapes, input shape and dtype, batch, train, loss).
     """
-    key = (_signature(model), tuple(input_shape), int(batch_size), bool(train))
+    key = (_signature(model), tuple(input_shape), str(dtype), int(batch_size), bool(train),
+           getattr(loss_fn, "__qualname__", None))
     if key in _CACHE:
         return _CACHE[key]
     probe = copy.deepcopy(model)  # the model's weights, buffers (BatchNorm statistics) and gradients stay as they are
-    x = torch.zeros((batch_size, *input_shape))
-    with torch.random.fork_rng(), FlopCounterMode(display=False) as counter:  # dropout draws leave the RNG as it was
+    device = next((p.device for p in probe.parameters()), torch.device("cpu"))
+    x = torch.zeros((batch_size, *input_shape), dtype=dtype, device=device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+            FlopCounterMode(display=False) as counter:  # dropout draws leave the RNG as it was
         if train:
             probe.train()
-            y = torch.zeros(batch_size, dtype=torch.long)
-            nn.functional.cross_entropy(probe(x).float(), y).backward()
+            y = torch.zeros(batch_size, dtype=torch.long, device=device)
+            loss = nn.functional.cross_entropy(probe(x).float(), y) if loss_fn is None else loss_fn(probe, x, y)
+            loss.float().backward()
         else:
             probe.eval()
             with torch.no_grad():

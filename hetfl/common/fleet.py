@@ -136,3 +136,48 @@ def load_fleet(path: str | Path) -> Fleet:
     if len(set(names)) != len(names):
         raise FleetError(f"{path}: tier names {names} repeat; expected each once")
     return Fleet(str(raw.get("name", path.stem)), out, str(raw.get("source", "")))
+
+
+_FLEETS: dict[str, Fleet] = {}
+_TIERS: dict[tuple[str, int, int], list[Tier]] = {}
+
+
+def fleet_of(cfg: dict[str, Any]) -> Fleet | None:
+    """The run's fleet (run-config ``fleet``; read once per process), or None."""
+    path = cfg.get("fleet", "")
+    if not path:
+        return None
+    if path not in _FLEETS:
+        _FLEETS[path] = load_fleet(path)
+    return _FLEETS[path]
+
+
+def tiers_of(cfg: dict[str, Any], num_clients: int) -> list[Tier] | None:
+    """The tier of every client 0..num_clients-1 of the run (:meth:`Fleet.assign` with the run's seed), or None."""
+    fleet = fleet_of(cfg)
+    if fleet is None:
+        return None
+    key = (cfg["fleet"], int(num_clients), int(cfg["seed"]))
+    if key not in _TIERS:
+        _TIERS[key] = fleet.assign(num_clients, cfg["seed"])
+    return _TIERS[key]
+
+
+def available(tier: Tier, client: int, server_round: int, seed: int) -> bool:
+    """Whether `client` can be sampled in `server_round`: a draw seeded by (seed, round, client) below the tier's
+    availability (FedScale's availability as a per-round probability; the same at any number of nodes)."""
+    if tier.availability >= 1.0:
+        return True
+    return bool(np.random.default_rng([seed, server_round, client, 0xA7A1]).random() < tier.availability)
+
+
+def simulated_round_seconds(tiers: list[Tier], bytes_down: dict, bytes_up: dict, flops: dict) -> float:
+    """A round's simulated wall clock (:func:`~.costs.round_seconds`): every client with traffic or work in the round
+    (keys: client ids, as ints or strings) downloads, computes and uploads at its tier's speed; the slowest ends it.
+    Keys outside the federation (a node's discovery traffic) are left out."""
+    from .costs import ClientCost, round_seconds
+
+    clients = {int(c) for c in (*bytes_down, *bytes_up, *flops)} & set(range(len(tiers)))
+    get = lambda d, c: int(d.get(c, d.get(str(c), 0)))  # noqa: E731
+    return round_seconds((ClientCost(get(bytes_down, c), get(bytes_up, c), get(flops, c)), tiers[c].speed)
+                         for c in sorted(clients))

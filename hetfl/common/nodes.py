@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,7 @@ class ClientMap:
         self.records: dict[str, ConfigRecord] = {}  # sent with every message (the run's data description)
         self.left_out: dict[int, str] = {}  # node id -> why it did not answer discovery (its error line)
         self.pending: dict[int, str] = {}  # node id -> id of a message sent to it that got no reply in its round
+        self.available: Callable[[int, int], bool] | None = None  # (client, round) -> may be sampled (a fleet's)
         self.add_answers(answers or {})
 
     def add_answers(self, answers: Mapping[int, Mapping[str, Any]], live: Iterable[int] = ()) -> None:
@@ -134,10 +135,13 @@ class ClientMap:
         """Client id -> a reported field (e.g. ``device-class``) of every client that reported it."""
         return {c: a[name] for c, a in sorted(self.info.items()) if name in a}
 
-    def online(self, grid) -> list[int]:
-        """The known client ids whose node is connected now, sorted."""
+    def online(self, grid, server_round: int | None = None) -> list[int]:
+        """The known client ids whose node is connected now, sorted; in `server_round`, only those :attr:`available`
+        then (a simulated fleet's availability, hetfl.common.fleet.available)."""
         connected = {int(n) for n in grid.get_node_ids()}
-        return [c for c in sorted(self.node) if self.node[c] in connected]
+        ok = (lambda c: True) if self.available is None or server_round is None else \
+            (lambda c: self.available(c, server_round))
+        return [c for c in sorted(self.node) if self.node[c] in connected and ok(c)]
 
     def refresh(self, grid, timeout: float) -> None:
         """Ask nodes that connected after discovery (a restarted SuperNode gets a new node id) what they host.

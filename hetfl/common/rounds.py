@@ -27,6 +27,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .comm import Traffic
+from .fleet import available, simulated_round_seconds, tiers_of
 from .progress import heartbeat
 from .results import RunRecorder
 from .strategy import StrategyBase
@@ -106,7 +107,9 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
     (member or level accuracies). The row adds the evaluation's seconds, the round's bytes, replies,
     failures and rejected replies (:class:`~hetfl.common.comm.MeteredGrid`), the replies per host that
     computed them (``hosts``: {host: replies}, docs/ray-cluster.md), and after round 0 the bytes up and down per
-    client (``bytes_up_by_client``, ``bytes_down_by_client``) and the strategy's own columns
+    client (``bytes_up_by_client``, ``bytes_down_by_client``), the FLOPs each client reported computing
+    (``flops_by_client``, their sum ``client_flops``; hetfl.common.costs), with a ``fleet`` the round's simulated
+    wall clock on its devices (``sim_round_s``; hetfl.common.fleet) and the strategy's own columns
     (``round_metrics(traffic)``). `also` is traffic of earlier phases that
     this row carries (FENS's round 0: discovery, phase 1 and the ensemble download).
     """
@@ -122,9 +125,17 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
     columns = {"eval_s": eval_s, "comm_s": traffic.comm_s, "replies": traffic.replies, "failures": traffic.failures,
                "rejected": strategy.rejected if server_round and strategy is not None else 0,
                "hosts": dict(sorted(traffic.hosts.items())), **metrics, **own}
-    if server_round:  # who answered, and how much each sent and got (a slow or a dropped device shows here)
-        columns["bytes_up_by_client"] = {str(c): b for c, b in sorted(traffic.up.items())}
-        columns["bytes_down_by_client"] = {str(c): b for c, b in sorted(traffic.down.items())}
+    if server_round or traffic.flops:  # who answered, what each sent, got and computed (FENS's phase 1: round 0)
+        # round 0 also carries discovery, counted per node: there only the clients that reported work are listed
+        who = (lambda c: True) if server_round else traffic.flops.__contains__
+        columns["bytes_up_by_client"] = {str(c): b for c, b in sorted(traffic.up.items()) if who(c)}
+        columns["bytes_down_by_client"] = {str(c): b for c, b in sorted(traffic.down.items()) if who(c)}
+        columns["flops_by_client"] = {str(c): f for c, f in sorted(traffic.flops.items())}
+        columns["client_flops"] = sum(traffic.flops.values())
+        tiers = tiers_of(recorder.cfg, recorder.extra.get("federation", {}).get("clients", 0))
+        if tiers:  # the round on the fleet's devices (FedScale's clock: its slowest client's download + work + upload)
+            columns["sim_round_s"] = simulated_round_seconds(tiers, columns["bytes_down_by_client"],
+                                                             columns["bytes_up_by_client"], columns["flops_by_client"])
     row = recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
     for fn in list(_OBSERVERS):
         fn(row)
@@ -273,6 +284,8 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
     strategy.summary()
     if "federation" not in recorder.extra:
         recorder.federation(len(strategy.map.clients()), len(strategy.map.hosted))
+    if (tiers := tiers_of(cfg, recorder.extra["federation"]["clients"])) is not None:  # a simulated fleet's availability
+        strategy.map.available = lambda c, rnd: c < len(tiers) and available(tiers[c], c, rnd, cfg["seed"])
     _note_left_out(recorder, strategy.map)
     if start == 1:
         record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)

@@ -268,7 +268,7 @@ class SeededSampling(FedAvg, StrategyBase):
         if self.fraction_train == 0.0:
             return []
         self.map.refresh(grid, self.timeout)
-        online = self.map.online(grid)
+        online = self.map.online(grid, server_round)
         k = max(int(len(online) * self.fraction_train), self.min_train_nodes)
         self.sampled = sample_clients(online, k, self.seed, server_round)
         self._reference = {k: tuple(v.shape) for k, v in arrays.items()}

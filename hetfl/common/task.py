@@ -26,6 +26,8 @@ from hetfl.data.load import load_eval, load_local_data, load_partition
 from hetfl.data.spec import DataSpec
 
 from .config import validate
+from .costs import step_flops
+from .fleet import tiers_of
 from .models import build_model, get_state, set_state
 from .nodeconfig import NodeProfile
 from .params import LocalSGDParams
@@ -104,6 +106,13 @@ def model_input_shape(cfg: dict[str, Any]) -> tuple[int, ...]:
     """What one example looks like to the model: (C, H, W) images, or (text-max-length,) token ids."""
     info = dataset_info(cfg)
     return tuple(info.shape) if info.kind != "text" else (cfg["text-max-length"],)
+
+
+def inference_flops(model: nn.Module, cfg: dict[str, Any], n: int) -> int:
+    """FLOPs of `model` predicting `n` examples of the run's dataset: one forward pass each
+    (:func:`~hetfl.common.costs.step_flops` of one example, times `n`: matmuls and convolutions are linear in the batch)."""
+    dtype = torch.long if dataset_info(cfg).kind == "text" else torch.float32
+    return n * step_flops(model, model_input_shape(cfg), 1, train=False, dtype=dtype)
 
 
 def make_model(cfg: dict[str, Any], width: float | None = None, seed: int | None = None) -> nn.Module:
@@ -244,6 +253,15 @@ def model_inputs(data: ArrayData, cfg: dict[str, Any]) -> ArrayData:
 
 
 _TOKENIZED: dict[tuple, tuple[ArrayData, ArrayData]] = {}  # keeps the source alive so id() stays unique
+
+
+def device_value(context: Context, cfg: dict[str, Any], client: int, name: str) -> Any:
+    """A client's device-profile value `name` (SHEFL's ``device-class``, AdaptiveFL's ``capacity``): what its node
+    declares (a real device), else its tier's in the run's ``fleet`` (simulation), else None (the method draws it)."""
+    value = NodeProfile(context.node_config).device(name)
+    if value is None and (tiers := tiers_of(cfg, num_clients(context, cfg))) is not None:
+        value = tiers[client].node_config().get(name)
+    return value
 
 
 def num_clients(context: Context, cfg: dict[str, Any]) -> int:

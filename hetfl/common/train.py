@@ -25,6 +25,7 @@ from hetfl.data.catalog import DatasetInfo
 from hetfl.data.info import info_by_name
 
 from .config import DEVICE_PATTERN, ConfigError
+from .costs import step_flops
 
 AUGMENT_PAD = 4  # random crop: zero padding on each side, then a crop back to the input size (docs/training.md)
 
@@ -149,6 +150,7 @@ class TrainResult:
     steps: int
     num_examples: int  # size of the local dataset (FedAvg weight)
     seconds: float
+    flops: int = 0  # floating-point operations of the steps taken (hetfl.common.costs.step_flops per batch size)
 
 
 def steps_per_epoch(n: int, batch_size: int, drop_last: bool = False) -> int:
@@ -266,6 +268,7 @@ def train(
     x_all, y_all = _partition_tensors(data, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     done, current_epoch, stopped = 0, -1, False
+    batches: dict[int, int] = {}  # batch size -> steps taken at it (the FLOPs are counted once per size, at the end)
     for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last):
         if epoch_end is not None and epoch != current_epoch >= 0:
             if epoch_end(current_epoch):  # True: stop here (early stopping on a validation carve-out)
@@ -283,9 +286,13 @@ def train(
             sched.step()
         loss_sum += loss.detach().double()  # on the device: no host sync per step
         done += 1
+        batches[len(idx)] = batches.get(len(idx), 0) + 1
     if epoch_end is not None and current_epoch >= 0 and not stopped:
         epoch_end(current_epoch)
-    return TrainResult(float(loss_sum) / max(done, 1), done, n, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    flops = sum(count * step_flops(model, tuple(x.shape[1:]), size, dtype=x.dtype, loss_fn=loss_fn)
+                for size, count in batches.items())  # x: the last batch as the model took it
+    return TrainResult(float(loss_sum) / max(done, 1), done, n, seconds, flops)
 
 
 def _check_options(lr_schedule: str, augment: str) -> None:

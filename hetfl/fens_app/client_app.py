@@ -11,7 +11,7 @@ from hetfl.data.arrays import ArrayData
 from hetfl.common.oneshot.client import OWN, train_and_upload
 from hetfl.common.oneshot.ensemble import build_members, cached_logits, split_indices, states_digest, subset
 from hetfl.common.task import (arrays_to_model, client_data, client_device, compute_options, config_of, dataset_info,
-                               message_client, model_to_arrays, num_classes, state_key, unpack_models)
+                               inference_flops, message_client, model_to_arrays, num_classes, state_key, unpack_models)
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import confusion_counts, make_aggregator
@@ -56,7 +56,8 @@ def logits(msg: Message, context: Context) -> Message:
     context.state[state_key(pid, CACHE)] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
     C = num_classes(cfg)
     counts = confusion_counts(z[:, own], agg_data.y, C) if own >= 0 else np.zeros((C, C), np.int64)
-    return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(agg_data), "own-index": own}),
+    return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(agg_data), "own-index": own,
+                                                         "infer_flops": sum(inference_flops(m, cfg, len(agg_data)) for m in models)}),
                                "confusion": ArrayRecord({"counts": Array(counts)})}), reply_to=msg)
 
 
@@ -75,5 +76,5 @@ def train_aggregator(msg: Message, context: Context) -> Message:
                 device=client_device(cfg))  # the aggregator stays fp32 (docs/training.md)
     # the authors weight a client by the samples it saw this round: min(n_i, batch x steps) (docs/readings.md#fens-phase2)
     seen = len(data) if p.adam.update == "flower" else min(len(data), p.agg_batch_size * p.agg_local_steps)
-    metrics = MetricRecord({"num-examples": seen, "train_loss": res.loss})
+    metrics = MetricRecord({"num-examples": seen, "train_loss": res.loss, "train_flops": res.flops})
     return Message(RecordDict({"arrays": model_to_arrays(agg), "metrics": metrics}), reply_to=msg)

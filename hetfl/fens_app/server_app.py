@@ -40,7 +40,7 @@ from . import LOGITS, PHASE1
 from .aggregators import STATIC, make_aggregator
 from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1
 from hetfl.common.oneshot.ensemble import Ensemble, build_members, cached_logits, states_digest
-from hetfl.common.oneshot.server import collect_local_models
+from hetfl.common.oneshot.server import collect_local_models, phase1_traffic
 from .keys import FENSParams
 from .strategy import make_strategy
 
@@ -126,7 +126,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         save_ensemble(recorder.run_dir, ens)
     # round 0 carries discovery and phase 1 as measured by the run that trained the ensemble
     # (this run, or the one a reused ensemble comes from, so totals stay comparable)
-    phase1 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
+    phase1 = phase1_traffic(ens.phase1).add(discovery)
     M, C = len(ens.states), num_classes(cfg)
     ens_models, sent, confusion, download, ready = download_ensemble(grid, cmap, clients, ens, p, cfg)
     opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32

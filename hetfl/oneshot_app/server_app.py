@@ -41,7 +41,7 @@ from hetfl.common.models import set_state
 from hetfl.common.nodes import discover_clients
 from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1
 from hetfl.common.oneshot.ensemble import Ensemble, build_members, ensemble_logits
-from hetfl.common.oneshot.server import collect_local_models
+from hetfl.common.oneshot.server import collect_local_models, phase1_traffic
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round
 from hetfl.common.task import (compute_options, dataset_threshold, eval_splits, log, make_model, model_input_shape,
@@ -222,7 +222,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     clients = cmap.clients()
     discovery = grid.take()
     ens = step.phase1(grid, cmap, clients, cfg, recorder)
-    round0 = Traffic(down={0: ens.phase1["phase1_request_bytes"]}, up={0: ens.phase1["upload_bytes"]}).add(discovery)
+    round0 = phase1_traffic(ens.phase1).add(discovery)
     val, test = eval_splits(cfg)
     norm = Normalizer(cfg["dataset"])
     opts = compute_options(cfg, server=True)

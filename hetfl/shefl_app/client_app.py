@@ -11,16 +11,16 @@ from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
 from hetfl.common.nodeconfig import NodeProfile
-from hetfl.common.task import client_data, config_of, local_train, message_client, num_clients, received_model, state_key
+from hetfl.common.task import client_data, config_of, device_value, local_train, message_client, num_clients, received_model, state_key
 
 from .core import hpc_partitions
 from .keys import SHEFLParams
 
 
 def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
-    """'hpc' | 'lpc': the node config's device-class (a real device declares it), else drawn from the client id
-    and shefl-hpc-fraction (simulation). docs/deployment.md#device-profile"""
-    value = NodeProfile(context.node_config).device("device-class")
+    """'hpc' | 'lpc': the node config's device-class (a real device declares it), else its fleet tier's, else drawn
+    from the client id and shefl-hpc-fraction (simulation). docs/deployment.md#device-profile"""
+    value = device_value(context, cfg, client, "device-class")
     if value is not None:
         return str(value)
     if NodeProfile(context.node_config).own_data:
@@ -49,7 +49,7 @@ def train(msg: Message, context: Context) -> Message:
     pid = message_client(msg, context, cfg)
     data = client_data(context, cfg, pid)
     steps, epochs = params.role_work("hpc" if role == "hpc" else "lpc")
-    out, losses, secs = ArrayRecord(), [], 0.0
+    out, losses, secs, flops = ArrayRecord(), [], 0.0, 0
     for m in models:
         arrays = msg.content[f"model.{m}"]
         model = received_model(cfg, arrays)
@@ -68,6 +68,7 @@ def train(msg: Message, context: Context) -> Message:
         put_sparse(out, f"m{m}", encode_sparse(idx, val, layout.size))
         losses.append(res.loss)
         secs += res.seconds
-    metrics = MetricRecord({"train_loss": float(np.mean(losses)), "num-examples": len(data), "train_s": secs,
+        flops += res.flops
+    metrics = MetricRecord({"train_loss": float(np.mean(losses)), "num-examples": len(data), "train_s": secs, "train_flops": flops,
                             "models": len(models)})
     return Message(RecordDict({"deltas": out, "metrics": metrics}), reply_to=msg)

@@ -101,7 +101,7 @@ class SHEFL(StrategyBase):
         plan = self.plan(server_round)
         hpc_set = set(plan.hpc_nodes)
         self.map.refresh(grid, self.fed.round_timeout)
-        online = set(self.map.online(grid))
+        online = set(self.map.online(grid, server_round))
         self.sent = {}
         messages = []
         for client, models in plan.assignments(self.M).items():

@@ -81,5 +81,5 @@ def upload(msg: Message, arrays: ArrayRecord, res: TrainResult, local_data: Arra
     the epochs kept, for a model trained to completion)."""
     counts = label_histogram(local_data.y, num_classes(cfg)).tolist()
     metrics = MetricRecord({"num-examples": len(local_data), "train_loss": res.loss, "train_s": res.seconds,
-                            "label_counts": counts, **({"epochs": int(epochs)} if epochs is not None else {})})
+                            "train_flops": res.flops, "label_counts": counts, **({"epochs": int(epochs)} if epochs is not None else {})})
     return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from hetfl.common.comm import MeteredGrid
+from hetfl.common.comm import MeteredGrid, Traffic
 from hetfl.common.models import get_state
 from hetfl.common.nodes import ClientMap
 from hetfl.common.progress import heartbeat
@@ -58,10 +58,25 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
         phase1={"upload_bytes": traffic.bytes_up, "phase1_request_bytes": traffic.bytes_down, "phase1_wall_s": wall,
                 "phase1_client_train_s": [secs for *_, secs in kept],
                 "rejected_models": rejected, "phase1_comm_s": traffic.comm_s,
+                "phase1_by_client": {"down": _by_client(traffic.down), "up": _by_client(traffic.up),
+                                     "flops": _by_client(traffic.flops)},
                 **({"phase1_member_epochs": [epochs[cmap.client_of(r)] for r, *_ in kept]}
                    if any(epochs.get(cmap.client_of(r)) is not None for r, *_ in kept) else {})},
         settings=phase1_settings(cfg, phase1, len(clients)),
     )
+
+
+def _by_client(counts: dict[int, int]) -> dict[str, int]:
+    return {str(c): int(v) for c, v in sorted(counts.items())}
+
+
+def phase1_traffic(phase1: dict[str, Any]) -> Traffic:
+    """Phase 1's bytes and FLOPs per client as a :class:`~hetfl.common.comm.Traffic` period (round 0 carries it); an
+    ensemble saved before per-client counts were kept gives its totals under client 0."""
+    by = phase1.get("phase1_by_client")
+    if by is None:
+        return Traffic(down={0: phase1["phase1_request_bytes"]}, up={0: phase1["upload_bytes"]})
+    return Traffic(**{k: {int(c): int(v) for c, v in by[k].items()} for k in ("down", "up", "flops")})
 
 
 def _usable_models(raw: list[Message], cmap: ClientMap, clients: list[int], C: int, reference: dict[str, np.ndarray],

@@ -1,0 +1,268 @@
+"""Which method for my fleet: every heterogeneous method on one federation of simulated devices, tuned the same way,
+scored by accuracy against client bytes, client FLOPs and simulated time on the devices (docs/compare.md).
+
+    python -m hetfl.compare fleets/aiot-wifi.toml comparisons/fmnist-dir0.6.toml --seeds 0 1 2
+
+The comparison preset names the federation every method shares (``[run]``: dataset, partition, model, rounds, local
+work), the tuning budget that every method gets (``[tune]``: trials x rounds, a grid over ``space``), the width each
+capacity tier holds (``[widths]``) and, per method, a paper preset and its own keys (``[method.<name>]``). The fleet
+file gives every client a tier (run-config ``fleet``): SHEFL's device class and AdaptiveFL's capacity follow from it,
+and every round's row carries the simulated wall clock on those devices (FedScale's model; hetfl.common.fleet).
+
+* **Models that fit.** A device trains only a model its tier holds: FedAvg, SHEFL and FENS train the width of the
+  weakest tier (``[widths]``); AdaptiveFL and HeteroFL send each device a submodel that fits it; All-Large runs
+  only where every tier holds the full model, otherwise the page says why it is left out.
+* **The same tuning budget.** Each method's ``space`` is searched with ``hetfl.tune`` (grid, trials x rounds on the
+  validation half of the test split, seed 0); the chosen values run for the preset's rounds at every seed.
+* **What the page reports.** Final test accuracy (mean +- std over seeds), and the accuracy each method had reached
+  when it had spent the budget the cheapest method spent in all (client bytes, client FLOPs, simulated seconds);
+  Pareto plots of accuracy against each cost. Finished runs are reused (a stopped comparison goes on where it was).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("hetfl")
+
+METHODS = ("fedavg", "shefl", "fens", "adaptivefl", "heterofl", "all-large")
+COSTS = {"client_bytes": "client bytes (down + up)", "client_flops": "client FLOPs", "sim_s": "simulated seconds"}
+
+
+class CompareError(ValueError):
+    """Bad comparison input: one line naming the file, the key, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One method of a comparison: its run config (before tuning), its tuning space, or why it is left out."""
+
+    method: str
+    config: dict[str, Any]
+    space: str
+    skipped: str = ""
+
+
+def load_preset(path: Path) -> dict[str, Any]:
+    """Read a comparison preset (module docstring) and check its tables; one CompareError line on bad input."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise CompareError(f"{path}: cannot be read as TOML ({err})") from None
+    for table in ("run", "tune", "widths", "method"):
+        if not isinstance(raw.get(table), dict):
+            raise CompareError(f"{path}: expected a [{table}] table")
+    unknown = sorted(set(raw["method"]) - set(METHODS))
+    if unknown:
+        raise CompareError(f"{path}: [method.{unknown[0]}] is not compared; expected one of {', '.join(METHODS)}")
+    for key in ("trials", "rounds"):
+        if not isinstance(raw["tune"].get(key), int) or raw["tune"][key] < 1:
+            raise CompareError(f"{path}: [tune] key '{key}' = {raw['tune'].get(key)!r}; expected an integer >= 1")
+    for tier, width in raw["widths"].items():
+        if isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width <= 1:
+            raise CompareError(f"{path}: [widths] key '{tier}' = {width!r}; expected a number in (0, 1]")
+    return raw
+
+
+def plans(fleet_path: Path, preset: dict[str, Any], preset_path: Path) -> list[Plan]:
+    """Each compared method's run config on the fleet (module docstring: models that fit), in :data:`METHODS` order."""
+    from hetfl.common.fleet import load_fleet
+
+    fleet = load_fleet(fleet_path)
+    widths = preset["widths"]
+    missing = sorted({str(t.capacity) for t in fleet.tiers} - set(widths))
+    if missing:
+        raise CompareError(f"{preset_path}: [widths] lacks tier capacity {missing[0]!r} of fleet {fleet_path}; the "
+                           "comparison needs a width for every capacity the fleet declares (weak, medium, strong)")
+    weakest = min(float(widths[str(t.capacity)]) for t in fleet.tiers)
+    out = []
+    for method in METHODS:
+        spec = dict(preset["method"].get(method, {}))
+        if method not in preset["method"]:
+            continue
+        base = tomllib.loads(_method_preset(preset_path, method, spec.pop("preset")).read_text()) if "preset" in spec else {}
+        space = spec.pop("space", "")
+        cfg = {**base, **preset["run"], **spec, "method": method, "fleet": str(fleet_path)}
+        skipped = ""
+        if method in ("fedavg", "shefl", "fens"):
+            cfg["width"] = weakest  # every device trains (and FENS's devices run) models the weakest tier holds
+        elif method == "all-large" and weakest < 1.0:
+            skipped = (f"not every tier holds the full model (the weakest holds width {weakest:g}): All-Large needs "
+                       "a fleet of strong devices")
+        out.append(Plan(method, cfg, space, skipped))
+    return out
+
+
+def _method_preset(preset_path: Path, method: str, name: str) -> Path:
+    """A method block's ``preset``: relative to the current directory, else to the repository of `preset_path`."""
+    for path in (Path(name), preset_path.resolve().parent.parent / name):
+        if path.is_file():
+            return path
+    raise CompareError(f"{preset_path}: [method.{method}] key 'preset' = {name!r}: no such file")
+
+
+def curve(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Accuracy and the cumulative costs after every round of a run's rows (:data:`COSTS`)."""
+    out: dict[str, list[float]] = {"accuracy": [], **{k: [] for k in COSTS}}
+    total = dict.fromkeys(COSTS, 0.0)
+    for r in rows:
+        total["client_bytes"] = float(r.get("cum_bytes_down", 0) + r.get("cum_bytes_up", 0))
+        total["client_flops"] += float(r.get("client_flops", 0) or 0)
+        total["sim_s"] += float(r.get("sim_round_s", 0) or 0)
+        out["accuracy"].append(float(r["accuracy"]))
+        for k in COSTS:
+            out[k].append(total[k])
+    return out
+
+
+def accuracy_at(c: dict[str, list[float]], cost: str, budget: float) -> float:
+    """The accuracy of the last round whose cumulative `cost` is within `budget` (the first row's if none is)."""
+    within = [a for a, spent in zip(c["accuracy"], c[cost], strict=True) if spent <= budget * (1 + 1e-9)]
+    return within[-1] if within else c["accuracy"][0]
+
+
+def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int]) -> dict[str, Any]:
+    """Tune `plan` once (seed 0, the preset's budget), then run the chosen values at every seed; finished runs are
+    reused. Returns {"values": chosen values, "runs": {seed: metrics}}."""
+    from hetfl.inprocess import run_in_process
+    from hetfl.tune import TuneSpec, parse_space, tune
+
+    nodes = int(plan.config["min-available-nodes"])
+    values: dict[str, Any] = {}
+    if plan.space:
+        spec = TuneSpec(base={**plan.config, "seed": 0}, space=tuple(parse_space(plan.space)),
+                        trials=preset["tune"]["trials"], rounds=preset["tune"]["rounds"], nodes=nodes, sampler="grid",
+                        seed=0, prune=False)
+        values = tune(spec, out / plan.method / "tune", final=False)["best"]["values"]
+    runs = {}
+    for seed in seeds:
+        path = out / plan.method / f"s{seed}" / "metrics.json"
+        if path.exists() and json.loads(path.read_text())["summary"].get("rounds_completed") == \
+                plan.config["num-server-rounds"]:
+            runs[seed] = json.loads(path.read_text())
+            continue
+        cfg = {**plan.config, **values, "seed": seed, "checkpoint": False, "eval-split": "test-half"}
+        runs[seed] = run_in_process(cfg, nodes, out / plan.method, f"s{seed}")
+    return {"values": values, "runs": runs}
+
+
+def table(results: dict[str, dict[str, Any]], skipped: dict[str, str]) -> tuple[str, dict[str, float]]:
+    """The page's table (markdown) and the equal budgets: for each cost the smallest total any method spent."""
+    curves = {m: [curve(r["rounds"]) for r in res["runs"].values()] for m, res in results.items()}
+    budget = {k: min(c[k][-1] for cs in curves.values() for c in cs) for k in COSTS}
+
+    def pm(xs: list[float]) -> str:
+        return f"{100 * statistics.mean(xs):.2f} ± {100 * statistics.stdev(xs):.2f}" if len(xs) > 1 else \
+            f"{100 * xs[0]:.2f}"
+
+    lines = ["| method | tuned values | seeds | final accuracy (%) | at equal client bytes | at equal client FLOPs | "
+             "at equal simulated time | client GB | client PFLOP | simulated hours |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for m, cs in curves.items():
+        vals = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in results[m]["values"].items())
+        at = [pm([accuracy_at(c, k, budget[k]) for c in cs]) for k in COSTS]
+        spent = [statistics.mean(c[k][-1] for c in cs) for k in COSTS]
+        lines.append(f"| {m} | {vals or 'preset'} | {len(cs)} | {pm([c['accuracy'][-1] for c in cs])} | {' | '.join(at)} | "
+                     f"{spent[0] / 1e9:.3g} | {spent[1] / 1e15:.3g} | {spent[2] / 3600:.3g} |")
+    for m, why in skipped.items():
+        lines.append(f"| {m} | left out: {why} | | | | | | | | |")
+    return "\n".join(lines), budget
+
+
+def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
+    """Pareto plots: test accuracy against each cumulative cost, one line per method (its seeds' mean)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(COSTS), figsize=(5 * len(COSTS), 4), sharey=True)
+    for m, res in results.items():
+        cs = [curve(r["rounds"]) for r in res["runs"].values()]
+        n = min(len(c["accuracy"]) for c in cs)
+        acc = 100 * np.mean([c["accuracy"][:n] for c in cs], axis=0)
+        for ax, k in zip(axes, COSTS, strict=True):
+            x = np.mean([c[k][:n] for c in cs], axis=0)
+            ax.plot(np.maximum(x, 1e-9), acc, marker=".", markersize=3, label=f"{m} (mean over {len(cs)} seeds)")
+    for ax, (k, label) in zip(axes, COSTS.items(), strict=True):
+        ax.set_xscale("log")
+        ax.set_xlabel(label + " (cumulative)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy (%)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], methods: list[str] | None = None
+            ) -> dict[str, Any]:
+    """Run (or reuse) the whole comparison and write ``out/summary.json``, ``out/table.md`` and ``out/pareto.png``."""
+    from hetfl.common.config import ConfigError, validate
+
+    preset = load_preset(preset_path)
+    chosen = [p for p in plans(fleet_path, preset, preset_path) if methods is None or p.method in methods]
+    for p in chosen:  # every config checked before any run starts (one line)
+        try:
+            validate({**p.config, "seed": seeds[0]})
+        except ConfigError as err:
+            raise CompareError(f"{preset_path}: [method.{p.method}]: {err}") from None
+    skipped = {p.method: p.skipped for p in chosen if p.skipped}
+    results = {p.method: run_plan(p, preset, out, seeds) for p in chosen if not p.skipped}
+    text, budget = table(results, skipped)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(text + "\n")
+    plot(results, out / "pareto.png")
+    summary = {"fleet": str(fleet_path), "preset": str(preset_path), "seeds": seeds, "budget": budget,
+               "tune": preset["tune"], "skipped": skipped,
+               "methods": {m: {"values": r["values"],
+                               "final_accuracy": {str(s): run["summary"]["final_accuracy"] for s, run in r["runs"].items()}}
+                           for m, r in results.items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _parser(prog: str = "python -m hetfl.compare") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="docs/compare.md. Example: python -m hetfl.compare fleets/aiot-wifi.toml "
+                                       "comparisons/fmnist-dir0.6.toml --seeds 0 1 2")
+    p.add_argument("fleet", help="a fleet file (fleets/*.toml: tiers with share, device profile, speed, bandwidth)")
+    p.add_argument("preset", help="a comparison preset (comparisons/*.toml: [run], [tune], [widths], [method.*])")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the final runs (default: 0)")
+    p.add_argument("--methods", nargs="+", choices=METHODS, help="compare only these (default: every [method.*])")
+    p.add_argument("--out", help="results directory (default: results/compare/<fleet>-<preset>)")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m hetfl.compare") -> int:
+    from hetfl.common.fleet import FleetError
+    from hetfl.common.task import setup_logging
+
+    a = _parser(prog).parse_args(argv)
+    fleet, preset = Path(a.fleet), Path(a.preset)
+    out = Path(a.out) if a.out else Path("results/compare") / f"{fleet.stem}-{preset.stem}"
+    setup_logging()
+    try:
+        summary = compare(fleet, preset, out, a.seeds, a.methods)
+    except (CompareError, FleetError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print((out / "table.md").read_text())
+    print(f"equal budgets: {', '.join(f'{k} {v:.4g}' for k, v in summary['budget'].items())}")
+    print(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {out / 'pareto.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

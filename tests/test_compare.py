@@ -1,0 +1,195 @@
+"""hetfl.compare and the fleet in a run (docs/compare.md, docs/fleets.md): FLOPs reported by clients, the simulated
+clock of every row, a fleet's device profiles and availability, and a tiny comparison end to end on digits."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from hetfl.common.fleet import available, load_fleet, simulated_round_seconds
+from hetfl.compare import CompareError, accuracy_at, curve, load_preset, main, plans
+
+from .inprocess import run_in_process
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY_FLEET = """
+name = "tiny"
+[[tier]]
+name = "weak"
+share = 2
+device-class = "lpc"
+flops-per-s = 1.0e9
+down-mbps = 1.0
+up-mbps = 0.5
+availability = {avail}
+[[tier]]
+name = "strong"
+share = 1
+device-class = "hpc"
+flops-per-s = 1.0e11
+down-mbps = 100.0
+up-mbps = 100.0
+"""
+
+DIGITS = {"dataset": "digits", "partitioner": "dirichlet", "dirichlet-alpha": 0.5, "dirichlet-min-size": 5,
+          "min-available-nodes": 6, "model": "cnn", "local-steps": 3, "batch-size": 16, "tracking": "none"}
+
+
+def _fleet(tmp_path: Path, avail: float = 1.0) -> Path:
+    path = tmp_path / f"tiny-{avail}.toml"
+    path.write_text(TINY_FLEET.format(avail=avail))
+    return path
+
+
+def test_curve_and_accuracy_at_by_hand():
+    rows = [{"accuracy": 0.1, "cum_bytes_down": 10, "cum_bytes_up": 0},
+            {"accuracy": 0.5, "cum_bytes_down": 20, "cum_bytes_up": 10, "client_flops": 100, "sim_round_s": 2.0},
+            {"accuracy": 0.7, "cum_bytes_down": 30, "cum_bytes_up": 20, "client_flops": 100, "sim_round_s": 3.0}]
+    c = curve(rows)
+    assert c["client_bytes"] == [10, 30, 50] and c["client_flops"] == [0, 100, 200] and c["sim_s"] == [0, 2, 5]
+    assert accuracy_at(c, "sim_s", 4.9) == 0.5  # round 2 ends at 5 s: not within 4.9
+    assert accuracy_at(c, "client_flops", 200) == 0.7
+    assert accuracy_at(c, "client_bytes", 5) == 0.1  # nothing within: the first row's
+
+
+def test_simulated_round_is_its_slowest_client(tmp_path):
+    tiers = load_fleet(_fleet(tmp_path)).tiers
+    weak, strong = tiers
+    # weak: 1e6 bytes down at 1 Mbit/s = 8 s, 1e9 FLOPs at 1e9 = 1 s, 1e5 bytes up at 0.5 Mbit/s = 1.6 s
+    s = simulated_round_seconds([weak, strong], {"0": 1_000_000, "1": 1_000_000}, {0: 100_000, "1": 100_000},
+                                {"0": 10**9, "1": 10**9, "99": 10**15})  # 99: not a client of this federation
+    assert s == pytest.approx(8 + 1 + 1.6)
+
+
+def test_availability_is_seeded_and_near_its_share(tmp_path):
+    weak = load_fleet(_fleet(tmp_path, 0.3)).tiers[0]
+    draws = [available(weak, c, r, 0) for c in range(50) for r in range(1, 41)]
+    assert draws == [available(weak, c, r, 0) for c in range(50) for r in range(1, 41)]
+    assert 0.25 < sum(draws) / len(draws) < 0.35
+    assert draws != [available(weak, c, r, 1) for c in range(50) for r in range(1, 41)]
+
+
+def test_a_fleet_run_reports_flops_simulated_time_and_samples_only_available_clients(tmp_path, task_identity):
+    fleet = _fleet(tmp_path, 0.5)
+    cfg = {**DIGITS, "method": "fedavg", "fleet": str(fleet), "num-server-rounds": 3, "fraction-train": 1.0,
+           "checkpoint": False}
+    m = run_in_process(cfg, 6, tmp_path, "fedavg")
+    tiers = load_fleet(fleet).assign(6, 0)
+    for r in m["rounds"][1:]:
+        assert r["clients"] == [c for c in range(6) if available(tiers[c], c, r["round"], 0)]
+        assert set(r["flops_by_client"]) == {str(c) for c in r["clients"]}
+        assert all(f > 0 for f in r["flops_by_client"].values()) and r["client_flops"] == sum(r["flops_by_client"].values())
+        assert r["sim_round_s"] == pytest.approx(simulated_round_seconds(
+            tiers, r["bytes_down_by_client"], r["bytes_up_by_client"], r["flops_by_client"]))
+        assert r["sim_round_s"] > 0
+
+
+def test_a_fleet_gives_shefl_its_device_classes(tmp_path, task_identity):
+    fleet = _fleet(tmp_path)
+    cfg = {**DIGITS, "method": "shefl", "fleet": str(fleet), "num-server-rounds": 1, "fraction-train": 1.0,
+           "shefl-models": 2, "shefl-hpc-per-round": 1, "checkpoint": False}
+    m = run_in_process(cfg, 6, tmp_path, "shefl")
+    tiers = load_fleet(fleet).assign(6, 0)
+    hpc = {c for c, t in enumerate(tiers) if t.device_class == "hpc"}
+    row = m["rounds"][1]
+    # an HPC trains both models (FLOPs twice an LPC's at the same local work)
+    per = {int(c): f for c, f in row["flops_by_client"].items()}
+    assert {c for c in per if per[c] == max(per.values())} <= hpc and min(per.values()) < max(per.values())
+
+
+PRESET = """
+[run]
+dataset = "digits"
+partitioner = "dirichlet"
+dirichlet-alpha = 0.5
+dirichlet-min-size = 5
+model = "cnn"
+min-available-nodes = 6
+num-server-rounds = 2
+fraction-train = 1.0
+local-steps = 3
+batch-size = 16
+tracking = "none"
+eval-split = "test-half"
+[tune]
+trials = 2
+rounds = 1
+[widths]
+weak = 0.5
+strong = 1.0
+[method.fedavg]
+space = "lr=0.05,0.1"
+[method.shefl]
+space = "lr=0.05,0.1"
+shefl-models = 2
+shefl-hpc-per-round = 1
+[method.fens]
+space = "lr=0.05,0.1"
+num-server-rounds = 2
+[method.adaptivefl]
+space = "lr=0.05,0.1"
+[method.all-large]
+space = "lr=0.05,0.1"
+"""
+
+
+def test_a_tiny_comparison_runs_end_to_end_and_reuses_its_runs(tmp_path, task_identity, capsys):
+    fleet, preset = _fleet(tmp_path), tmp_path / "tiny-preset.toml"
+    preset.write_text(PRESET)
+    out = tmp_path / "cmp"
+    assert main([str(fleet), str(preset), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"fedavg", "shefl", "fens", "adaptivefl"}
+    assert "weakest holds width 0.5" in summary["skipped"]["all-large"]
+    for method in summary["methods"]:
+        assert summary["methods"][method]["values"]["lr"] in (0.05, 0.1)
+        rows = json.loads((out / method / "s0" / "metrics.json").read_text())["rounds"]
+        assert sum(r.get("client_flops", 0) for r in rows) > 0 and sum(r.get("sim_round_s", 0) for r in rows) > 0
+        assert json.loads((out / method / "s0" / "metrics.json").read_text())["config"]["width"] == (
+            0.5 if method in ("fedavg", "shefl", "fens") else 1.0)
+    table = (out / "table.md").read_text()
+    assert table.count("\n| ") == 5 + 1 and (out / "pareto.png").stat().st_size > 0  # 4 methods, 1 left out, separator
+    before = (out / "fedavg" / "s0" / "metrics.json").stat().st_mtime_ns
+    assert main([str(fleet), str(preset), "--out", str(out), "--methods", "fedavg"]) == 0
+    assert (out / "fedavg" / "s0" / "metrics.json").stat().st_mtime_ns == before  # reused, not rerun
+
+
+def test_bad_comparison_input_is_one_line(tmp_path, capsys):
+    fleet, preset = _fleet(tmp_path), tmp_path / "p.toml"
+    preset.write_text(PRESET.replace("[widths]\nweak = 0.5\n", "[widths]\n"))
+    assert main([str(fleet), str(preset), "--out", str(tmp_path / "x")]) == 2
+    assert "[widths] lacks tier capacity 'weak'" in capsys.readouterr().err
+    preset.write_text(PRESET.replace("[method.fedavg]", "[method.fedprox]"))
+    with pytest.raises(CompareError, match=r"\[method.fedprox\] is not compared"):
+        load_preset(preset)
+    preset.write_text(PRESET.replace('space = "lr=0.05,0.1"\nshefl-models = 2', 'space = "lr=0.05,0.1"\nshefl-models = 0'))
+    assert main([str(fleet), str(preset), "--out", str(tmp_path / "y")]) == 2
+    assert "[method.shefl]" in capsys.readouterr().err and not (tmp_path / "y").exists()
+
+
+@pytest.mark.parametrize("fleet", sorted((ROOT / "fleets").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_fleets_and_comparisons_plan_and_validate(fleet):
+    from hetfl.common.config import validate
+
+    for path in sorted((ROOT / "comparisons").glob("*.toml")):
+        preset = load_preset(path)
+        for p in plans(fleet, preset, path):
+            validate(p.config)
+            assert p.method in tomllib.loads(path.read_text())["method"]
+
+
+def test_fens_round_zero_carries_phase_one_per_client(tmp_path, task_identity):
+    """FENS's round 0 is its one-shot phase: every client's upload, ensemble download and FLOPs (training plus the
+    ensemble's logits on its 10% split) are listed per client, and the simulated clock counts them."""
+    fleet = _fleet(tmp_path)
+    cfg = {**DIGITS, "method": "fens", "fleet": str(fleet), "num-server-rounds": 1, "fraction-train": 1.0,
+           "checkpoint": False}
+    m = run_in_process(cfg, 6, tmp_path, "fens")
+    r0 = m["rounds"][0]
+    assert set(r0["flops_by_client"]) == set(r0["bytes_up_by_client"]) == {str(c) for c in range(6)}
+    model_bytes = m["rounds"][1]["bytes_up_by_client"]["0"]  # an aggregator update: far smaller than a model
+    assert all(b > 10 * model_bytes for b in r0["bytes_up_by_client"].values())
+    assert r0["sim_round_s"] == pytest.approx(simulated_round_seconds(
+        load_fleet(fleet).assign(6, 0), r0["bytes_down_by_client"], r0["bytes_up_by_client"], r0["flops_by_client"]))
