@@ -73,6 +73,11 @@ def handler_for(method: str, message_type: str) -> Callable[..., Any]:
     return load(spec.handlers[message_type])
 
 
+def title(method: str) -> str:
+    """The name a reader knows `method` by (its package's ``titles``: ``"fedcvae"`` -> ``"FedCVAE-Ens"``)."""
+    return spec_for(method).titles.get(method, method)
+
+
 def params_class(method: str) -> type[MethodParams]:
     """The frozen parameter class of ``method`` (:class:`~hetfl.common.params.NoParams` if it declares none)."""
     path = spec_for(method).params.get(method)

@@ -29,14 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs/results"
+sys.path.insert(0, str(ROOT))
 
-METHOD_NAMES = {
-    "shefl": "SHEFL", "fedensemble": "Fed-Ensemble", "fedavg": "FedAvg", "fedprox": "FedProx", "fedbe": "FedBE",
-    "fedadam": "FedAdam", "fedyogi": "FedYogi", "fednova": "FedNova", "scaffold": "Scaffold", "fedavg-stc": "FedAvg-STC",
-    "fens": "FENS", "fedkd": "FedKD", "fedet": "Fed-ET", "coboost": "Co-Boosting", "fedcvae": "FedCVAE-Ens",
-    "adaptivefl": "AdaptiveFL", "heterofl": "HeteroFL", "scalefl": "ScaleFL", "all-large": "All-Large",
-    "decoupled": "Decoupled",
-}
+from hetfl.methods import METHODS, title  # noqa: E402
+
+# every method by the name its package gives it (hetfl.methods.title), and configs/fedensemble/: SHEFL's
+# restricted mode, a preset folder of its own
+METHOD_NAMES = {**{m: title(m) for m in METHODS}, "fedensemble": "Fed-Ensemble"}
 # preset-name endings (after the dataset and split) and run-config overrides, as words
 VARIANT_WORDS = {"literal": "literal local work", "random": "+Random", "greed": "+Greed", "c": "+C", "s": "+S",
                  "coarse": "coarse pool", "lpcwork": "LPC work", "straggler": "stragglers"}

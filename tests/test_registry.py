@@ -293,3 +293,13 @@ def test_cluster_submit_checks_before_starting(capsys, monkeypatch):
     monkeypatch.setattr(cluster, "local_cluster", lambda *a, **k: pytest.fail("a cluster was started"))
     assert cluster.main(["--nodes", "2", "--submit", "configs/quickstart.toml", "--set", "dirichlet-alpha=0"]) == 2
     assert "'dirichlet-alpha' = 0" in capsys.readouterr().err
+
+
+def test_every_method_has_the_title_readers_know_it_by():
+    """Results pages and plots name methods through the registry (hetfl.methods.title), not a table of their own."""
+    from hetfl.methods import METHODS, title
+
+    missing = [m for m in METHODS if m not in METHODS[m].titles]
+    assert missing == [], missing
+    assert title("fedcvae") == "FedCVAE-Ens" and title("all-large") == "All-Large"
+    assert len({title(m) for m in METHODS}) == len(METHODS)  # no two methods share a name on a page

@@ -16,5 +16,7 @@ METHOD = MethodSpec(
     node_info="hetfl.adaptivefl_app.client_app:node_info",  # the device tier, for the baselines that know tiers
     node_keys=NODE_KEYS,  # node config capacity (docs/deployment.md)
     params=dict.fromkeys(NAMES, "hetfl.adaptivefl_app.keys:AdaptiveFLParams"),
+    titles={"adaptivefl": "AdaptiveFL", "heterofl": "HeteroFL", "scalefl": "ScaleFL", "all-large": "All-Large",
+            "decoupled": "Decoupled"},
     renamed=RENAMED,
 )

@@ -46,5 +46,7 @@ METHOD = MethodSpec(
     keys=KEYS,
     check=check,
     params={method: f"{cls.__module__}:{cls.__qualname__}" for method, cls in PARAMS.items()},
+    titles={"fedavg": "FedAvg", "fedprox": "FedProx", "fedadam": "FedAdam", "fedyogi": "FedYogi", "fedbe": "FedBE",
+            "fednova": "FedNova", "scaffold": "Scaffold", "fedavg-stc": "FedAvg-STC"},
     renamed={"proximal-mu": "fedprox-mu", "server-lr": "fedadam-server-lr", **ADAM_RENAMED},
 )

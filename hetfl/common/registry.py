@@ -62,6 +62,9 @@ class MethodSpec:
     params : mapping of str to str
         Method name -> ``"module:Class"`` of its frozen parameter object (a :class:`~hetfl.common.params.MethodParams`),
         built once from the config by ``Class.from_config(cfg)``; strategies and handlers take it.
+    titles : mapping of str to str
+        Method name -> the name a reader knows it by, as papers and results pages write it (``"fedkd"`` ->
+        ``"FedKD"``); every name of :attr:`names` has one (a registry test checks it).
     renamed : mapping of str to str
         Old names of the package's keys -> new names (or ``" <what replaces it>"`` for a removed key): an old name in a
         run config fails with one line saying so (docs/architecture.md#keys).
@@ -76,6 +79,7 @@ class MethodSpec:
     node_info: str | None = None
     node_keys: tuple[NodeKey, ...] = ()
     params: Mapping[str, str] = field(default_factory=dict)
+    titles: Mapping[str, str] = field(default_factory=dict)
     renamed: Mapping[str, str] = field(default_factory=dict)
 
     def params_for(self, cfg: dict[str, Any]) -> Any:

@@ -23,5 +23,6 @@ METHOD = MethodSpec(
     keys=KEYS,
     preflight="hetfl.fens_app.keys:check_files",
     params={"fens": "hetfl.fens_app.keys:FENSParams"},
+    titles={"fens": "FENS"},
     renamed=RENAMED,
 )

@@ -20,4 +20,5 @@ METHOD = MethodSpec(
     check=check,
     preflight="hetfl.oneshot_app.keys:check_files",
     params={method: f"{cls.__module__}:{cls.__qualname__}" for method, cls in PARAMS.items()},
+    titles={"fedkd": "FedKD", "fedet": "Fed-ET", "coboost": "Co-Boosting", "fedcvae": "FedCVAE-Ens"},
 )

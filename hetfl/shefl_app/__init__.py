@@ -15,5 +15,6 @@ METHOD = MethodSpec(
     node_info="hetfl.shefl_app.client_app:node_info",  # the node's device class (hpc | lpc)
     node_keys=NODE_KEYS,  # node config device-class (docs/deployment.md)
     params={"shefl": "hetfl.shefl_app.keys:SHEFLParams"},
+    titles={"shefl": "SHEFL"},
     renamed=RENAMED,
 )
