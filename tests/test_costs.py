@@ -125,3 +125,4 @@ def test_a_bad_fleet_is_one_line_naming_the_key(tmp_path, change, fragment):
     with pytest.raises(FleetError) as err:
         load_fleet(tmp_path / "f.toml")
     assert fragment in str(err.value) and "\n" not in str(err.value), str(err.value)
+

@@ -22,7 +22,7 @@ _CACHE: dict[tuple, int] = {}
 
 
 def _signature(model: nn.Module) -> tuple:
-    return type(model).__qualname__, tuple((k, tuple(v.shape)) for k, v in model.state_dict().items())
+    return type(model).__module__, type(model).__qualname__, tuple((k, tuple(v.shape)) for k, v in model.state_dict().items())
 
 
 def step_flops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, train: bool = True,
