@@ -34,6 +34,7 @@ from typing import Any
 log = logging.getLogger("hetfl")
 
 METHODS = ("fedavg", "shefl", "fens", "adaptivefl", "heterofl", "all-large")
+FIXED_WIDTH = ("fedavg", "shefl", "fens")  # one model width on every device: the weakest tier's
 COSTS = {"client_bytes": "client bytes (down + up)", "client_flops": "client FLOPs", "sim_s": "simulated seconds"}
 
 
@@ -92,7 +93,7 @@ def plans(fleet_path: Path, preset: dict[str, Any], preset_path: Path) -> list[P
         space = spec.pop("space", "")
         cfg = {**base, **preset["run"], **spec, "method": method, "fleet": str(fleet_path)}
         skipped = ""
-        if method in ("fedavg", "shefl", "fens"):
+        if method in FIXED_WIDTH:
             cfg["width"] = weakest  # every device trains (and FENS's devices run) models the weakest tier holds
         elif method == "all-large" and weakest < 1.0:
             skipped = (f"not every tier holds the full model (the weakest holds width {weakest:g}): All-Large needs "
@@ -151,7 +152,7 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int]) ->
             continue
         cfg = {**plan.config, **values, "seed": seed, "checkpoint": False, "eval-split": "test-half"}
         runs[seed] = run_in_process(cfg, nodes, out / plan.method, f"s{seed}")
-    return {"values": values, "runs": runs}
+    return {"values": values, "runs": runs, "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
 
 
 def table(results: dict[str, dict[str, Any]], skipped: dict[str, str]) -> tuple[str, dict[str, float]]:
@@ -163,17 +164,21 @@ def table(results: dict[str, dict[str, Any]], skipped: dict[str, str]) -> tuple[
         return f"{100 * statistics.mean(xs):.2f} ± {100 * statistics.stdev(xs):.2f}" if len(xs) > 1 else \
             f"{100 * xs[0]:.2f}"
 
-    lines = ["| method | tuned values | seeds | final accuracy (%) | at equal client bytes | at equal client FLOPs | "
+    from hetfl.methods import title
+
+    lines = ["| method | model on the devices | tuned values | seeds | final accuracy (%) | at equal client bytes | at equal client FLOPs | "
              "at equal simulated time | client GB | client PFLOP | simulated hours |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m, cs in curves.items():
         vals = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in results[m]["values"].items())
         at = [pm([accuracy_at(c, k, budget[k]) for c in cs]) for k in COSTS]
         spent = [statistics.mean(c[k][-1] for c in cs) for k in COSTS]
-        lines.append(f"| {m} | {vals or 'preset'} | {len(cs)} | {pm([c['accuracy'][-1] for c in cs])} | {' | '.join(at)} | "
+        width = results[m]["width"]
+        model = f"width {width:g} on every device" if width is not None else "a submodel fitted to each device"
+        lines.append(f"| {title(m)} | {model} | {vals or 'preset'} | {len(cs)} | {pm([c['accuracy'][-1] for c in cs])} | {' | '.join(at)} | "
                      f"{spent[0] / 1e9:.3g} | {spent[1] / 1e15:.3g} | {spent[2] / 3600:.3g} |")
     for m, why in skipped.items():
-        lines.append(f"| {m} | left out: {why} | | | | | | | | |")
+        lines.append(f"| {title(m)} | left out: {why} | | | | | | | | | |")
     return "\n".join(lines), budget
 
 
@@ -185,6 +190,8 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from hetfl.methods import title
+
     fig, axes = plt.subplots(1, len(COSTS), figsize=(5 * len(COSTS), 4), sharey=True)
     for m, res in results.items():
         cs = [curve(r["rounds"]) for r in res["runs"].values()]
@@ -192,7 +199,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
         acc = 100 * np.mean([c["accuracy"][:n] for c in cs], axis=0)
         for ax, k in zip(axes, COSTS, strict=True):
             x = np.mean([c[k][:n] for c in cs], axis=0)
-            ax.plot(np.maximum(x, 1e-9), acc, marker=".", markersize=3, label=f"{m} (mean over {len(cs)} seeds)")
+            ax.plot(np.maximum(x, 1e-9), acc, marker=".", markersize=3, label=f"{title(m)} (mean over {len(cs)} seeds)")
     for ax, (k, label) in zip(axes, COSTS.items(), strict=True):
         ax.set_xscale("log")
         ax.set_xlabel(label + " (cumulative)")

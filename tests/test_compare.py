@@ -150,6 +150,7 @@ def test_a_tiny_comparison_runs_end_to_end_and_reuses_its_runs(tmp_path, task_id
         assert json.loads((out / method / "s0" / "metrics.json").read_text())["config"]["width"] == (
             0.5 if method in ("fedavg", "shefl", "fens") else 1.0)
     table = (out / "table.md").read_text()
+    assert "| FedAvg | width 0.5 on every device |" in table and "| AdaptiveFL | a submodel fitted" in table
     assert table.count("\n| ") == 5 + 1 and (out / "pareto.png").stat().st_size > 0  # 4 methods, 1 left out, separator
     before = (out / "fedavg" / "s0" / "metrics.json").stat().st_mtime_ns
     assert main([str(fleet), str(preset), "--out", str(out), "--methods", "fedavg"]) == 0
