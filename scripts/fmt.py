@@ -20,5 +20,6 @@ def write_between(page, begin: str, end: str, text: str) -> None:
     from pathlib import Path
 
     old = Path(page).read_text()
-    a, b = old.index(begin) + len(begin), old.index(end)
+    a = old.index(begin) + len(begin)
+    b = old.index(end, a)  # the end marker after this begin (a page may hold several generated tables)
     Path(page).write_text(old[:a] + "\n" + text + "\n" + old[b:])
