@@ -17,7 +17,9 @@ from hetfl.common.comm import tag_host
 from hetfl.common.nodeconfig import NodeProfile, validate_node_config
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.nodes import CLIENT_IDS
-from hetfl.common.task import client_data, config_of, node_clients
+from hetfl.common.task import config_of
+from hetfl.common.hosting import node_clients
+from hetfl.common.rundata import client_data
 
 app = ClientApp()
 

@@ -286,7 +286,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
         load(spec.preflight)(cfg)
     info = _preflight_data(cfg)
     if cfg["model"] not in MODELS:  # an import path: build it and run one batch
-        from hetfl.common.task import model_input_shape
+        from hetfl.common.rundata import model_input_shape
 
         try:
             check_builder(cfg["model"], info.num_classes, model_input_shape(cfg))
@@ -391,7 +391,7 @@ def _check_dataset_present(name: str, source: str, data_dir: str, info) -> None:
 
 def _reference_preflight(cfg: dict[str, Any]):
     """Describe a ``hub:``/``dir:`` dataset (columns, labels, first row) and check that the server has a test set."""
-    from hetfl.common.task import dataset_info
+    from hetfl.common.rundata import dataset_info
     from hetfl.data.byo import LocalDataError, read_reference
 
     info = dataset_info(cfg)

@@ -34,14 +34,8 @@ from hetfl.baselines.fedbe import server_inputs  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.data.load import load_partition  # noqa: E402
 from hetfl.data.spec import DataSpec  # noqa: E402
-from hetfl.common.task import (  # noqa: E402
-    compute_options,
-    local_train,
-    make_model,
-    model_to_arrays,
-    received_model,
-    test_data,
-)
+from hetfl.common.task import compute_options, local_train, make_model, model_to_arrays, received_model
+from hetfl.common.rundata import test_data
 from hetfl.common.train import Normalizer, ensemble_metrics, evaluate, predict_proba  # noqa: E402
 
 

@@ -29,7 +29,7 @@ def upper_bound(run_dir: Path, nodes: int, epochs: int = 300, lr: float = 1e-3, 
     from hetfl.common.compression import quantize_state
     from hetfl.common.config import validate
     from hetfl.data.arrays import ArrayData
-    from hetfl.common.task import eval_splits, num_classes
+    from hetfl.common.rundata import eval_splits, num_classes
     from hetfl.common.train import Normalizer, evaluate
     from hetfl.fens_app.aggregators import make_aggregator
     from hetfl.common.oneshot.artifacts import ENSEMBLE, load_ensemble

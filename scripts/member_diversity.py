@@ -21,7 +21,8 @@ from flwr.app import Array, ArrayRecord  # noqa: E402
 from hetfl.common.checkpoint import read_checkpoint  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.common.models import set_state  # noqa: E402
-from hetfl.common.task import make_model, test_data, unpack_models  # noqa: E402
+from hetfl.common.task import make_model, unpack_models
+from hetfl.common.rundata import test_data
 from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba  # noqa: E402
 
 

@@ -16,7 +16,8 @@ from torch import nn
 
 from hetfl.common.comm import record_nbytes
 from hetfl.common.config import ConfigError, validate
-from hetfl.common.task import client_data, model_to_arrays
+from hetfl.common.task import model_to_arrays
+from hetfl.common.rundata import client_data
 from hetfl.oneshot_app import CVAE_LOCAL
 from hetfl.oneshot_app.client_app import cvae_local
 from hetfl.oneshot_app.cvae import (CVAE, batch_loss, center_crop, cvae_loss, cvae_side, kl_divergence, make_cvae,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from hetfl.common.task import state_key
+from hetfl.common.hosting import state_key
 from hetfl.common.fedopt import SeededFedAdam, adam_server_step
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.models import build_model, count_parameters

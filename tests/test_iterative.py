@@ -34,7 +34,7 @@ from hetfl.common.params import LocalSGDParams
 from hetfl.common.checkpoint import read_checkpoint
 from hetfl.common.config import ConfigError, validate
 from hetfl.common.nodes import ClientMap
-from hetfl.common.task import state_key
+from hetfl.common.hosting import state_key
 from hetfl.inprocess import InProcessGrid, run_in_process
 
 from .conftest import require_fmnist

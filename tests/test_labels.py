@@ -11,7 +11,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from hetfl.common.config import validate
 from hetfl.common.nodes import ClientMap, run_records
 from hetfl.common.registry import NODE_QUERY
-from hetfl.common.task import client_data, config_of
+from hetfl.common.task import config_of
+from hetfl.common.rundata import client_data
 from hetfl.data.byo import LocalDataError, class_ids
 from hetfl.data.catalog import DATASETS
 from hetfl.data.info import RUN_DATA, dataset_info

@@ -18,7 +18,9 @@ from flwr.app import Context, RecordDict
 from PIL import Image
 
 from hetfl.common.config import ConfigError, validate
-from hetfl.common.task import client_data, config_of, eval_splits, make_model, node_client_id
+from hetfl.common.task import config_of, make_model
+from hetfl.common.hosting import node_client_id
+from hetfl.common.rundata import client_data, eval_splits
 from hetfl.common.train import Normalizer
 from hetfl.data import info, load
 from hetfl.data.arrays import ArrayData

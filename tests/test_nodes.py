@@ -9,7 +9,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from hetfl.baselines.strategy import SeededFedAvg, SeededFedProx
 from hetfl.common.nodes import ClientMap, ask_nodes, sample_clients
 from hetfl.common.registry import NODE_QUERY
-from hetfl.common.task import hosted_clients
+from hetfl.common.hosting import hosted_clients
 
 
 def test_sample_clients_is_a_seeded_uniform_sample_of_client_ids():

@@ -8,7 +8,8 @@ import torch
 
 from hetfl import launch
 from hetfl.common.config import ConfigError, validate
-from hetfl.common.task import make_model, model_inputs
+from hetfl.common.task import make_model
+from hetfl.common.rundata import model_inputs
 from hetfl.common.text import tokenize
 from hetfl.common.train import Normalizer, evaluate, train
 from hetfl.data.load import load_partition, load_test

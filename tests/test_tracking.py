@@ -219,7 +219,7 @@ METHODS = {"fedavg": {"method": "fedavg"}, "shefl": {"method": "shefl", "shefl-m
 def test_a_run_leaves_csv_events_progress_and_a_final_model_that_scores_as_reported(name, tmp_path, task_identity,
                                                                                       hetfl_lines):
     from hetfl.common.final_model import load_final_model
-    from hetfl.common.task import test_data
+    from hetfl.common.rundata import test_data
 
     from .inprocess import run_in_process
 

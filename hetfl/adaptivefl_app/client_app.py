@@ -9,8 +9,9 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodeconfig import NodeProfile
-from hetfl.common.task import (client_data, config_of, local_train, message_client, model_input_shape, pack_models,
-                               unpack_models)
+from hetfl.common.task import config_of, local_train, pack_models, unpack_models
+from hetfl.common.hosting import message_client
+from hetfl.common.rundata import client_data, model_input_shape
 
 from .core import request_capacity, slice_state
 from .keys import TIERS, AdaptiveFLParams

@@ -8,7 +8,8 @@ from typing import Any
 from flwr.app import Context
 
 from hetfl.common.nodeconfig import NodeProfile
-from hetfl.common.task import dataset_info, device_value, num_clients
+from hetfl.common.hosting import device_value, num_clients
+from hetfl.common.rundata import dataset_info
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
 from .keys import AdaptiveFLParams

@@ -14,16 +14,9 @@ from hetfl.common.comm import put_sparse
 from hetfl.data.arrays import ArrayData
 from hetfl.common.compression import StateLayout
 from hetfl.common.models import get_state
-from hetfl.common.task import (
-    client_data,
-    config_of,
-    local_train,
-    message_client,
-    model_to_arrays,
-    received_model,
-    round_lr,
-    state_key,
-)
+from hetfl.common.task import config_of, local_train, model_to_arrays, received_model, round_lr
+from hetfl.common.hosting import message_client, state_key
+from hetfl.common.rundata import client_data
 
 from .params import STCParams
 from .core import (

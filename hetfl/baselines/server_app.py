@@ -24,13 +24,8 @@ from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import (
-    arrays_to_model,
-    centralized_evaluators,
-    dataset_threshold,
-    make_model,
-    model_to_arrays,
-)
+from hetfl.common.task import arrays_to_model, centralized_evaluators, make_model, model_to_arrays
+from hetfl.common.rundata import dataset_threshold
 
 
 ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCParams: SeededFedAvgSTC}

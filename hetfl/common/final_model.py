@@ -89,7 +89,7 @@ def save_final_model(run_dir: Path, tensors: dict[str, np.ndarray], cfg: dict[st
     """Write ``final_model.safetensors`` atomically; `builder` is the ``hetfl.*`` function rebuilding the module."""
     from safetensors.numpy import save_file
 
-    from .task import dataset_info
+    from .rundata import dataset_info
     from .train import Normalizer
 
     if not builder.startswith("hetfl."):

@@ -10,8 +10,10 @@ from hetfl.common.compression import quantize_state
 from hetfl.data.arrays import ArrayData
 from hetfl.common.oneshot.client import OWN, train_and_upload
 from hetfl.common.oneshot.ensemble import build_members, cached_logits, split_indices, states_digest, subset
-from hetfl.common.task import (arrays_to_model, client_data, client_device, compute_options, config_of, dataset_info,
-                               inference_flops, message_client, model_to_arrays, num_classes, state_key, unpack_models)
+from hetfl.common.task import (arrays_to_model, client_device, compute_options, config_of, inference_flops,
+                               model_to_arrays, unpack_models)
+from hetfl.common.hosting import message_client, state_key
+from hetfl.common.rundata import client_data, dataset_info, num_classes
 from hetfl.common.train import Normalizer, train
 
 from .aggregators import confusion_counts, make_aggregator

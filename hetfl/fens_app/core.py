@@ -29,7 +29,7 @@ class EnsemblePredictor(nn.Module):
 def inference_model(cfg: dict[str, Any], tensors: dict[str, np.ndarray]) -> nn.Module:
     """Builder of the final model file (docs/inference.md): members ``m<j>.*`` and the aggregator ``agg.*``."""
     from hetfl.common.final_model import split_members
-    from hetfl.common.task import num_classes
+    from hetfl.common.rundata import num_classes
 
     from .aggregators import make_aggregator
 

@@ -32,8 +32,8 @@ from hetfl.common.progress import heartbeat
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round, run_rounds
 from hetfl.common.strategy import validate_replies, weighted_mean
-from hetfl.common.task import (arrays_to_model, compute_options, dataset_threshold, eval_splits, log, make_model,
-                               model_to_arrays, num_classes, pack_models)
+from hetfl.common.task import arrays_to_model, compute_options, log, make_model, model_to_arrays, pack_models
+from hetfl.common.rundata import dataset_threshold, eval_splits, num_classes
 from hetfl.common.train import Normalizer, evaluate
 
 from . import LOGITS, PHASE1

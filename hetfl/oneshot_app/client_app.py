@@ -7,8 +7,9 @@ import torch
 from flwr.app import Context, Message
 
 from hetfl.common.oneshot.client import client_init_seed, train_and_upload, upload
-from hetfl.common.task import (client_data, config_of, dataset_info, local_train, message_client, model_input_shape,
-                               model_to_arrays, num_classes)
+from hetfl.common.task import config_of, local_train, model_to_arrays
+from hetfl.common.hosting import message_client
+from hetfl.common.rundata import client_data, dataset_info, model_input_shape, num_classes
 
 from .cvae import batch_loss, make_cvae, unit_normalizer
 from .keys import FedCVAEParams

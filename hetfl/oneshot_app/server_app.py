@@ -44,8 +44,8 @@ from hetfl.common.oneshot.ensemble import Ensemble, build_members, ensemble_logi
 from hetfl.common.oneshot.server import collect_local_models, phase1_traffic
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round
-from hetfl.common.task import (compute_options, dataset_threshold, eval_splits, log, make_model, model_input_shape,
-                               model_to_arrays, num_classes)
+from hetfl.common.task import compute_options, log, make_model, model_to_arrays
+from hetfl.common.rundata import dataset_threshold, eval_splits, model_input_shape, num_classes
 from hetfl.common.train import Normalizer, evaluate, train
 
 from . import CVAE_PHASE1, METHOD, PHASE1

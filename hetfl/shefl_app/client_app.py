@@ -11,7 +11,9 @@ from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
 from hetfl.common.nodeconfig import NodeProfile
-from hetfl.common.task import client_data, config_of, device_value, local_train, message_client, num_clients, received_model, state_key
+from hetfl.common.task import config_of, local_train, received_model
+from hetfl.common.hosting import device_value, message_client, num_clients, state_key
+from hetfl.common.rundata import client_data
 
 from .core import hpc_partitions
 from .keys import SHEFLParams

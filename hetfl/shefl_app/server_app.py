@@ -12,7 +12,8 @@ from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import compute_options, dataset_threshold, eval_splits, log, make_model, pack_models, unpack_models
+from hetfl.common.task import compute_options, log, make_model, pack_models, unpack_models
+from hetfl.common.rundata import dataset_threshold, eval_splits
 from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba
 
 from .keys import SHEFLParams

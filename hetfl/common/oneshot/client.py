@@ -8,8 +8,9 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.data.arrays import ArrayData, label_histogram
 from hetfl.common.models import get_state, set_state
-from hetfl.common.task import (arrays_to_model, compute_options, dataset_info, local_train, make_model,
-                               model_to_arrays, num_classes, state_key)
+from hetfl.common.task import arrays_to_model, compute_options, local_train, make_model, model_to_arrays
+from hetfl.common.hosting import state_key
+from hetfl.common.rundata import dataset_info, num_classes
 from hetfl.common.train import Normalizer, TrainResult, evaluate
 
 from .ensemble import split_indices, subset

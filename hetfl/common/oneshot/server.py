@@ -15,7 +15,8 @@ from hetfl.common.models import get_state
 from hetfl.common.nodes import ClientMap
 from hetfl.common.progress import heartbeat
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
-from hetfl.common.task import log, make_model, model_to_arrays, num_classes
+from hetfl.common.task import log, make_model, model_to_arrays
+from hetfl.common.rundata import num_classes
 
 from . import Phase1
 from .artifacts import phase1_settings
