@@ -39,13 +39,18 @@ def preset(alpha: str) -> dict:
 
 
 def run(cfg: dict, out: Path, name: str) -> dict:
+    """One run on the in-process engine, reused once it has completed all its rounds; checkpointed after every round,
+    so a stopped process (or session) continues it from its last round (same config, same run)."""
     from hetfl.inprocess import run_in_process
 
-    if (out / name / "metrics.json").exists() and json.loads((out / name / "metrics.json").read_text())["summary"].get("rounds_completed"):
-        print(f"reuse {out / name}")
-        return json.loads((out / name / "metrics.json").read_text())
+    path = out / name / "metrics.json"
+    if path.exists():
+        m = json.loads(path.read_text())
+        if m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]:
+            print(f"reuse {out / name}")
+            return m
     t0 = time.perf_counter()
-    m = run_in_process({**cfg, "checkpoint": False}, NODES, out, name)
+    m = run_in_process({**cfg, "checkpoint": True, "resume": True}, NODES, out, name)
     print(f"{out / name}: {m['summary']['final_accuracy']:.4f} in {time.perf_counter() - t0:.0f} s")
     return m
 
@@ -105,6 +110,7 @@ def step_iterative(alpha: str, out: Path, methods: list[str]) -> None:
         best = tune(spec, out / f"iter-{method}", final=False)["best"]["values"]
         run({**base, **best, "num-server-rounds": ITER_ROUNDS, "eval-split": "test-half"}, out / f"iter-{method}",
             f"chosen-r{ITER_ROUNDS}")
+        keep(out, alpha)  # each method's study and run committed-ready as soon as it is done
 
 
 DOCS = ROOT / "docs/results/fens-fair"
