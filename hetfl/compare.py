@@ -35,6 +35,12 @@ log = logging.getLogger("hetfl")
 
 METHODS = ("fedavg", "shefl", "fens", "adaptivefl", "heterofl", "all-large")
 FIXED_WIDTH = ("fedavg", "shefl", "fens")  # one model width on every device: the weakest tier's
+SUBMODELS = ("adaptivefl", "heterofl", "all-large")  # AdaptiveFL's code: a (sub)model fitted to each device's capacity
+FEDERATION = ("dataset", "input-column", "label-column", "num-classes", "server-data-path", "data-source", "partitioner",
+              "dirichlet-alpha", "dirichlet-min-size", "dirichlet-balance", "dirichlet-max-draws", "shards-per-client",
+              "server-holdout", "partition-seed", "max-test-samples", "eval-split", "model", "min-available-nodes",
+              "num-clients", "fleet")
+"""Keys that make the federation: every method gets [run]'s value or the default, never its paper preset's."""
 COSTS = {"client_bytes": "client bytes (down + up)", "client_flops": "client FLOPs", "sim_s": "simulated seconds"}
 
 
@@ -91,11 +97,19 @@ def plans(fleet_path: Path, preset: dict[str, Any], preset_path: Path) -> list[P
             continue
         base = tomllib.loads(_method_preset(preset_path, method, spec.pop("preset")).read_text()) if "preset" in spec else {}
         space = spec.pop("space", "")
-        cfg = {**base, **preset["run"], **spec, "method": method, "fleet": str(fleet_path)}
+        own = sorted(set(spec) & set(FEDERATION))
+        if own:
+            raise CompareError(f"{preset_path}: [method.{method}] sets '{own[0]}', a key of the federation every method "
+                               "shares; set it in [run]")
+        base = {k: v for k, v in base.items() if k not in FEDERATION}  # a paper preset's split is not this federation's
+        cfg = {**base, **preset["run"], **spec, "method": method, "fleet": str(fleet_path.resolve())}
+        cfg["num-clients"] = cfg.get("min-available-nodes", 2)  # one device per SuperNode, the fleet dealt over them
         skipped = ""
         if method in FIXED_WIDTH:
             cfg["width"] = weakest  # every device trains (and FENS's devices run) models the weakest tier holds
-        elif method == "all-large" and weakest < 1.0:
+        else:  # a device of the fleet holds its tier's level, not a capacity drawn per request (AdaptiveFL's Gaussian)
+            cfg["adaptivefl-tier-capacity"] = "fixed"
+        if method == "all-large" and weakest < 1.0:
             skipped = (f"not every tier holds the full model (the weakest holds width {weakest:g}): All-Large needs "
                        "a fleet of strong devices")
         out.append(Plan(method, cfg, space, skipped))
@@ -124,17 +138,19 @@ def curve(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
-def accuracy_at(c: dict[str, list[float]], cost: str, budget: float) -> float:
-    """The accuracy of the last round whose cumulative `cost` is within `budget` (the first row's if none is)."""
+def accuracy_at(c: dict[str, list[float]], cost: str, budget: float) -> float | None:
+    """The accuracy of the last round whose cumulative `cost` is within `budget`; None if not even the first row is
+    (FENS's round 0 already holds its one-shot phase: it is not credited with accuracy bought above the budget)."""
     within = [a for a, spent in zip(c["accuracy"], c[cost], strict=True) if spent <= budget * (1 + 1e-9)]
-    return within[-1] if within else c["accuracy"][0]
+    return within[-1] if within else None
 
 
 def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int]) -> dict[str, Any]:
     """Tune `plan` once (seed 0, the preset's budget), then run the chosen values at every seed; finished runs are
     reused. Returns {"values": chosen values, "runs": {seed: metrics}}."""
-    from hetfl.inprocess import run_in_process
-    from hetfl.tune import TuneSpec, parse_space, tune
+    from hetfl.common.results import NoClientSucceeded
+    from hetfl.inprocess import finished_run, run_in_process
+    from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
 
     nodes = int(plan.config["min-available-nodes"])
     values: dict[str, Any] = {}
@@ -142,25 +158,35 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int]) ->
         spec = TuneSpec(base={**plan.config, "seed": 0}, space=tuple(parse_space(plan.space)),
                         trials=preset["tune"]["trials"], rounds=preset["tune"]["rounds"], nodes=nodes, sampler="grid",
                         seed=0, prune=False)
-        values = tune(spec, out / plan.method / "tune", final=False)["best"]["values"]
-    runs = {}
+        study = out / plan.method / "tune"
+        try:
+            values = tune(spec, study, final=False)["best"]["values"]
+        except StudyMismatch:  # the preset changed since: that study is kept aside, and this one starts afresh
+            k = 0
+            while study.with_name(f"tune.replaced-{k}").exists():
+                k += 1
+            study.rename(study.with_name(f"tune.replaced-{k}"))
+            values = tune(spec, study, final=False)["best"]["values"]
+    runs, failed = {}, {}
     for seed in seeds:
-        path = out / plan.method / f"s{seed}" / "metrics.json"
-        if path.exists() and json.loads(path.read_text())["summary"].get("rounds_completed") == \
-                plan.config["num-server-rounds"]:
-            runs[seed] = json.loads(path.read_text())
-            continue
-        cfg = {**plan.config, **values, "seed": seed, "checkpoint": False, "eval-split": "test-half"}
-        runs[seed] = run_in_process(cfg, nodes, out / plan.method, f"s{seed}")
-    return {"values": values, "runs": runs, "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
+        cfg = {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}
+        done = finished_run(out / plan.method / f"s{seed}", cfg)  # reused only if run to its end with this config
+        try:
+            runs[seed] = done if done is not None else run_in_process(cfg, nodes, out / plan.method, f"s{seed}")
+        except NoClientSucceeded as err:  # a diverged run: recorded, the comparison goes on
+            failed[seed] = str(err).splitlines()[0]
+    return {"values": values, "runs": runs, "failed": failed,
+            "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
 
 
 def table(results: dict[str, dict[str, Any]], skipped: dict[str, str]) -> tuple[str, dict[str, float]]:
     """The page's table (markdown) and the equal budgets: for each cost the smallest total any method spent."""
-    curves = {m: [curve(r["rounds"]) for r in res["runs"].values()] for m, res in results.items()}
-    budget = {k: min(c[k][-1] for cs in curves.values() for c in cs) for k in COSTS}
+    curves = {m: [curve(r["rounds"]) for r in res["runs"].values()] for m, res in results.items() if res["runs"]}
+    budget = {k: min((c[k][-1] for cs in curves.values() for c in cs), default=0.0) for k in COSTS}
 
-    def pm(xs: list[float]) -> str:
+    def pm(xs: list[float | None]) -> str:
+        if any(x is None for x in xs):  # some seed had spent more than the budget before its first row
+            return "—"
         return f"{100 * statistics.mean(xs):.2f} ± {100 * statistics.stdev(xs):.2f}" if len(xs) > 1 else \
             f"{100 * xs[0]:.2f}"
 
@@ -179,6 +205,9 @@ def table(results: dict[str, dict[str, Any]], skipped: dict[str, str]) -> tuple[
                      f"{spent[0] / 1e9:.3g} | {spent[1] / 1e15:.3g} | {spent[2] / 3600:.3g} |")
     for m, why in skipped.items():
         lines.append(f"| {title(m)} | left out: {why} | | | | | | | | | |")
+    for m, res in results.items():
+        for seed, why in res.get("failed", {}).items():
+            lines.append(f"| {title(m)} | seed {seed} stopped: {why} | | | | | | | | | |")
     return "\n".join(lines), budget
 
 
@@ -195,6 +224,8 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(COSTS), figsize=(5 * len(COSTS), 4), sharey=True)
     for m, res in results.items():
         cs = [curve(r["rounds"]) for r in res["runs"].values()]
+        if not cs:
+            continue
         n = min(len(c["accuracy"]) for c in cs)
         acc = 100 * np.mean([c["accuracy"][:n] for c in cs], axis=0)
         for ax, k in zip(axes, COSTS, strict=True):
@@ -231,7 +262,7 @@ def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], me
     (out / "table.md").write_text(text + "\n")
     plot(results, out / "pareto.png")
     summary = {"fleet": str(fleet_path), "preset": str(preset_path), "seeds": seeds, "budget": budget,
-               "tune": preset["tune"], "skipped": skipped,
+               "tune": preset["tune"], "skipped": skipped, "failed": {m: r["failed"] for m, r in results.items() if r["failed"]},
                "methods": {m: {"values": r["values"],
                                "final_accuracy": {str(s): run["summary"]["final_accuracy"] for s, run in r["runs"].items()}}
                            for m, r in results.items()}}

@@ -92,3 +92,28 @@ def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path
             machine["cuda_device"] = torch.cuda.get_device_name()
     path.write_text(json.dumps(metrics, indent=2))
     return metrics
+
+
+RUN_CONTROL = frozenset({"results-dir", "run-name", "checkpoint", "resume", "stop-after-round"})
+"""Run-config keys that say where and how a run is kept, not what it computes."""
+
+
+def finished_run(run_dir: Path, run_config: dict[str, Any]) -> dict[str, Any] | None:
+    """The metrics of the run in `run_dir` if it completed all its rounds with `run_config` (every key it sets, as
+    validated, apart from :data:`RUN_CONTROL`), else None. A run there of another config is moved aside to
+    ``<run_dir>.replaced-<k>`` (kept, never resumed under the new config); a run of this config that stopped early
+    is left where it is, to resume."""
+    from hetfl.common.config import validate
+
+    path = run_dir / "metrics.json"
+    if not path.exists():
+        return None
+    metrics = json.loads(path.read_text())
+    want, have = validate(run_config), metrics.get("config", {})
+    if any(want[k] != have.get(k) for k in run_config if k not in RUN_CONTROL):
+        k = 0
+        while run_dir.with_name(f"{run_dir.name}.replaced-{k}").exists():
+            k += 1
+        run_dir.rename(run_dir.with_name(f"{run_dir.name}.replaced-{k}"))
+        return None
+    return metrics if metrics["summary"].get("rounds_completed") == want["num-server-rounds"] else None

@@ -499,16 +499,17 @@ def config_errors(debug: bool = False) -> Iterator[None]:
 
 
 def absolute_paths(run_config: dict[str, Any], base: Path | None = None) -> dict[str, Any]:
-    """The run-config path values that are relative (``dataset = "dir:..."``, ``server-data-path``), made absolute
-    against `base` (default: the current directory): the ServerApp and ClientApps run elsewhere."""
+    """The run-config path values that are relative (``dataset = "dir:..."``, ``server-data-path``, ``fleet``), made
+    absolute against `base` (default: the current directory): the ServerApp and ClientApps run elsewhere."""
     base = Path.cwd() if base is None else base
     out: dict[str, Any] = {}
     ds = run_config.get("dataset", "")
     if isinstance(ds, str) and ds.startswith("dir:") and not Path(ds[4:]).is_absolute():
         out["dataset"] = "dir:" + str((base / ds[4:]).resolve())
-    sdp = run_config.get("server-data-path", "")
-    if isinstance(sdp, str) and sdp and not Path(sdp).is_absolute():
-        out["server-data-path"] = str((base / sdp).resolve())
+    for key in ("server-data-path", "fleet"):
+        path = run_config.get(key, "")
+        if isinstance(path, str) and path and not Path(path).is_absolute():
+            out[key] = str((base / path).resolve())
     return out
 
 

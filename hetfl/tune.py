@@ -46,6 +46,10 @@ class TuneError(ValueError):
     """Bad tuning input: one line naming the option or key, the value and what is allowed."""
 
 
+class StudyMismatch(TuneError):
+    """A study directory that holds a study of other settings (preset, space, budget): it is never resumed."""
+
+
 @dataclass(frozen=True)
 class Dim:
     """One searched key: a float or int range (``log`` for a log-uniform float) or a list of choices."""
@@ -223,7 +227,7 @@ def open_study(spec: TuneSpec, study_dir: Path):
                 study.enqueue_trial(values)
         study.set_user_attr("settings", settings)
     elif old != settings:
-        raise TuneError(f"{study_dir / 'study.db'} holds a study with other settings; use another --study directory")
+        raise StudyMismatch(f"{study_dir / 'study.db'} holds a study with other settings; use another --study directory")
     else:
         _recover(study)
     # seeded by the study's seed and how many trials it holds: a resumed study does not redraw its first values

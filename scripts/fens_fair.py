@@ -39,18 +39,17 @@ def preset(alpha: str) -> dict:
 
 
 def run(cfg: dict, out: Path, name: str) -> dict:
-    """One run on the in-process engine, reused once it has completed all its rounds; checkpointed after every round,
-    so a stopped process (or session) continues it from its last round (same config, same run)."""
-    from hetfl.inprocess import run_in_process
+    """One run on the in-process engine, reused once it has completed all its rounds with this config; checkpointed
+    after every round, so a stopped process (or session) continues it (a run of another config starts afresh)."""
+    from hetfl.inprocess import finished_run, run_in_process
 
-    path = out / name / "metrics.json"
-    if path.exists():
-        m = json.loads(path.read_text())
-        if m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]:
-            print(f"reuse {out / name}")
-            return m
+    cfg = {**cfg, "checkpoint": True, "resume": True}
+    done = finished_run(out / name, cfg)
+    if done is not None:
+        print(f"reuse {out / name}")
+        return done
     t0 = time.perf_counter()
-    m = run_in_process({**cfg, "checkpoint": True, "resume": True}, NODES, out, name)
+    m = run_in_process(cfg, NODES, out, name)
     print(f"{out / name}: {m['summary']['final_accuracy']:.4f} in {time.perf_counter() - t0:.0f} s")
     return m
 

@@ -34,7 +34,8 @@ up-mbps = 100.0
 """
 
 DIGITS = {"dataset": "digits", "partitioner": "dirichlet", "dirichlet-alpha": 0.5, "dirichlet-min-size": 5,
-          "min-available-nodes": 6, "model": "cnn", "local-steps": 3, "batch-size": 16, "tracking": "none"}
+          "min-available-nodes": 6, "num-clients": 6, "model": "cnn", "local-steps": 3, "batch-size": 16,
+          "tracking": "none"}
 
 
 def _fleet(tmp_path: Path, avail: float = 1.0) -> Path:
@@ -51,7 +52,7 @@ def test_curve_and_accuracy_at_by_hand():
     assert c["client_bytes"] == [10, 30, 50] and c["client_flops"] == [0, 100, 200] and c["sim_s"] == [0, 2, 5]
     assert accuracy_at(c, "sim_s", 4.9) == 0.5  # round 2 ends at 5 s: not within 4.9
     assert accuracy_at(c, "client_flops", 200) == 0.7
-    assert accuracy_at(c, "client_bytes", 5) == 0.1  # nothing within: the first row's
+    assert accuracy_at(c, "client_bytes", 5) is None  # not even the first row within: no accuracy is credited
 
 
 def test_simulated_round_is_its_slowest_client(tmp_path):
@@ -194,3 +195,87 @@ def test_fens_round_zero_carries_phase_one_per_client(tmp_path, task_identity):
     assert all(b > 10 * model_bytes for b in r0["bytes_up_by_client"].values())
     assert r0["sim_round_s"] == pytest.approx(simulated_round_seconds(
         load_fleet(fleet).assign(6, 0), r0["bytes_down_by_client"], r0["bytes_up_by_client"], r0["flops_by_client"]))
+
+
+def test_a_fleet_needs_num_clients_and_travels_as_an_absolute_path(tmp_path):
+    from hetfl.common.config import ConfigError, validate
+    from hetfl.launch import absolute_paths
+
+    fleet = _fleet(tmp_path)
+    with pytest.raises(ConfigError, match="run-config key 'fleet' = .* needs 'num-clients' > 0"):
+        validate({"fleet": str(fleet)})
+    validate({"fleet": str(fleet), "num-clients": 6})
+    assert absolute_paths({"fleet": "fleets/aiot-wifi.toml"}, ROOT) == {"fleet": str(ROOT / "fleets/aiot-wifi.toml")}
+
+
+def test_adaptivefl_reads_each_clients_capacity_from_the_fleet(tmp_path):
+    """Without a declared capacity, a client of a fleet run gets its tier's (the server and every node agree: the
+    tiers follow from the config alone); a node that declares one keeps it."""
+    from flwr.app import Context, RecordDict
+
+    from hetfl.adaptivefl_app.task import device_capacity
+    from hetfl.common.config import validate
+
+    fleet = _fleet(tmp_path)
+    cfg = validate({"method": "adaptivefl", "fleet": str(fleet), "num-clients": 6, "seed": 2})
+    tiers = load_fleet(fleet).assign(6, 2)
+    for c in range(6):
+        ctx = Context(run_id=1, node_id=c, node_config={"partition-id": c, "num-partitions": 6}, state=RecordDict(),
+                      run_config={})
+        assert device_capacity(ctx, cfg, c)[0] == tiers[c].name
+    declared = Context(run_id=1, node_id=9, node_config={"partition-id": 0, "num-partitions": 6, "capacity": "medium"},
+                       state=RecordDict(), run_config={})
+    assert device_capacity(declared, cfg, 0)[0] == "medium"
+
+
+def test_a_malformed_flops_report_counts_nothing(task_identity):
+    from flwr.app import Message, MetricRecord, RecordDict
+
+    from hetfl.common.comm import reported_flops
+
+    def reply(**metrics):
+        return Message(RecordDict({"metrics": MetricRecord(metrics)}), dst_node_id=1, message_type="train")
+
+    assert reported_flops(reply(train_flops=10, infer_flops=5)) == 15
+    assert reported_flops(reply(train_flops=float("nan"), infer_flops=5)) == 5
+    assert reported_flops(reply(train_flops=[1, 2], infer_flops=-3)) == 0
+
+
+def test_every_method_of_a_comparison_shares_one_split(tmp_path):
+    """A paper preset's split keys (FENS's balanced Dirichlet draw) do not reach the comparison: every method gets
+    [run]'s federation; a method block that sets a federation key is refused in one line."""
+    path = ROOT / "comparisons/fmnist-dir0.6.toml"
+    ps = plans(ROOT / "fleets/aiot-wifi.toml", load_preset(path), path)
+    for key in ("dirichlet-balance", "dirichlet-max-draws", "dirichlet-alpha", "partitioner", "num-clients", "eval-split"):
+        assert len({repr(p.config.get(key)) for p in ps}) == 1, key
+    assert {p.config["adaptivefl-tier-capacity"] for p in ps if p.method in ("adaptivefl", "heterofl", "all-large")} \
+        == {"fixed"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text(PRESET.replace('[method.fedavg]\nspace = "lr=0.05,0.1"', '[method.fedavg]\nspace = "lr=0.05,0.1"\n'
+                                  'dirichlet-alpha = 0.1'))
+    with pytest.raises(CompareError, match=r"\[method.fedavg\] sets 'dirichlet-alpha', a key of the federation"):
+        plans(_fleet(tmp_path), load_preset(bad), bad)
+
+
+def test_a_final_run_of_another_config_is_moved_aside_and_run_again(tmp_path, task_identity):
+    fleet, preset = _fleet(tmp_path), tmp_path / "p.toml"
+    preset.write_text(PRESET)
+    out = tmp_path / "cmp"
+    assert main([str(fleet), str(preset), "--out", str(out), "--methods", "fedavg"]) == 0
+    preset.write_text(PRESET.replace("local-steps = 3", "local-steps = 2"))
+    assert main([str(fleet), str(preset), "--out", str(out), "--methods", "fedavg"]) == 0
+    assert json.loads((out / "fedavg" / "s0" / "metrics.json").read_text())["config"]["local-steps"] == 2
+    assert json.loads((out / "fedavg" / "s0.replaced-0" / "metrics.json").read_text())["config"]["local-steps"] == 3
+    assert (out / "fedavg" / "tune.replaced-0" / "study.db").exists()  # the tuning of the old preset, kept aside
+
+
+def test_an_ensemble_saved_without_per_client_counts_charges_no_client():
+    from hetfl.common.comm import UNATTRIBUTED
+    from hetfl.common.oneshot.server import phase1_traffic
+
+    legacy = phase1_traffic({"phase1_request_bytes": 100, "upload_bytes": 200})
+    assert dict(legacy.up) == {UNATTRIBUTED: 200} and dict(legacy.down) == {UNATTRIBUTED: 100}
+    per = phase1_traffic({"phase1_request_bytes": 100, "upload_bytes": 200,
+                          "phase1_by_client": {"down": {"0": 60, "1": 40}, "up": {"0": 120, "1": 80},
+                                               "flops": {"0": 7, "1": 9}}})
+    assert dict(per.up) == {0: 120, 1: 80} and dict(per.flops) == {0: 7, 1: 9}

@@ -61,6 +61,18 @@ def test_clusters_and_sampling():
     assert len(hpc_partitions(100, 0.5, 0)) == 50 and hpc_partitions(100, 0.5, 0) == hpc_partitions(100, 0.5, 0)
 
 
+def test_sampling_draws_among_the_available_clients_of_each_cluster():
+    """RandSelect(S_c) over the clients that can be sampled this round (a fleet's availability, a node that is gone):
+    only available ones are drawn; all available gives the same draws as no filter; a cluster with none available
+    keeps a draw (its slot stays empty), so later clusters' draws do not shift."""
+    clusters = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    every = sample_from_clusters(clusters, np.random.default_rng(3))
+    assert sample_from_clusters(clusters, np.random.default_rng(3), set(range(10))) == every
+    for seed in range(20):
+        picks = sample_from_clusters(clusters, np.random.default_rng(seed), {1, 2, 6})
+        assert picks[0] in (1, 2) and picks[1] == 6 and picks[2] in (8, 9)
+
+
 # --- coefficients (Eq. 2) --------------------------------------------------------------
 def test_balanced_equals_paper_full_at_default_setting():
     # C_h = C_l = M = 5: each model is trained by H = 5 HPCs and L = C_l / M = 1 LPC

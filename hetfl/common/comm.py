@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import socket
 import sys
+import math
 import threading
 import time
 from collections import defaultdict
@@ -90,6 +91,10 @@ def message_nbytes(msg: Message, content_nbytes: int | None = None) -> int:
     if content_nbytes is None:
         content_nbytes = record_nbytes(msg.content) if msg.has_content() else 0
     return content_nbytes + _metadata_nbytes(msg)
+
+
+UNATTRIBUTED = -1
+"""The :class:`Traffic` key of bytes no client can be named for (an ensemble saved before per-client counts)."""
 
 
 @dataclass
@@ -225,7 +230,10 @@ def reported_flops(reply: Message) -> int:
     if not reply.has_content() or "metrics" not in reply.content:
         return 0
     metrics = reply.content["metrics"]
-    return int(sum(metrics[k] for k in FLOP_METRICS if k in metrics))
+    values = [metrics[k] for k in FLOP_METRICS if k in metrics]
+    # a malformed report (a list, NaN, a negative number) counts nothing: the reply's own checks judge the reply
+    ok = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0]
+    return int(sum(ok))
 
 
 def _client_or_node(m: Message | None, node: int) -> int:

@@ -276,6 +276,10 @@ def _cross_check_common(cfg: dict[str, Any]) -> None:
     if cfg["fleet"]:
         from .fleet import FleetError, load_fleet
 
+        if cfg["num-clients"] == 0:  # the server and every node must place the same clients in the same tiers
+            raise ConfigError(f"run-config key 'fleet' = {cfg['fleet']!r} needs 'num-clients' > 0 (the federation's "
+                              "size, over which the fleet's tiers are dealt); set num-clients to the number of clients")
+
         try:
             load_fleet(cfg["fleet"])
         except FleetError as err:

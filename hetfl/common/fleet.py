@@ -152,14 +152,16 @@ def fleet_of(cfg: dict[str, Any]) -> Fleet | None:
     return _FLEETS[path]
 
 
-def tiers_of(cfg: dict[str, Any], num_clients: int) -> list[Tier] | None:
-    """The tier of every client 0..num_clients-1 of the run (:meth:`Fleet.assign` with the run's seed), or None."""
+def tiers_of(cfg: dict[str, Any]) -> list[Tier] | None:
+    """The tier of every client 0..num-clients-1 of the run (:meth:`Fleet.assign` with the run's seed), or None
+    without a fleet. The server and every node compute the same list from the config alone (a fleet needs
+    ``num-clients`` > 0: the config check says so)."""
     fleet = fleet_of(cfg)
     if fleet is None:
         return None
-    key = (cfg["fleet"], int(num_clients), int(cfg["seed"]))
+    key = (cfg["fleet"], int(cfg["num-clients"]), int(cfg["seed"]))
     if key not in _TIERS:
-        _TIERS[key] = fleet.assign(num_clients, cfg["seed"])
+        _TIERS[key] = fleet.assign(int(cfg["num-clients"]), cfg["seed"])
     return _TIERS[key]
 
 

@@ -77,7 +77,7 @@ def device_value(context: Context, cfg: dict[str, Any], client: int, name: str) 
     """A client's device-profile value `name` (SHEFL's ``device-class``, AdaptiveFL's ``capacity``): what its node
     declares (a real device), else its tier's in the run's ``fleet`` (simulation), else None (the method draws it)."""
     value = NodeProfile(context.node_config).device(name)
-    if value is None and (tiers := tiers_of(cfg, num_clients(context, cfg))) is not None:
+    if value is None and (tiers := tiers_of(cfg)) is not None and 0 <= client < len(tiers):
         value = tiers[client].node_config().get(name)
     return value
 

@@ -26,7 +26,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from .comm import Traffic
+from .comm import UNATTRIBUTED, Traffic
 from .fleet import available, simulated_round_seconds, tiers_of
 from .progress import heartbeat
 from .results import RunRecorder
@@ -132,8 +132,8 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
         columns["bytes_down_by_client"] = {str(c): b for c, b in sorted(traffic.down.items()) if who(c)}
         columns["flops_by_client"] = {str(c): f for c, f in sorted(traffic.flops.items())}
         columns["client_flops"] = sum(traffic.flops.values())
-        tiers = tiers_of(recorder.cfg, recorder.extra.get("federation", {}).get("clients", 0))
-        if tiers:  # the round on the fleet's devices (FedScale's clock: its slowest client's download + work + upload)
+        tiers = tiers_of(recorder.cfg)
+        if tiers and UNATTRIBUTED not in traffic.up:  # the round on the fleet's devices (FedScale's clock: its slowest client's download + work + upload)
             columns["sim_round_s"] = simulated_round_seconds(tiers, columns["bytes_down_by_client"],
                                                              columns["bytes_up_by_client"], columns["flops_by_client"])
     row = recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
@@ -284,7 +284,7 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
     strategy.summary()
     if "federation" not in recorder.extra:
         recorder.federation(len(strategy.map.clients()), len(strategy.map.hosted))
-    if (tiers := tiers_of(cfg, recorder.extra["federation"]["clients"])) is not None:  # a simulated fleet's availability
+    if (tiers := tiers_of(cfg)) is not None:  # a simulated fleet's availability
         strategy.map.available = lambda c, rnd: c < len(tiers) and available(tiers[c], c, rnd, cfg["seed"])
     _note_left_out(recorder, strategy.map)
     if start == 1:

@@ -39,9 +39,16 @@ def make_clusters(node_ids: list[int], num_clusters: int, seed: int) -> list[lis
     return [[ids[i] for i in sorted(chunk)] for chunk in np.array_split(order, num_clusters)]
 
 
-def sample_from_clusters(clusters: list[list[int]], rng: np.random.Generator) -> list[int]:
-    """One node drawn uniformly from each cluster (Alg. 1 line 6, RandSelect(S_c))."""
-    return [int(c[rng.integers(len(c))]) for c in clusters]
+def sample_from_clusters(clusters: list[list[int]], rng: np.random.Generator,
+                         available: set[int] | None = None) -> list[int]:
+    """One client drawn uniformly from each cluster (Alg. 1 line 6, RandSelect(S_c)), among its `available` clients
+    (default: all). A cluster with none available keeps a draw from all its clients, whose slot then stays empty;
+    one draw per cluster either way, so the RNG stream does not depend on who is available."""
+    out = []
+    for c in clusters:
+        pool = c if available is None else [m for m in c if m in available] or c
+        out.append(int(pool[rng.integers(len(pool))]))
+    return out
 
 
 class PermutationSchedule:

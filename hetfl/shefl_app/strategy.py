@@ -86,10 +86,10 @@ class SHEFL(StrategyBase):
             self.M, self.C_h, self.C_l, self.k_l, self.k_h, self.params.coefficients,
         )
 
-    def plan(self, server_round: int) -> RoundPlan:
-        """Sample one client per cluster and assign LPC models by the permutation schedule."""
-        hpc = sample_from_clusters(self.hpc_clusters, self.rng)
-        lpc = sample_from_clusters(self.lpc_clusters, self.rng)
+    def plan(self, server_round: int, available: set[int] | None = None) -> RoundPlan:
+        """Sample one client per cluster (among the `available` ones) and assign LPC models by the permutation schedule."""
+        hpc = sample_from_clusters(self.hpc_clusters, self.rng, available)
+        lpc = sample_from_clusters(self.lpc_clusters, self.rng, available)
         models = self.schedule.models_for_round(server_round).tolist() if self.C_l else []
         return RoundPlan(hpc, lpc, models)
 
@@ -98,10 +98,10 @@ class SHEFL(StrategyBase):
         self._states = states
         self.layout = StateLayout.of(states[0])
         per_model = [ArrayRecord({k: Array(v) for k, v in st.items()}) for st in states]
-        plan = self.plan(server_round)
-        hpc_set = set(plan.hpc_nodes)
         self.map.refresh(grid, self.fed.round_timeout)
-        online = set(self.map.online(grid, server_round))
+        online = set(self.map.online(grid, server_round))  # connected, and available in this round (a fleet's)
+        plan = self.plan(server_round, online)
+        hpc_set = set(plan.hpc_nodes)
         self.sent = {}
         messages = []
         for client, models in plan.assignments(self.M).items():

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from hetfl.common.comm import MeteredGrid, Traffic
+from hetfl.common.comm import UNATTRIBUTED, MeteredGrid, Traffic
 from hetfl.common.models import get_state
 from hetfl.common.nodes import ClientMap
 from hetfl.common.progress import heartbeat
@@ -73,10 +73,11 @@ def _by_client(counts: dict[int, int]) -> dict[str, int]:
 
 def phase1_traffic(phase1: dict[str, Any]) -> Traffic:
     """Phase 1's bytes and FLOPs per client as a :class:`~hetfl.common.comm.Traffic` period (round 0 carries it); an
-    ensemble saved before per-client counts were kept gives its totals under client 0."""
+    ensemble saved before per-client counts were kept gives its totals under :data:`UNATTRIBUTED` (no client: the
+    round's per-client columns and simulated clock leave them out)."""
     by = phase1.get("phase1_by_client")
     if by is None:
-        return Traffic(down={0: phase1["phase1_request_bytes"]}, up={0: phase1["upload_bytes"]})
+        return Traffic(down={UNATTRIBUTED: phase1["phase1_request_bytes"]}, up={UNATTRIBUTED: phase1["upload_bytes"]})
     return Traffic(**{k: {int(c): int(v) for c, v in by[k].items()} for k in ("down", "up", "flops")})
 
 
