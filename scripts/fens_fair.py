@@ -204,6 +204,68 @@ def iterative_table() -> str:
     return "\n".join(rows)
 
 
+PLOT = ROOT / "docs/results/fens-fair-traffic.png"
+
+
+def traffic_curves(d: Path) -> list[tuple[str, list[float], list[float]]]:
+    """(label, client GB, test accuracy %) of each committed run at one alpha: FENS as preset and at its best, and the
+    iterative baselines tuned under the protocol (or, where that study is not committed, FedAdam's run on record)."""
+    def curve(path: Path) -> tuple[list[float], list[float]]:
+        rows = json.loads(path.read_text())["rounds"]
+        return ([(r["cum_bytes_down"] + r["cum_bytes_up"]) / 1e9 for r in rows], [100 * r["accuracy"] for r in rows])
+
+    alpha = d.name[3:]
+    out = []
+    if (d / "base/metrics.json").exists():
+        out.append(("FENS as preset", *curve(d / "base/metrics.json")))
+    comp = sorted(d.glob("complete-e*[0-9]/metrics.json"))
+    if comp:
+        out.append(("FENS: members to completion, tuned aggregator", *curve(comp[-1])))
+    for method, name in (("fedadam", "FedAdam"), ("fedavg", "FedAvg")):
+        tuned = d / f"iter-{method}" / f"chosen-r{ITER_ROUNDS}" / "metrics.json"
+        if tuned.exists():
+            lr = json.loads((d / f"iter-{method}" / "summary.json").read_text())["best"]["values"]["lr"]
+            out.append((f"{name}, lr {lr:g} (tuned)", *curve(tuned)))
+    earlier = ROOT / "docs/results" / f"fens-iterative-fmnist-dir{alpha}/runs"  # Dir(0.1): the seven-baseline study
+    for method, name in (("fedadam", "FedAdam"), ("fedavg", "FedAvg")):
+        if not any(label.startswith(name) for label, *_ in out):
+            for m in sorted(earlier.glob(f"{method}-fmnist-dir{alpha}-lr*-s0/metrics.json")):
+                lr = m.parent.name.split("-lr")[1].removesuffix("-s0")
+                out.append((f"{name}, lr {lr} (tuned on the same validation half)", *curve(m)))
+    record = ROOT / "docs/results" / f"fens-fmnist-dir{alpha}/runs/fedadam-fmnist-dir{alpha}-s0/metrics.json"
+    if not any(label.startswith("FedAdam") for label, *_ in out) and record.exists():
+        out.append(("FedAdam, lr 0.01 (on record, not re-tuned)", *curve(record)))
+    return out
+
+
+def plot_traffic() -> None:
+    """Test accuracy against client traffic, one panel per alpha (the page's figure), from the committed runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dirs = sorted(DOCS.glob("dir*"), key=lambda p: float(p.name[3:]))
+    fig, axes = plt.subplots(1, len(dirs), figsize=(5.2 * len(dirs), 4.2))
+    for ax, d in zip(axes, dirs, strict=True):
+        for i, (label, gb, acc) in enumerate(traffic_curves(d)):
+            ax.plot(gb, acc, color=f"C{i}", lw=1.4, marker="o" if len(gb) < 80 else None, markersize=2.5,
+                    label=f"{label} (n=1)")
+        ax.set_title(f"Dir({d.name[3:]}), seed 0")
+        ax.set_xscale("log")
+        ax.set_xlabel("client traffic, down + up (GB, cumulative)")
+        ax.set_ylim(40, 92)
+        ax.set_xlim(0.3, 30)  # round 0 of the iterative runs is discovery only (kB): off the axis
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=7)
+    axes[0].set_ylabel("test accuracy (%), test half")
+    fig.suptitle("FENS at its best against the iterative baselines, by client traffic (FMNIST, 20 clients)")
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+    plt.close(fig)
+    print(f"wrote {PLOT}")
+
+
 def write_page() -> None:
     from fmt import write_between
 
@@ -212,6 +274,7 @@ def write_page() -> None:
     if ITER_BEGIN in text:
         write_between(PAGE, ITER_BEGIN, END, iterative_table())
     print(f"wrote {PAGE}")
+    plot_traffic()
 
 
 def main() -> int:
