@@ -2,8 +2,9 @@
 
 Adding a method is one new package under ``hetfl/`` that declares ``METHOD = MethodSpec(...)``
 in its ``__init__.py`` (see :class:`hetfl.common.registry.MethodSpec`), plus its name in
-:data:`PACKAGES`. Importing this module (``import hetfl`` does) registers every package's
-``method`` names, run-config keys and node-config keys with the schemas; the ServerApp looks up its server
+:data:`PACKAGES`. Importing this module (``import hetfl`` does) registers, in this one place, the trackers' keys
+(:data:`hetfl.common.tracking.KEYS`) and every package's ``method`` names, run-config keys and node-config keys with
+the schemas (the common keys are declared in :mod:`hetfl.common.config` itself); the ServerApp looks up its server
 here and the ClientApp its handlers.
 """
 
@@ -13,7 +14,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from hetfl.common import tracking as _tracking  # noqa: F401 - registers the tracking and progress keys
+from hetfl.common import tracking
 from hetfl.common.config import SCHEMA, extend_choices, register_keys, register_renames
 from hetfl.common.nodeconfig import register_node_keys
 from hetfl.common.params import MethodParams, NoParams
@@ -42,6 +43,7 @@ def _register(spec: MethodSpec) -> None:
     METHODS.update(dict.fromkeys(spec.names, spec))
 
 
+register_keys(*tracking.KEYS, cross_check=tracking.check)  # the trackers' and progress keys, read by every method
 for _package in PACKAGES:
     _register(importlib.import_module(_package).METHOD)
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, Key, register_keys
+from .config import ConfigError, Key
 
 log = logging.getLogger("hetfl")
 
@@ -56,14 +56,14 @@ def _check(cfg: dict[str, Any]) -> None:
                               f"not installed; expected it installed (pip install 'hetfl[{name}]') or {name!r} left out")
 
 
-register_keys(
+KEYS = (  # registered with the schema by hetfl.methods, with the method packages' keys
     Key("tracking", str, "tensorboard", "experiment trackers beside metrics.json/metrics.csv: comma list of "
         "'tensorboard', 'wandb' (offline), 'mlflow' (local files), or 'none' (docs/tracking.md)"),
     Key("tracking-project", str, "hetfl", "W&B project / MLflow experiment name of the run"),
     Key("progress-interval", float, 10.0, "seconds between 'still running' lines of a long phase (local training, "
         "evaluation, FENS phase 1)", min=0.0, min_inclusive=False),
-    cross_check=_check,
 )
+check = _check  # the cross-check of KEYS
 
 
 # --- the columns of a row ------------------------------------------------------------------------
