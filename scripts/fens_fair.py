@@ -117,8 +117,21 @@ PAGE = ROOT / "docs/results/fens-fair.md"
 BEGIN, END = "<!-- table: scripts/fens_fair.py --page -->", "<!-- end table -->"
 
 
+def _finished(f: Path) -> bool:
+    """A metrics.json of a run that completed its configured rounds; a study's trial that its summary counts."""
+    if f.name != "metrics.json":
+        return True
+    if f.parent.parent.name == "trials":  # a study's trial: only those its summary lists (not one a stop cut short)
+        summary = f.parent.parent.parent / "summary.json"
+        numbers = {t.get("number") for t in json.loads(summary.read_text())["trials"]} if summary.exists() else set()
+        return int(f.parent.name[1:]) in numbers
+    m = json.loads(f.read_text())
+    return m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]
+
+
 def keep(out: Path, alpha: str) -> None:
-    """Copy what a finished step measured (metrics.json, summary.json, upper.json) under docs/results/fens-fair/."""
+    """Copy what a finished step measured (metrics.json, summary.json, upper.json) under docs/results/fens-fair/:
+    runs that completed their rounds and the trials their studies count, nothing half done."""
     import shutil
 
     dst = DOCS / f"dir{alpha}"
@@ -127,7 +140,7 @@ def keep(out: Path, alpha: str) -> None:
               *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
               *sorted(out.glob("complete-e*/metrics.json")), *sorted(out.glob("iter-*/summary.json")),
               *sorted(out.glob("iter-*/trials/t*/metrics.json")), *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]:
-        if f.exists():
+        if f.exists() and _finished(f):
             (dst / f.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dst / f.relative_to(out))
 
@@ -195,7 +208,7 @@ def iterative_table() -> str:
             grid = ", ".join(f"{t['values']['lr']:g}: {_pct(t['val_accuracy'])}" for t in
                              sorted(s["trials"], key=lambda t: t["values"]["lr"]) if t["val_accuracy"] is not None)
             chosen = d / f"iter-{method}" / f"chosen-r{ITER_ROUNDS}" / "metrics.json"
-            test, gb = "not run", ""
+            test, gb = "not run yet", ""
             if chosen.exists():
                 last = json.loads(chosen.read_text())["rounds"][-1]
                 test, gb = _pct(last["accuracy"]), f"{(last['cum_bytes_down'] + last['cum_bytes_up']) / 1e9:.2f}"
