@@ -57,6 +57,19 @@ def main() -> int:
     rows: list[tuple[str, str, float]] = []
     failed = False
 
+    date = time.strftime("%Y-%m-%d")
+    out = ROOT / "docs" / "results" / f"gpu-check-{date}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write_report() -> None:  # after every step, so that a check cut off at its time limit still leaves its rows
+        lines = [f"# `make gpu-check` ({date})", "",
+                 f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                 f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; "
+                 f"command: `make gpu-check` (scripts/gpu_check.py).", "",
+                 "| step | result | seconds |", "| --- | --- | --- |"]
+        lines += [f"| {n} | {r} | {s:.0f} |" for n, r, s in rows]
+        out.write_text("\n".join(lines) + "\n")
+
     def step(name: str, fn) -> None:
         nonlocal failed
         t0 = time.perf_counter()
@@ -66,6 +79,7 @@ def main() -> int:
             result, failed = f"FAILED: {' '.join(str(err).split())[:300]}", True
         rows.append((name, str(result), time.perf_counter() - t0))
         print(f"gpu-check: {name}: {result} ({rows[-1][2]:.0f} s)", flush=True)
+        write_report()
 
     def cuda_tests() -> str:
         p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_train.py", "-k", "cuda"],
@@ -83,7 +97,7 @@ def main() -> int:
     def shefl() -> str:
         run_dir = launch.run(str(ROOT / "configs/shefl/fmnist-dir0.6.toml"),
                              {"num-server-rounds": 5, "local-epochs": 1, "torch-device": "cuda", "checkpoint": False},
-                             num_supernodes=100, results_dir=ROOT / "results" / "gpu-check", client_gpus=0.25)
+                             num_supernodes=100, results_dir=ROOT / "results" / "gpu-check", client_gpus=0.25, timeout=240)
         rows_ = json.loads((run_dir / "metrics.json").read_text())["rounds"]
         return f"accuracy {rows_[-1]['accuracy']:.4f} after 5 rounds; {sum(r['round_s'] for r in rows_[1:]) / 5:.1f} s/round"
 
@@ -93,20 +107,11 @@ def main() -> int:
         with cluster.local_cluster(2) as c:
             run_dir = cluster.submit(c, str(ROOT / "configs/quickstart.toml"),
                                      {"num-server-rounds": 2, "torch-device": "cuda", "min-available-nodes": 2, "checkpoint": False},
-                                     results_dir=ROOT / "results" / "gpu-check", timeout=300)
+                                     results_dir=ROOT / "results" / "gpu-check", timeout=240)
         rows_ = json.loads((run_dir / "metrics.json").read_text())["rounds"]
         return f"accuracy {rows_[-1]['accuracy']:.4f} after 2 rounds"
 
     step("FedAvg 2 rounds, Deployment Engine (2 SuperNodes), CUDA", deployment)
-
-    date = time.strftime("%Y-%m-%d")
-    out = ROOT / "docs" / "results" / f"gpu-check-{date}.md"
-    lines = [f"# `make gpu-check` ({date})", "",
-             f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-             f"{platform.processor() or platform.machine()}; command: `make gpu-check` (scripts/gpu_check.py).", "",
-             "| step | result | seconds |", "| --- | --- | --- |"]
-    lines += [f"| {n} | {r} | {s:.0f} |" for n, r, s in rows]
-    out.write_text("\n".join(lines) + "\n")
     print(f"gpu-check: wrote {out}")
     return 1 if failed else 0
 
