@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,6 +48,26 @@ RUNS = {  # next to the walk-through's FedAvg run (run-name fedavg-3-devices): p
     "fens": ("configs/quickstart-fens.toml", {"local-epochs": 0, "local-steps": 5, "fens-agg-local-steps": 2}),
     "adaptivefl": ("configs/quickstart-adaptivefl.toml", {"fraction-train": 1.0, "local-steps": 5}),
 }
+
+
+def submit_after(hosts: Hosts, extra: dict[str, subprocess.Popen], first: str, limit: float = 600.0) -> None:
+    """Submit the RUNS from the laptop one after another, each once the run before it (`first`, then the previous
+    one) has written its round-0 row on the server, i.e. its ServerApp is up and every device answered discovery.
+
+    Flower 1.41 installs a run's app bundle into ``<flwr home>/apps/<hash>`` without a lock (mkdir, then copy file by
+    file; ``flwr.cli.install.validate_and_install``), and a second run of the same bundle that finds the directory
+    already there uses it as it is: started together, a run can fail with "Cannot find pyproject.toml" while the
+    first still copies (seen once in this test on a loaded machine). Once one run of a bundle is up, the others are
+    safe; the runs still train side by side."""
+    previous = hosts.project("server") / "results" / first / "metrics.json"
+    for name, (preset, over) in RUNS.items():
+        deadline = time.monotonic() + limit
+        while not previous.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        run_config = launch.write_run_config(hosts.project("laptop") / f"run-{name}.toml", preset,
+                                             {**COMMON, **over, "run-name": name})
+        extra[name] = hosts.start("laptop", f"flwr run . hetfl-remote --stream --run-config {run_config.name}")
+        previous = hosts.project("server") / "results" / name / "metrics.json"
 
 
 def readme_blocks() -> list[tuple[list[str], list[str]]]:
@@ -170,14 +191,14 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
             for dev in DEVICES:  # the global dataset is out of the devices' reach
                 assert hosts.run(dev, f"ls -A {HIDDEN} | wc -l").strip() == "0", dev
             extra: dict[str, subprocess.Popen] = {}
+            submitter = None
             server = None
             for block_hosts, commands in blocks:
                 if "laptop" in block_hosts and any(c.startswith("flwr run") for c in commands):
-                    for name, (preset, over) in RUNS.items():  # the other methods, next to the walk-through's run
-                        run_config = launch.write_run_config(hosts.project("laptop") / f"run-{name}.toml", preset,
-                                                             {**COMMON, **over, "run-name": name})
-                        extra[name] = hosts.start("laptop", f"flwr run . hetfl-remote --stream --run-config "
-                                                            f"{run_config.name}")
+                    # the other methods, next to the walk-through's run, each submitted once the run before it has
+                    # recorded round 0 (see submit_after)
+                    submitter = threading.Thread(target=submit_after, args=(hosts, extra, "fedavg-3-devices"), daemon=True)
+                    submitter.start()
                 for host in block_hosts:
                     for command in commands:
                         if command.startswith(LONG_RUNNING):
@@ -188,8 +209,10 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
                         else:
                             hosts.run(host, command, timeout=600)
                 hosts.copy_files()
-            assert server is not None
+            assert server is not None and submitter is not None
             t_up = time.monotonic() - t0
+            submitter.join(900)
+            assert not submitter.is_alive() and sorted(extra) == sorted(RUNS), sorted(extra)
             for name, proc in extra.items():
                 assert proc.wait(600) == 0, f"{name}:\n{hosts.output(proc)[-4000:]}"
             # every run completed, with a metrics.json of its rounds on the server
