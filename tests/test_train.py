@@ -168,16 +168,21 @@ def test_config_devices_reach_training_and_evaluation(monkeypatch):
     assert seen["lr"] == pytest.approx(0.01 * 0.998**2)
 
 
-def test_centralized_evaluators_use_server_device_and_precision(monkeypatch):
+def test_server_eval_uses_server_device_and_precision(monkeypatch):
     seen = {}
-    monkeypatch.setattr(task, "eval_splits", lambda cfg: (tiny_data(4), tiny_data(4)))
+    monkeypatch.setattr(task, "eval_splits", lambda cfg: (None if cfg["eval-split"] == "all" else tiny_data(4), tiny_data(4)))
     monkeypatch.setattr(task, "evaluate", lambda *a, **kw: seen.update(kw) or (0.0, 1.0))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    task.centralized_evaluators(validate({"torch-device": "cuda:1", "server-torch-device": "cpu", "precision": "bf16"}))[0](CNN(10, 1, 28))
+    ev = task.ServerEval.of(validate({"torch-device": "cuda:1", "server-torch-device": "cpu", "precision": "bf16",
+                                      "eval-split": "test-half"}))
+    ev.evaluate(CNN(10, 1, 28))
     assert seen == {"device": torch.device("cpu"), "precision": "bf16"}
-    task.centralized_evaluators(validate({"torch-device": "cuda:1"}))[0](CNN(10, 1, 28))
+    assert ev.val_accuracy(CNN(10, 1, 28)) == 1.0  # the validation half, on the same device
+    task.ServerEval.of(validate({"torch-device": "cuda:1"})).evaluate(CNN(10, 1, 28))
     assert seen["device"] == torch.device("cuda:1")  # server-torch-device '' = torch-device
+    no_val = task.ServerEval.of(validate({"eval-split": "all"}))
+    assert no_val.val_accuracy(CNN(10, 1, 28)) is None
 
 
 @CUDA

@@ -11,11 +11,8 @@ from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
-from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import compute_options, log, pack_models, unpack_models
-from hetfl.common.rundata import dataset_threshold, eval_splits
-from hetfl.common.train import Normalizer, evaluate
+from hetfl.common.task import ServerEval, log, pack_models, run_recorder, unpack_models
 
 from .core import slice_state, tier_capacities
 from .keys import AdaptiveFLParams
@@ -50,10 +47,8 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     else:
         initial = [full]
     models = {level: pool.build(pool.index(level)) for level in LEVELS}
-    val, data = eval_splits(cfg)  # val: the half hyper-parameters are chosen on (eval-split = "test-half"; hetfl.tune)
-    norm = Normalizer(cfg["dataset"])
-    opts = compute_options(cfg, server=True)  # server-torch-device and precision (docs/training.md)
-    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    ev = ServerEval.of(cfg)
+    recorder = run_recorder(cfg)
     recorder.extra["pool"] = [{"name": e.name, "ratio": e.ratio, "start": e.start, "params": e.size, "exits": e.depth}
                               for e in pool.entries]
     caps = tier_capacities(reference_pool(cfg), params.tier_capacity)
@@ -68,11 +63,11 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
             src = states[slot] if params.variant.models > 1 else states[0]
             model = models[level]
             set_state(model, slice_state(src, pool.shapes(pool.index(level))))
-            losses[level], accs[level] = evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
+            losses[level], accs[level] = ev.evaluate(model)
         out = {"accuracy": accs["L1"], "loss": losses["L1"], **{f"acc_{k}": v for k, v in accs.items()},
                "acc_avg": sum(accs.values()) / len(accs)}
-        if val is not None:  # the full model (L1) is what is reported, so it is what is chosen on
-            out["val_accuracy"] = evaluate(models["L1"], val, norm, cfg["eval-batch-size"], **opts)[1]
+        if ev.val is not None:  # the full model (L1) is what is reported, so it is what is chosen on
+            out["val_accuracy"] = ev.val_accuracy(models["L1"])
         return out
 
     # the paper's figures: accuracy of each level (S1, M1, L1 = the full model) and the waste rate (Eq. 5)

@@ -22,10 +22,8 @@ from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
 from hetfl.common.params import FederationParams, MethodParams, NoParams
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
-from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import arrays_to_model, centralized_evaluators, make_model, model_to_arrays
-from hetfl.common.rundata import dataset_threshold
+from hetfl.common.task import ServerEval, arrays_to_model, make_model, model_to_arrays, run_recorder
 
 
 ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCParams: SeededFedAvgSTC}
@@ -64,16 +62,16 @@ def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FedAvg/FedProx/FedAdam/FedYogi/FedBE/FedNova/Scaffold/FedAvg-STC for num-server-rounds; returns the run summary."""
     model = make_model(cfg)
-    evaluate, validate = centralized_evaluators(cfg)  # validate: the half a learning rate is picked on (eval-split = "test-half")
-    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    ev = ServerEval.of(cfg)  # its validation half is what a learning rate is picked on (eval-split = "test-half")
+    recorder = run_recorder(cfg)
     params = METHOD.params_for(cfg)
     strategy = make_strategy(params, FederationParams.from_config(cfg), discover_clients(grid, cfg), model)
     strategy.prepare(cfg, recorder.run_dir)  # Scaffold: its c_i copies on disk; FedBE: the unlabeled server set
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
-        loss, acc = evaluate(arrays_to_model(model, arrays))
-        if validate is None:
+        loss, acc = ev.evaluate(arrays_to_model(model, arrays))
+        if ev.val is None:
             return {"accuracy": acc, "loss": loss}
-        return {"accuracy": acc, "loss": loss, "val_accuracy": validate(model)[1]}
+        return {"accuracy": acc, "loss": loss, "val_accuracy": ev.val_accuracy(model)}
 
     return recorder.finish(run_rounds(grid, strategy, model_to_arrays(model), cfg, recorder, evaluate_fn))

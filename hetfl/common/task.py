@@ -10,6 +10,7 @@ import logging
 import random
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,8 @@ from .models import build_model, get_state, set_state
 from .hosting import node_data_where
 from .nodeconfig import NodeProfile
 from .params import LocalSGDParams
-from .rundata import dataset_info, eval_splits, model_input_shape
+from .results import RunRecorder
+from .rundata import dataset_info, dataset_threshold, eval_splits, model_input_shape
 from .train import Normalizer, TrainResult, evaluate, resolve_device, train
 
 log = logging.getLogger("hetfl")
@@ -206,17 +208,34 @@ def local_train(model: nn.Module, data: ArrayData, cfg: dict[str, Any], server_r
     )
 
 
-def centralized_evaluators(cfg: dict[str, Any]) -> tuple[Callable[[nn.Module], tuple[float, float]],
-                                                          Callable[[nn.Module], tuple[float, float]] | None]:
-    """Functions model -> (loss, accuracy) on the server's test split and on its validation half (None when
-    ``eval-split = "all"`` leaves none; see :func:`eval_splits`), on `server-torch-device`; the set is loaded once."""
-    val, test = eval_splits(cfg)
-    norm = Normalizer(dataset_info(cfg))
-    opts = compute_options(cfg, server=True)
+@dataclass(frozen=True)
+class ServerEval:
+    """What every method's server evaluates on, loaded once a run: the test split, its validation half (None when
+    ``eval-split = "all"`` leaves none; :func:`eval_splits`), the dataset's normaliser, and the server's compute
+    options (`server-torch-device`, `precision`; docs/training.md)."""
 
-    def on(data: ArrayData) -> Callable[[nn.Module], tuple[float, float]]:
-        return lambda model: evaluate(model, data, norm, cfg["eval-batch-size"], **opts)
+    test: ArrayData
+    val: ArrayData | None
+    norm: Normalizer
+    opts: dict[str, Any]
+    batch_size: int
 
-    return on(test), (on(val) if val is not None else None)
+    @classmethod
+    def of(cls, cfg: dict[str, Any]) -> ServerEval:
+        val, test = eval_splits(cfg)
+        return cls(test, val, Normalizer(dataset_info(cfg)), compute_options(cfg, server=True), cfg["eval-batch-size"])
+
+    def evaluate(self, model: nn.Module, data: ArrayData | None = None) -> tuple[float, float]:
+        """(loss, accuracy) of `model` on `data` (default: the test split)."""
+        return evaluate(model, self.test if data is None else data, self.norm, self.batch_size, **self.opts)
+
+    def val_accuracy(self, model: nn.Module) -> float | None:
+        """Accuracy on the validation half (what a tuner chooses on; hetfl.tune), None without one."""
+        return None if self.val is None else self.evaluate(model, self.val)[1]
+
+
+def run_recorder(cfg: dict[str, Any]) -> RunRecorder:
+    """The run's recorder (metrics.json, plots, trackers), with the config's or the dataset's convergence threshold."""
+    return RunRecorder(cfg, dataset_threshold(cfg))
 
 

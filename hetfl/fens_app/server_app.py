@@ -29,12 +29,11 @@ from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import discover_clients
 from hetfl.common.params import FederationParams
 from hetfl.common.progress import heartbeat
-from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round, run_rounds
 from hetfl.common.strategy import validate_replies, weighted_mean
-from hetfl.common.task import arrays_to_model, compute_options, log, make_model, model_to_arrays, pack_models
-from hetfl.common.rundata import dataset_threshold, eval_splits, num_classes
-from hetfl.common.train import Normalizer, evaluate
+from hetfl.common.task import ServerEval, arrays_to_model, log, make_model, model_to_arrays, pack_models, run_recorder
+from hetfl.common.rundata import num_classes
+from hetfl.common.train import evaluate
 
 from . import LOGITS, PHASE1
 from .aggregators import STATIC, make_aggregator
@@ -85,37 +84,34 @@ def download_ensemble(grid: MeteredGrid, cmap, clients: list[int], ens: Ensemble
     return ens_models, sent, confusion, download, ready
 
 
-def server_logits(ens_models: list, sent: list, cfg: dict[str, Any], opts: dict[str, Any]):
-    """The members' logits on the server's test (and validation) half, cached by content, and the test data: every
-    trial of a study on one ensemble computes them once."""
-    val, test = eval_splits(cfg)
-    norm = Normalizer(cfg["dataset"])
+def server_logits(ens_models: list, sent: list, cfg: dict[str, Any], ev: ServerEval):
+    """The members' logits on the server's test (and validation) half, cached by content: every trial of a study on
+    one ensemble computes them once."""
     with heartbeat(f"FENS: the {len(ens_models)} models' logits on the server's evaluation data", cfg["progress-interval"]):
         digest = states_digest(sent)
-        test_z = cached_logits(ens_models, digest, test, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts)
-        val_z = cached_logits(ens_models, digest, val, norm, cfg["cache-dir"], cfg["eval-batch-size"], **opts) if val is not None else None
-    return test_z, val_z, test
+        test_z = cached_logits(ens_models, digest, ev.test, ev.norm, cfg["cache-dir"], ev.batch_size, **ev.opts)
+        val_z = cached_logits(ens_models, digest, ev.val, ev.norm, cfg["cache-dir"], ev.batch_size, **ev.opts) if ev.val is not None else None
+    return test_z, val_z
 
 
-def static_baselines(ens: Ensemble, confusion: np.ndarray, test_z, test, cfg: dict[str, Any],
-                     opts: dict[str, Any]) -> dict[str, float]:
+def static_baselines(ens: Ensemble, confusion: np.ndarray, test_z, cfg: dict[str, Any], ev: ServerEval) -> dict[str, float]:
     """FedENS (averaging), weighted averaging and voting on the same logits, and one-shot FedAvg (the data-size
     weighted average of the members' weights) on the test half: the paper's one-shot comparison points."""
     M, C = len(ens.states), num_classes(cfg)
     baselines = {}
     for name in STATIC:
         agg = make_aggregator(name, M, C, label_counts=ens.label_counts, confusion=confusion)
-        baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=opts["device"])[1]
+        baselines[name] = evaluate(agg, test_z, torch.as_tensor, device=ev.opts["device"])[1]
     oneshot = make_model(cfg)
     set_state(oneshot, weighted_mean(ens.states, ens.num_examples))
-    baselines["oneshot-fedavg"] = float(evaluate(oneshot, test, Normalizer(cfg["dataset"]), cfg["eval-batch-size"], **opts)[1])
+    baselines["oneshot-fedavg"] = float(ev.evaluate(oneshot)[1])
     return baselines
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FENS end to end and return the summary."""
     p = FENSParams.from_config(cfg)
-    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    recorder = run_recorder(cfg)
     cmap = discover_clients(grid, cfg)
     clients = cmap.clients()  # by client id: the ensemble's member order is run-independent
     discovery = grid.take()
@@ -129,9 +125,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     phase1 = phase1_traffic(ens.phase1).add(discovery)
     M, C = len(ens.states), num_classes(cfg)
     ens_models, sent, confusion, download, ready = download_ensemble(grid, cmap, clients, ens, p, cfg)
-    opts = compute_options(cfg, server=True)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
-    agg_dev = opts["device"]
-    test_z, val_z, test = server_logits(ens_models, sent, cfg, opts)
+    ev = ServerEval.of(cfg)  # models: server-torch-device + precision; the aggregator: server-torch-device, fp32
+    agg_dev = ev.opts["device"]
+    test_z, val_z = server_logits(ens_models, sent, cfg, ev)
     member_acc = (test_z.x.argmax(2) == test_z.y[:, None]).mean(0)
     recorder.extra["phases"] = {
         **ens.phase1, "ensemble_download_bytes": download.bytes_down, "confusion_upload_bytes": download.bytes_up,
@@ -139,7 +135,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         "member_test_accuracy": member_acc.tolist(),
         "phase1_local_epochs": cfg["local-epochs"], "phase1_local_steps": cfg["local-steps"],
     }
-    baselines = static_baselines(ens, confusion, test_z, test, cfg, opts)
+    baselines = static_baselines(ens, confusion, test_z, cfg, ev)
     recorder.extra["static_aggregators_test_accuracy"] = baselines
     log.info("FENS: members' test accuracy %.3f-%.3f; FedENS (average) %.4f, weighted average %.4f, voting %.4f, one-shot FedAvg %.4f",
              member_acc.min(), member_acc.max(), baselines["average"], baselines["weighted-average"], baselines["voting"],

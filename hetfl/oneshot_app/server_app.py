@@ -44,9 +44,9 @@ from hetfl.common.oneshot.ensemble import Ensemble, build_members, ensemble_logi
 from hetfl.common.oneshot.server import collect_local_models, phase1_traffic
 from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import record_round
-from hetfl.common.task import compute_options, log, make_model, model_to_arrays
-from hetfl.common.rundata import dataset_threshold, eval_splits, model_input_shape, num_classes
-from hetfl.common.train import Normalizer, evaluate, train
+from hetfl.common.task import ServerEval, compute_options, log, make_model, model_to_arrays, run_recorder
+from hetfl.common.rundata import model_input_shape, num_classes
+from hetfl.common.train import Normalizer, train
 
 from . import CVAE_PHASE1, METHOD, PHASE1
 from .coboost import co_boost
@@ -215,7 +215,7 @@ STEPS: dict[str, type[ServerStep]] = {"fedkd": FedKDStep, "fedet": FedETStep, "c
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run FedKD, Fed-ET, Co-Boosting or FedCVAE-Ens end to end and return the summary."""
     step = STEPS[cfg["method"]]()
-    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    recorder = run_recorder(cfg)
     params = METHOD.params_for(cfg)
     recorder.rows = params.epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
     cmap = discover_clients(grid, cfg)
@@ -223,19 +223,15 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     discovery = grid.take()
     ens = step.phase1(grid, cmap, clients, cfg, recorder)
     round0 = phase1_traffic(ens.phase1).add(discovery)
-    val, test = eval_splits(cfg)
-    norm = Normalizer(cfg["dataset"])
-    opts = compute_options(cfg, server=True)
-    bs = cfg["eval-batch-size"]
-    test_y = torch.as_tensor(test.y)
+    ev = ServerEval.of(cfg)
+    test_y = torch.as_tensor(ev.test.y)
     members = build_members(cfg, ens.states, quantized=False) if step.distills else None
-    test_z = torch.as_tensor(ensemble_logits(members, test, norm, bs, **opts)) if step.distills else None  # (N, M, C)
+    test_z = torch.as_tensor(ensemble_logits(members, ev.test, ev.norm, ev.batch_size, **ev.opts)) if step.distills else None  # (N, M, C)
     student = make_model(cfg)  # the initial model phase 1 sent: FedKD's central model starts from it too
 
     def evaluate_fn(_round: int, _arrays: Any) -> dict[str, Any]:
-        loss, acc = evaluate(student, test, norm, bs, **opts)
-        return {"accuracy": acc, "loss": loss,
-                "val_accuracy": evaluate(student, val, norm, bs, **opts)[1] if val is not None else None}
+        loss, acc = ev.evaluate(student)
+        return {"accuracy": acc, "loss": loss, "val_accuracy": ev.val_accuracy(student)}
 
     recording_s = [0.0]  # the per-epoch evaluation and row inside the server step (recording, not the method's work)
 
@@ -254,7 +250,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     recorder.stage(clients=list(ens.client_ids))
     record(0, round0)
     t_step = time.perf_counter()
-    description, references = step.train(student, StepContext(cfg, params, ens, members, test_z, test_y, norm, opts, phases, record))
+    description, references = step.train(student, StepContext(cfg, params, ens, members, test_z, test_y, ev.norm, ev.opts, phases, record))
     phases["server_step_s"] = time.perf_counter() - t_step - recording_s[0]
     phases["server_step_recording_s"] = recording_s[0]
     before = "phase 1 (one-shot upload)" if step.distills else "phase 1 (one-shot decoder upload)"

@@ -10,11 +10,9 @@ from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
-from hetfl.common.results import RunRecorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import compute_options, log, make_model, pack_models, unpack_models
-from hetfl.common.rundata import dataset_threshold, eval_splits
-from hetfl.common.train import Normalizer, ensemble_metrics, member_disagreement, predict_proba
+from hetfl.common.task import ServerEval, log, make_model, pack_models, run_recorder, unpack_models
+from hetfl.common.train import ensemble_metrics, member_disagreement, predict_proba
 
 from .keys import SHEFLParams
 from .strategy import SHEFL
@@ -39,23 +37,21 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     members = [make_model(cfg, seed=cfg["seed"] * 1000 + m) for m in range(M)]  # distinct inits
     roles, cmap = discover_roles(grid, cfg)
     strategy = SHEFL(params, FederationParams.from_config(cfg), roles, cmap)
-    val, data = eval_splits(cfg)  # val: the half hyper-parameters are chosen on (eval-split = "test-half"; hetfl.tune)
-    norm = Normalizer(cfg["dataset"])
-    opts = compute_options(cfg, server=True)  # server-torch-device and precision (docs/training.md)
-    recorder = RunRecorder(cfg, dataset_threshold(cfg))
+    ev = ServerEval.of(cfg)
+    recorder = run_recorder(cfg)
     recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),
                                "C_h": strategy.C_h, "C_l": strategy.C_l, "k_h": strategy.k_h, "k_l": strategy.k_l}
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         for model, st in zip(members, unpack_models(arrays, M), strict=True):
             set_state(model, st)
-        probs = predict_proba(members, data, norm, cfg["eval-batch-size"], **opts)
-        loss, acc, accs = ensemble_metrics(probs, data.y)
+        probs = predict_proba(members, ev.test, ev.norm, ev.batch_size, **ev.opts)
+        loss, acc, accs = ensemble_metrics(probs, ev.test.y)
         disagreement = member_disagreement(probs)  # None with one member: the key is then left out
         out = {"accuracy": acc, "loss": loss, **{f"acc_m{m}": a for m, a in enumerate(accs)},
                **({"disagreement": disagreement} if disagreement is not None else {})}
-        if val is not None:
-            out["val_accuracy"] = ensemble_metrics(predict_proba(members, val, norm, cfg["eval-batch-size"], **opts), val.y)[1]
+        if ev.val is not None:  # the half hyper-parameters are chosen on (eval-split = "test-half"; hetfl.tune)
+            out["val_accuracy"] = ensemble_metrics(predict_proba(members, ev.val, ev.norm, ev.batch_size, **ev.opts), ev.val.y)[1]
         return out
 
     recorder.describe("ensemble")  # the mean of the members' softmax; acc_m<j>: each member
