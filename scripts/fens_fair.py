@@ -220,6 +220,24 @@ def iterative_table() -> str:
 PLOT = ROOT / "docs/results/fens-fair-traffic.png"
 
 
+def tuned_iterative_run(alpha: str, method: str) -> tuple[str, Path, bool] | None:
+    """(lr, metrics.json, from this page's study) of `method`'s ITER_ROUNDS-round run at the lr chosen on the
+    validation half: this page's protocol run (``iter-<method>/chosen-r50``), else the seven-baseline study's run
+    (Dir(0.1), ``fens-iterative-fmnist-dir<alpha>/runs``, which holds only the chosen lr's run); None where neither
+    is committed."""
+    tuned = DOCS / f"dir{alpha}" / f"iter-{method}" / f"chosen-r{ITER_ROUNDS}" / "metrics.json"
+    if tuned.exists():
+        lr = json.loads((tuned.parent.parent / "summary.json").read_text())["best"]["values"]["lr"]
+        return f"{lr:g}", tuned, True
+    earlier = sorted((ROOT / "docs/results" / f"fens-iterative-fmnist-dir{alpha}/runs")
+                     .glob(f"{method}-fmnist-dir{alpha}-lr*-s0/metrics.json"))
+    if len(earlier) > 1:
+        raise ValueError(f"{method} at Dir({alpha}): {len(earlier)} runs in the study, expected the chosen lr's only")
+    if earlier:
+        return earlier[0].parent.name.split("-lr")[1].removesuffix("-s0"), earlier[0], False
+    return None
+
+
 def traffic_curves(d: Path) -> list[tuple[str, list[float], list[float]]]:
     """(label, client GB, test accuracy %) of each committed run at one alpha: FENS as preset and at its best, and the
     iterative baselines tuned under the protocol (or, where that study is not committed, FedAdam's run on record)."""
@@ -235,16 +253,10 @@ def traffic_curves(d: Path) -> list[tuple[str, list[float], list[float]]]:
     if comp:
         out.append(("FENS: members to completion, tuned aggregator", *curve(comp[-1])))
     for method, name in (("fedadam", "FedAdam"), ("fedavg", "FedAvg")):
-        tuned = d / f"iter-{method}" / f"chosen-r{ITER_ROUNDS}" / "metrics.json"
-        if tuned.exists():
-            lr = json.loads((d / f"iter-{method}" / "summary.json").read_text())["best"]["values"]["lr"]
-            out.append((f"{name}, lr {lr:g} (tuned)", *curve(tuned)))
-    earlier = ROOT / "docs/results" / f"fens-iterative-fmnist-dir{alpha}/runs"  # Dir(0.1): the seven-baseline study
-    for method, name in (("fedadam", "FedAdam"), ("fedavg", "FedAvg")):
-        if not any(label.startswith(name) for label, *_ in out):
-            for m in sorted(earlier.glob(f"{method}-fmnist-dir{alpha}-lr*-s0/metrics.json")):
-                lr = m.parent.name.split("-lr")[1].removesuffix("-s0")
-                out.append((f"{name}, lr {lr} (tuned on the same validation half)", *curve(m)))
+        tuned = tuned_iterative_run(alpha, method)
+        if tuned is not None:
+            lr, path, here = tuned
+            out.append((f"{name}, lr {lr} ({'tuned' if here else 'tuned on the same validation half'})", *curve(path)))
     record = ROOT / "docs/results" / f"fens-fmnist-dir{alpha}/runs/fedadam-fmnist-dir{alpha}-s0/metrics.json"
     if not any(label.startswith("FedAdam") for label, *_ in out) and record.exists():
         out.append(("FedAdam, lr 0.01 (on record, not re-tuned)", *curve(record)))

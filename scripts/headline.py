@@ -13,6 +13,10 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fens_fair.py
+
+from fens_fair import tuned_iterative_run  # noqa: E402  (the FENS page's own lookup of its tuned baselines)
+
 ROOT = Path(__file__).resolve().parent.parent
 RES = ROOT / "docs/results"
 FILES = (ROOT / "README.md", RES / "README.md")
@@ -71,10 +75,8 @@ def fens_rows() -> list[list[str]]:
 
 def _fedadam_tuned(alpha: str) -> str:
     """FedAdam after 50 rounds at the client lr the protocol chose on the validation half (seed 0), or 'not run'."""
-    fair = RES / "fens-fair" / f"dir{alpha}" / "iter-fedadam" / "chosen-r50" / "metrics.json"
-    grid = sorted((RES / f"fens-iterative-fmnist-dir{alpha}" / "runs").glob("fedadam-fmnist-*-lr*-s0/metrics.json"))
-    m = _m(fair) if fair.exists() else (_m(grid[0]) if grid else None)
-    return "not run" if m is None else f"{100 * m['summary']['final_accuracy']:.1f}"
+    tuned = tuned_iterative_run(alpha, "fedadam")
+    return "not run" if tuned is None else f"{100 * _m(tuned[1])['summary']['final_accuracy']:.1f}"
 
 
 def adaptivefl_rows() -> list[list[str]]:
