@@ -215,11 +215,8 @@ def open_study(spec: TuneSpec, study_dir: Path):
     settings = {"space": [asdict(d) for d in spec.space], "rounds": spec.rounds, "sampler": spec.sampler,
                 "seed": spec.seed, "nodes": spec.nodes, "base": spec.base}
     settings = json.loads(json.dumps(settings, default=list))
-    # rounds start at 1: a trial can be pruned from round prune-after on (Optuna prunes once step >= warm-up)
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=spec.prune_after)
-              if spec.prune else optuna.pruners.NopPruner())
     study = optuna.create_study(study_name="hetfl", storage=_storage(study_dir / "study.db"), direction="maximize",
-                                pruner=pruner, load_if_exists=True)
+                                pruner=_pruner(spec), load_if_exists=True)
     old = study.user_attrs.get("settings")
     if old is None:
         if spec.sampler == "grid":  # the grid first, then the settings: a study with settings has its whole grid
@@ -258,50 +255,150 @@ def _objective(row: dict[str, Any]) -> float:
     return float(row[OBJECTIVE])
 
 
-def tune(spec: TuneSpec, study_dir: Path, final: bool = True) -> dict[str, Any]:
-    """Run (or resume) the study until `spec.trials` trials have finished; returns the summary (also written to
-    ``<study_dir>/summary.json``)."""
+def _pruner(spec: TuneSpec):
+    import optuna
+
+    # rounds start at 1: a trial can be pruned from round prune-after on (Optuna prunes once step >= warm-up)
+    return (optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=spec.prune_after)
+            if spec.prune else optuna.pruners.NopPruner())
+
+
+def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, name: str) -> tuple[str, Any]:
+    """Run one trial, reporting every round to `trial` (which may prune it); its outcome: ("complete", objective),
+    ("pruned", why) or ("fail", why: the values made the run fail, e.g. it diverged). Anything else propagates."""
     import optuna
 
     from hetfl.common.results import NoClientSucceeded
 
+    def report(rnd: int, val: float) -> None:
+        trial.report(val, rnd)
+        if spec.prune and trial.should_prune():
+            raise optuna.TrialPruned(f"round {rnd}: validation accuracy {val:.4f} below the median")
+
+    try:
+        m = run_trial(spec, values, trials_dir, name, report)
+    except optuna.TrialPruned as why:
+        return "pruned", str(why)
+    except (NoClientSucceeded, FloatingPointError) as why:
+        return "fail", " ".join(str(why).split())[:300]
+    return "complete", _objective(m["rounds"][-1])
+
+
+def _attempt_in_child(spec: TuneSpec, study_db: str, trial_id: int, values: dict[str, Any], trials_dir: Path,
+                      name: str) -> tuple[str, Any]:
+    """:func:`_attempt` in a worker process (``--workers``): the trial is the study file's, reached by its id."""
+    import optuna
+
+    from hetfl.common.task import setup_logging
+
+    setup_logging()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name="hetfl", storage=_storage(Path(study_db)), pruner=_pruner(spec))
+    return _attempt(spec, optuna.trial.Trial(study, trial_id), values, trials_dir, name)
+
+
+def _tell(study, trial, values: dict[str, Any], outcome: tuple[str, Any]) -> None:
+    import optuna
+
+    state, value = outcome
+    if state == "complete":
+        study.tell(trial, value)
+        log.info("trial %d: validation accuracy %.4f", trial.number, value)
+    elif state == "pruned":
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        log.info("trial %d pruned: %s", trial.number, value)
+    else:  # the values made the run fail: the trial used its budget
+        trial.set_user_attr("run_error", value)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        log.warning("trial %d failed: %s", trial.number, value)
+
+
+def _stopped(study, trial, values: dict[str, Any]) -> None:
+    """A stopped process or a bug, not the values: the trial is failed and its values queued again for next time."""
+    import optuna
+
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    study.enqueue_trial(values, skip_if_exists=False)
+
+
+def _next(spec: TuneSpec, study):
+    """The study's next trial and its values, or None once a grid has no values left to run."""
+    import optuna
+
+    if spec.sampler == "grid" and not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        return None
+    trial = study.ask()
+    values = {d.key: d.suggest(trial) for d in spec.space}
+    log.info("trial %d: %s", trial.number, values)
+    return trial, values
+
+
+def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1) -> dict[str, Any]:
+    """Run (or resume) the study until `spec.trials` trials have finished; returns the summary (also written to
+    ``<study_dir>/summary.json``). With `workers` > 1, that many trials run at once, each in its own process (a GPU
+    machine's cores, or a machine with cores to spare); a grid study's trials and choice are the same at any number
+    of workers, a TPE study's later draws depend on which trials finished first."""
+    import optuna
+
     check_spec(spec)
+    if workers < 1:
+        raise TuneError(f"--workers {workers}: must be >= 1")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(spec, study_dir)
     trials_dir = study_dir / "trials"
     t0 = time.perf_counter()
-    while len(_finished(study)) < spec.trials:
-        if spec.sampler == "grid" and not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            log.info("the grid is exhausted after %d trials", len(_finished(study)))
-            break
-        trial = study.ask()
-        values = {d.key: d.suggest(trial) for d in spec.space}
-        name = f"t{trial.number:03d}"
-        log.info("trial %d: %s", trial.number, values)
-
-        def report(rnd: int, val: float, trial=trial) -> None:
-            trial.report(val, rnd)
-            if spec.prune and trial.should_prune():
-                raise optuna.TrialPruned(f"round {rnd}: validation accuracy {val:.4f} below the median")
-
-        try:
-            m = run_trial(spec, values, trials_dir, name, report)
-        except optuna.TrialPruned as why:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            log.info("trial %d pruned: %s", trial.number, why)
-            continue
-        except (NoClientSucceeded, FloatingPointError) as why:  # the values made the run fail (e.g. it diverged)
-            trial.set_user_attr("run_error", " ".join(str(why).split())[:300])
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            log.warning("trial %d failed: %s", trial.number, why)
-            continue
-        except BaseException:  # a stopped process, a bug: the trial is failed and its values are queued again next time
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(values, skip_if_exists=False)
-            raise
-        study.tell(trial, _objective(m["rounds"][-1]))
-        log.info("trial %d: validation accuracy %.4f", trial.number, _objective(m["rounds"][-1]))
+    if workers == 1:
+        while len(_finished(study)) < spec.trials:
+            nxt = _next(spec, study)
+            if nxt is None:
+                log.info("the grid is exhausted after %d trials", len(_finished(study)))
+                break
+            trial, values = nxt
+            try:
+                outcome = _attempt(spec, trial, values, trials_dir, f"t{trial.number:03d}")
+            except BaseException:
+                _stopped(study, trial, values)
+                raise
+            _tell(study, trial, values, outcome)
+    else:
+        _tune_parallel(spec, study, study_dir, trials_dir, workers)
     return summarize(spec, study, study_dir, final, time.perf_counter() - t0)
+
+
+def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, workers: int) -> None:
+    """Keep `workers` trials running (one process each) until the budget is met or the grid is exhausted."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    running: dict = {}  # future -> (trial, values)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            while True:
+                while len(running) < workers and len(_finished(study)) + len(running) < spec.trials:
+                    nxt = _next(spec, study)
+                    if nxt is None:
+                        break
+                    trial, values = nxt
+                    fut = pool.submit(_attempt_in_child, spec, str(study_dir / "study.db"), trial._trial_id, values,
+                                      trials_dir, f"t{trial.number:03d}")
+                    running[fut] = (trial, values)
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    trial, values = running.pop(fut)
+                    try:
+                        outcome = fut.result()
+                    except BaseException:
+                        _stopped(study, trial, values)
+                        raise
+                    _tell(study, trial, values, outcome)
+        except BaseException:
+            for fut, (trial, values) in running.items():  # the other trials in flight: failed, queued again
+                fut.cancel()
+                _stopped(study, trial, values)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: float) -> dict[str, Any]:
@@ -363,6 +460,8 @@ def _parser(prog: str = "python -m hetfl.tune") -> argparse.ArgumentParser:
     p.add_argument("--prune-after", type=int, default=1, help="rounds before a trial can be pruned (default 1)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to its last round")
     p.add_argument("--no-final", action="store_true", help="do not rerun the chosen values (no test accuracy)")
+    p.add_argument("--workers", type=int, default=1, help="trials run at once, one process each (default 1; a grid "
+                   "study chooses the same at any number)")
     add_run_config_args(p)  # overrides for every trial
     return p
 
@@ -386,7 +485,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.tune") -> i
         spec = TuneSpec(base=base, space=tuple(parse_space(a.space)), trials=a.trials, rounds=a.rounds,
                         nodes=a.nodes or int(base.get("min-available-nodes", 2)), sampler=a.sampler, seed=a.seed,
                         prune_after=a.prune_after, prune=not a.no_prune)
-        out = tune(spec, Path(a.study), final=not a.no_final)
+        out = tune(spec, Path(a.study), final=not a.no_final, workers=a.workers)
     except (TuneError, launch.PreflightError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -99,14 +99,14 @@ ITER_GRIDS = {"fedadam": "0.003,0.01,0.03,0.1", "fedavg": "0.01,0.03,0.1,0.3"}  
 ITER_ROUNDS = 50
 
 
-def step_iterative(alpha: str, out: Path, methods: list[str]) -> None:
+def step_iterative(alpha: str, out: Path, methods: list[str], workers: int = 1) -> None:
     from hetfl.tune import TuneSpec, parse_space, tune
 
     for method in methods:
         base = tomllib.loads((ROOT / f"configs/{method}/fmnist-dir{alpha}.toml").read_text())
         spec = TuneSpec(base=base, space=tuple(parse_space(f"lr={ITER_GRIDS[method]}")), trials=4, rounds=10,
                         nodes=NODES, sampler="grid", seed=0, prune=False)
-        best = tune(spec, out / f"iter-{method}", final=False)["best"]["values"]
+        best = tune(spec, out / f"iter-{method}", final=False, workers=workers)["best"]["values"]
         run({**base, **best, "num-server-rounds": ITER_ROUNDS, "eval-split": "test-half"}, out / f"iter-{method}",
             f"chosen-r{ITER_ROUNDS}")
         keep(out, alpha)  # each method's study and run committed-ready as soon as it is done
@@ -314,6 +314,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--rounds", type=int, default=500)
     p.add_argument("--max-epochs", type=int, default=50)
+    p.add_argument("--workers", type=int, default=1, help="the iterative step's grid trials run at once, one process "
+                   "each (hetfl.tune --workers; a GPU machine's cores)")
     p.add_argument("--out", default="results/fens-fair")
     p.add_argument("--page", action="store_true", help="only rewrite the table of docs/results/fens-fair.md from "
                    "the committed runs (seconds)")
@@ -335,7 +337,7 @@ def main() -> int:
             elif step == "upper":
                 step_upper(alpha, out)
             elif step == "iterative":
-                step_iterative(alpha, out, a.methods)
+                step_iterative(alpha, out, a.methods, a.workers)
             else:
                 step_complete(alpha, out, a.max_epochs)
             keep(out, alpha)

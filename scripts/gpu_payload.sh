@@ -6,13 +6,16 @@
 #                (data, serve, tune, train, llm, workflow, rllib), binaries stripped: ~37 MB
 #   fm.tar.xz    Fashion-MNIST's four IDX files, uncompressed and xz'd: ~26 MB
 # Both must fit the lent machine's 64 MiB with the tracked tree (docs/gpu.md says how).
+# WITHOUT_RAY=1 leaves ray out (~25 MB less): enough for the in-process engine (hetfl.inprocess, hetfl.tune), which
+# is what the long runs of scripts/gpu_long_runs.sh use; the Simulation Engine steps of gpu_check.py need ray.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY312=${PY312:-3.12}
 PKGS="flwr flwr-datasets datasets ray alembic cryptography fastapi grpcio grpcio-health-checking iterators
 prompt-toolkit pycryptodome sqlalchemy tomli tomli-w starlette uvicorn pydantic pydantic-core annotated-types
 typing-inspection dill multiprocess jsonschema jsonschema-specifications referencing rpds-py tensorboardX protobuf
-wcwidth mako greenlet cffi pycparser typer"
+wcwidth mako greenlet cffi pycparser typer optuna colorlog"
+[ "${WITHOUT_RAY:-0}" = 1 ] && PKGS=${PKGS/ ray / }
 pins=""
 for p in $PKGS; do pins="$pins $p==$(.venv/bin/pip show "$p" | awk '/^Version/{print $2}')"; done
 work=$(mktemp -d)
@@ -24,7 +27,7 @@ mkdir -p "$work/site" .gpu
 for w in "$work"/whl/*.whl; do unzip -q -o "$w" -d "$work/site"; done
 rm -rf "$work"/site/*.data "$work"/site/ray/{jars,dashboard/client/build,rllib,data,serve,tune,train,llm,workflow}
 find "$work/site" -name "*.so*" -size +500k -exec strip --strip-unneeded {} \;
-strip --strip-unneeded "$work/site/ray/core/src/ray/raylet/raylet" "$work/site/ray/core/src/ray/gcs/gcs_server"
+[ -d "$work/site/ray" ] && strip --strip-unneeded "$work/site/ray/core/src/ray/raylet/raylet" "$work/site/ray/core/src/ray/gcs/gcs_server"
 find "$work/site" -name __pycache__ -prune -exec rm -rf {} \;
 tar cf - -C "$work/site" . | xz -T0 -6 > .gpu/site.tar.xz
 mkdir -p "$work/fm"

@@ -121,3 +121,20 @@ def test_a_trial_whose_run_fails_uses_its_budget_and_the_study_goes_on(tmp_path,
     out = T.tune(spec("lr=0.1,0.01", sampler="grid", trials=2, rounds=2), tmp_path / "f", final=False)
     assert [(t["values"]["lr"], t["state"]) for t in out["trials"]] == [(0.1, "fail"), (0.01, "complete")]
     assert "no client update was accepted" in out["trials"][0]["error"] and out["best"]["values"] == {"lr": 0.01}
+
+
+def test_a_grid_study_with_parallel_workers_runs_and_chooses_as_the_serial_one(tmp_path):
+    """--workers 2: the trials run two at a time in their own processes, reporting to the one study file; every
+    trial's validation accuracy, its rounds and the choice equal the serial study's (same seed, same run)."""
+    s = spec("lr=0.1,0.03,0.3", sampler="grid", trials=3, rounds=2, prune=False)
+    serial = T.tune(s, tmp_path / "serial", final=False)
+    parallel = T.tune(s, tmp_path / "parallel", final=False, workers=2)
+
+    def rows(out):
+        return sorted((t["values"]["lr"], t["state"], t["rounds"], t["val_accuracy"]) for t in out["trials"])
+
+    assert rows(parallel) == rows(serial) and len(rows(serial)) == 3
+    assert parallel["best"] == serial["best"] and parallel["budget"] == serial["budget"]
+    assert len({t["values"]["lr"] for t in parallel["trials"]}) == 3  # no value run twice, none skipped
+    with pytest.raises(TuneError, match="--workers 0: must be >= 1"):
+        T.tune(s, tmp_path / "zero", workers=0)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The fair-comparison issue's long runs on a bare lent GPU machine (docs/gpu.md), all at once, for at most $DEADLINE
+# seconds; then every run is stopped and what it finished comes back to continue on the CPU here:
+#   FENS's iterative baselines through the tuning protocol (scripts/fens_fair.py --steps iterative): FedAvg at Dir(0.01)
+#   (the grid's trials left), FedAdam and FedAvg at Dir(0.05), each grid's trials 3-4 at a time (hetfl.tune
+#   --workers), then the chosen lr's 50-round run (checkpointed every round);
+#   HeteroFL to convergence (scripts/adaptivefl_converge.py --steps converge --methods heterofl; checkpointed).
+# Expects .gpu/ (WITHOUT_RAY=1 bash scripts/gpu_payload.sh) and .gpuin/ (the study files and committed summaries the
+# runs read, at their repository paths; made by `scripts/gpu_long_runs.sh --prepare` here).
+# Writes to $OUT: runs.tar.xz.* (the runs' metrics, study files and latest checkpoints, split in 15 MiB parts;
+# here: cat runs.tar.xz.* | xz -dc | tar xf - -C /work/main) and the logs' tails on stdout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = --prepare ]; then  # here: what the runs read that the tree sent there lacks
+  rm -rf .gpuin && mkdir -p .gpuin
+  for f in results/fens-fair/dir0.01/iter-fedavg/study.db results/fens-fair/dir0.01/iter-fedavg/trials/t000/metrics.json \
+           docs/results/adaptivefl-converge/tune-heterofl/summary.json; do
+    mkdir -p ".gpuin/$(dirname "$f")" && cp "$f" ".gpuin/$f" || exit 2
+  done
+  du -sh .gpuin; exit 0
+fi
+OUT=${OUT:-$PWD/gpu-out}
+DEADLINE=${DEADLINE:-470}
+mkdir -p "$OUT" results/gpu-logs
+t0=$(date +%s)
+if [ "${SKIP_SETUP:-0}" = 1 ]; then PY=${PY:-python3}; else source scripts/gpu_setup.sh; fi  # SKIP_SETUP=1 PY=...: a dry run here
+cp -r .gpuin/. .
+export OMP_NUM_THREADS=1
+"$PY" -c "import torch, optuna; print('python', __import__('platform').python_version(), 'torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA', 'optuna', optuna.__version__)"
+echo "setup: $(( $(date +%s) - t0 )) s"
+jobs_=(
+  "fens-dir0.01-fedavg|scripts/fens_fair.py --alphas 0.01 --steps iterative --methods fedavg --workers 3"
+  "fens-dir0.05-fedadam|scripts/fens_fair.py --alphas 0.05 --steps iterative --methods fedadam --workers 4"
+  "fens-dir0.05-fedavg|scripts/fens_fair.py --alphas 0.05 --steps iterative --methods fedavg --workers 4"
+  "heterofl-converge|scripts/adaptivefl_converge.py --steps converge --methods heterofl"
+)
+set -m  # each run in its own process group, SIGINT not ignored (a non-interactive shell ignores it in background jobs)
+pids=()
+for j in "${jobs_[@]}"; do
+  name=${j%%|*}; args=${j#*|}
+  "$PY" $args >"results/gpu-logs/$name.log" 2>&1 &
+  pids+=($!)
+done
+while :; do
+  alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [ $alive = 0 ] && break
+  [ $(( $(date +%s) - t0 )) -ge "$DEADLINE" ] && break
+  sleep 5
+done
+echo "stopping at $(( $(date +%s) - t0 )) s"
+for p in "${pids[@]}"; do kill -INT -- "-$p" 2>/dev/null; done
+sleep 20
+for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+for j in "${jobs_[@]}"; do name=${j%%|*}; echo "== $name"; grep -v "still running" "results/gpu-logs/$name.log" | tail -n 12; done
+"$PY" - <<'PYEOF'
+import json, tarfile
+from pathlib import Path
+roots = ["results/fens-fair/dir0.01/iter-fedavg", "results/fens-fair/dir0.05/iter-fedadam",
+         "results/fens-fair/dir0.05/iter-fedavg", "results/adaptivefl-converge/converge-heterofl", "results/gpu-logs"]
+with tarfile.open("/tmp/runs.tar", "w") as t:
+    for root in map(Path, roots):
+        for f in sorted(p for p in root.rglob("*") if p.is_file()):
+            if "tensorboard" in f.parts or f.suffix == ".png" or f.name.startswith(("final_model", "checkpoint-r")):
+                continue
+            t.add(f)
+            if f.name == "checkpoint.json":  # the checkpoint's tensors: the latest file only
+                t.add(f.parent / json.loads(f.read_text())["tensors"]["file"])
+print("packed", Path("/tmp/runs.tar").stat().st_size // 2**20, "MiB")
+PYEOF
+xz -T0 -1 -c /tmp/runs.tar | split -b 15M - "$OUT/runs.tar.xz."
+ls -l "$OUT"
+echo "total $(( $(date +%s) - t0 )) s"
