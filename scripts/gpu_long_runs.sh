@@ -6,17 +6,35 @@
 #   --workers), then the chosen lr's 50-round run (checkpointed every round);
 #   HeteroFL to convergence (scripts/adaptivefl_converge.py --steps converge --methods heterofl; checkpointed).
 # Expects .gpu/ (WITHOUT_RAY=1 bash scripts/gpu_payload.sh) and .gpuin/ (the study files and committed summaries the
-# runs read, at their repository paths; made by `scripts/gpu_long_runs.sh --prepare` here).
+# runs read and the state they resume, at their repository paths: `bash scripts/gpu_long_runs.sh --prepare` here,
+# ONLY_ROOTS="<results dirs>" to carry fewer). A later call continues what an earlier one stopped.
 # Writes to $OUT: runs.tar.xz.* (the runs' metrics, study files and latest checkpoints, split in 15 MiB parts;
 # here: cat runs.tar.xz.* | xz -dc | tar xf - -C /work/main) and the logs' tails on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [ "${1:-}" = --prepare ]; then  # here: what the runs read that the tree sent there lacks
+ROOTS="results/fens-fair/dir0.01/iter-fedavg results/fens-fair/dir0.05/iter-fedadam results/fens-fair/dir0.05/iter-fedavg
+results/adaptivefl-converge/converge-heterofl"
+pack() {  # pack <tar> <roots...>: the runs' metrics, study files and latest checkpoint (no TensorBoard, plots, models)
+  "$PY" - "$@" <<'PYEOF'
+import json, sys, tarfile
+from pathlib import Path
+with tarfile.open(sys.argv[1], "w") as t:
+    for root in map(Path, sys.argv[2:]):
+        for f in [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()):
+            if "tensorboard" in f.parts or f.suffix == ".png" or f.name.startswith(("final_model", "checkpoint-r")):
+                continue
+            t.add(f)
+            if f.name == "checkpoint.json":  # the checkpoint's tensors: the latest file only
+                t.add(f.parent / json.loads(f.read_text())["tensors"]["file"])
+print("packed", Path(sys.argv[1]).stat().st_size // 2**20, "MiB")
+PYEOF
+}
+if [ "${1:-}" = --prepare ]; then  # here: what the runs read that the tree sent there lacks (the state they resume)
+  PY=${PY:-.venv/bin/python}
   rm -rf .gpuin && mkdir -p .gpuin
-  for f in results/fens-fair/dir0.01/iter-fedavg/study.db results/fens-fair/dir0.01/iter-fedavg/trials/t000/metrics.json \
-           docs/results/adaptivefl-converge/tune-heterofl/summary.json; do
-    mkdir -p ".gpuin/$(dirname "$f")" && cp "$f" ".gpuin/$f" || exit 2
-  done
+  roots=(docs/results/adaptivefl-converge/tune-heterofl/summary.json)
+  for r in ${ONLY_ROOTS:-$ROOTS}; do [ -e "$r" ] && roots+=("$r"); done
+  pack /tmp/gpuin.tar "${roots[@]}" && tar xf /tmp/gpuin.tar -C .gpuin && rm /tmp/gpuin.tar
   du -sh .gpuin; exit 0
 fi
 OUT=${OUT:-$PWD/gpu-out}
@@ -38,6 +56,7 @@ set -m  # each run in its own process group, SIGINT not ignored (a non-interacti
 pids=()
 for j in "${jobs_[@]}"; do
   name=${j%%|*}; args=${j#*|}
+  [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue  # ONLY="<name> ...": these runs alone
   "$PY" $args >"results/gpu-logs/$name.log" 2>&1 &
   pids+=($!)
 done
@@ -52,22 +71,8 @@ for p in "${pids[@]}"; do kill -INT -- "-$p" 2>/dev/null; done
 sleep 20
 for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
-for j in "${jobs_[@]}"; do name=${j%%|*}; echo "== $name"; grep -v "still running" "results/gpu-logs/$name.log" | tail -n 12; done
-"$PY" - <<'PYEOF'
-import json, tarfile
-from pathlib import Path
-roots = ["results/fens-fair/dir0.01/iter-fedavg", "results/fens-fair/dir0.05/iter-fedadam",
-         "results/fens-fair/dir0.05/iter-fedavg", "results/adaptivefl-converge/converge-heterofl", "results/gpu-logs"]
-with tarfile.open("/tmp/runs.tar", "w") as t:
-    for root in map(Path, roots):
-        for f in sorted(p for p in root.rglob("*") if p.is_file()):
-            if "tensorboard" in f.parts or f.suffix == ".png" or f.name.startswith(("final_model", "checkpoint-r")):
-                continue
-            t.add(f)
-            if f.name == "checkpoint.json":  # the checkpoint's tensors: the latest file only
-                t.add(f.parent / json.loads(f.read_text())["tensors"]["file"])
-print("packed", Path("/tmp/runs.tar").stat().st_size // 2**20, "MiB")
-PYEOF
+for j in "${jobs_[@]}"; do name=${j%%|*}; [ -f "results/gpu-logs/$name.log" ] || continue; echo "== $name"; grep -v "still running" "results/gpu-logs/$name.log" | tail -n 12; done
+pack /tmp/runs.tar $ROOTS results/gpu-logs
 xz -T0 -1 -c /tmp/runs.tar | split -b 15M - "$OUT/runs.tar.xz."
 ls -l "$OUT"
 echo "total $(( $(date +%s) - t0 )) s"
