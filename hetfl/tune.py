@@ -424,6 +424,10 @@ def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: floa
         "pruned": sum(t.state == TrialState.PRUNED for t in done),
         "best": {"trial": best.number, "values": best.params, "val_accuracy": best.value},
         "seconds_this_call": seconds,
+        # each finished trial's own wall time, from the study file: what the study took over all its calls (trials
+        # run side by side with --workers overlap, so their sum is more than the wall time)
+        "trial_seconds": sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done
+                             if t.datetime_complete and t.datetime_start),
     }
     if final:
         m = run_trial(spec, best.params, study_dir, "chosen")

@@ -101,6 +101,7 @@ def test_an_interrupted_study_resumes_from_its_file(tmp_path, monkeypatch):
     finished = [t.params["lr"] for t in again.trials if t.state.name == "COMPLETE"]
     assert len(set(finished)) == 3, finished  # a resumed sampler does not redraw the first values
     assert len(out["trials"]) == 3 and out["chosen"]["same_as_trial"]
+    assert out["trial_seconds"] > out["seconds_this_call"]  # 3 trials, one of them run by the interrupted call
     with pytest.raises(TuneError, match="holds a study with other settings"):
         T.tune(spec("lr=log:0.01:0.3", trials=3, rounds=5, prune=False), study)
 
