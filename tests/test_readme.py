@@ -122,7 +122,7 @@ def test_every_documented_command_parses_and_its_config_validates(monkeypatch, c
         launch.preflight({**launch.load_preset(config), **overrides}, supernodes)
         raise _Parsed
 
-    def fake_tune(spec, study_dir, final=True):
+    def fake_tune(spec, study_dir, final=True, workers=1):
         tune_mod.check_spec(spec)
         raise _Parsed
 
