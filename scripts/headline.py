@@ -69,13 +69,15 @@ def fens_rows() -> list[list[str]]:
         comp = sorted(fair.glob("complete-e*[0-9]/metrics.json"))
         if comp:
             complete = f"{100 * _m(comp[-1])['summary']['final_accuracy']:.1f}"
-        rows.append([f"Dir({a})", _pm([m["summary"]["final_accuracy"] for m in ms]), tuned, complete, _fedadam_tuned(a)])
+        rows.append([f"Dir({a})", _pm([m["summary"]["final_accuracy"] for m in ms]), tuned, complete,
+                     _iterative_tuned(a, "fedadam"), _iterative_tuned(a, "fedavg")])
     return rows
 
 
-def _fedadam_tuned(alpha: str) -> str:
-    """FedAdam after 50 rounds at the client lr the protocol chose on the validation half (seed 0), or 'not run'."""
-    tuned = tuned_iterative_run(alpha, "fedadam")
+def _iterative_tuned(alpha: str, method: str) -> str:
+    """`method` (FedAdam, FedAvg) after 50 rounds at the client lr the protocol chose on the validation half (seed 0),
+    or 'not run'."""
+    tuned = tuned_iterative_run(alpha, method)
     return "not run" if tuned is None else f"{100 * _m(tuned[1])['summary']['final_accuracy']:.1f}"
 
 
@@ -101,7 +103,7 @@ def headline() -> str:
         "**FENS**, FMNIST, 20 clients, test accuracy (%) ([fens-fmnist](docs/results/fens-fmnist.md), "
         "[fens-fair](docs/results/fens-fair.md); tuned and to-completion: seed 0):",
         _table(["split", "as its authors run it (3 seeds)", "aggregator tuned", "+ members to completion",
-                "FedAdam, lr tuned, 50 rounds"], fens_rows()),
+                "FedAdam, lr tuned, 50 rounds", "FedAvg, lr tuned, 50 rounds"], fens_rows()),
         "**AdaptiveFL** vs All-Large and HeteroFL, FMNIST Dir(0.6), 100 clients, 30 rounds, full model "
         "([adaptivefl-fmnist-r30](docs/results/adaptivefl-fmnist-r30.md)):",
         _table(["method", "accuracy, round 30 (%)", "traffic (MB, 30 rounds)", "seeds"], adaptivefl_rows()),
