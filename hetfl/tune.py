@@ -297,7 +297,7 @@ def _attempt_in_child(spec: TuneSpec, study_db: str, trial_id: int, values: dict
     return _attempt(spec, optuna.trial.Trial(study, trial_id), values, trials_dir, name)
 
 
-def _tell(study, trial, values: dict[str, Any], outcome: tuple[str, Any]) -> None:
+def _tell(study, trial, outcome: tuple[str, Any]) -> None:
     import optuna
 
     state, value = outcome
@@ -359,7 +359,7 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1) 
             except BaseException:
                 _stopped(study, trial, values)
                 raise
-            _tell(study, trial, values, outcome)
+            _tell(study, trial, outcome)
     else:
         _tune_parallel(spec, study, study_dir, trials_dir, workers)
     return summarize(spec, study, study_dir, final, time.perf_counter() - t0)
@@ -392,7 +392,7 @@ def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, wor
                     except BaseException:
                         _stopped(study, trial, values)
                         raise
-                    _tell(study, trial, values, outcome)
+                    _tell(study, trial, outcome)
         except BaseException:
             for fut, (trial, values) in running.items():  # the other trials in flight: failed, queued again
                 fut.cancel()
