@@ -5,6 +5,8 @@ On that cluster, in turn:
 
 * ``floor``: a minimal Flower app whose ClientApp returns at once (imports only Flower): what any app pays a round;
 * ``floor+torch``: the same ClientApp importing torch first (what any PyTorch app pays);
+* ``floor, hetfl's pull``: the floor app, its server pulling replies as hetfl's ServerApp does
+  (:func:`hetfl.common.comm.poll_replies`) instead of Flower's ``send_and_receive`` (a pull every 3 s);
 * ``hetfl``: the quickstart preset (FedAvg, CNN, Fashion-MNIST) with ``local-steps`` 2 and full participation.
 
 Each runs `--rounds` rounds; the table gives every round's seconds (round 1 included; the median of rounds >= 2 is
@@ -51,6 +53,7 @@ clientapp = "floorapp.client:app"
 rounds = 4
 nodes = 3
 out = ""
+poll = false
 """
 
 SERVER = """\
@@ -74,7 +77,12 @@ def main(grid: Grid, context: Context) -> None:
         t0 = time.perf_counter()
         msgs = [Message(RecordDict({"config": ConfigRecord({"round": r})}), dst_node_id=n, message_type="train")
                 for n in nodes]
-        replies = list(grid.send_and_receive(msgs))
+        if cfg["poll"]:
+            from hetfl.common.comm import poll_replies
+
+            replies = poll_replies(grid, msgs, None)
+        else:
+            replies = list(grid.send_and_receive(msgs))
         rounds.append({"round": r + 1, "round_s": time.perf_counter() - t0,
                        "replies": sum(not m.has_error() for m in replies)})
     with open(cfg["out"], "w") as f:
@@ -104,10 +112,12 @@ def floor_app(root: Path, torch: bool) -> Path:
     return root
 
 
-def run_floor(c: cluster.Cluster, torch: bool, nodes: int, rounds: int, tmp: Path) -> list[dict]:
-    app = floor_app(tmp / ("floor-torch" if torch else "floor"), torch)
-    out = tmp / f"floor-{int(torch)}.json"
-    rc = launch.flwr_run(c.link, app, None, {"rounds": rounds, "nodes": nodes, "out": str(out)}, None, timeout=900)
+def run_floor(c: cluster.Cluster, torch: bool, nodes: int, rounds: int, tmp: Path, poll: bool = False) -> list[dict]:
+    name = f"floor{'-torch' if torch else ''}{'-poll' if poll else ''}"
+    app = floor_app(tmp / name, torch)
+    out = tmp / f"{name}.json"
+    rc = launch.flwr_run(c.link, app, None, {"rounds": rounds, "nodes": nodes, "out": str(out), "poll": poll}, None,
+                         timeout=900)
     if rc != 0 or not out.exists():
         raise RuntimeError(f"the floor app failed (flwr exit {rc})")
     return json.loads(out.read_text())
@@ -134,13 +144,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d, cluster.local_cluster(a.nodes, Path(d) / "flwr") as c:
         tmp = Path(d)
         for name, fn in (("floor", lambda: run_floor(c, False, a.nodes, a.rounds, tmp)),
+                         ("floor, hetfl's pull", lambda: run_floor(c, False, a.nodes, a.rounds, tmp, poll=True)),
                          ("floor+torch", lambda: run_floor(c, True, a.nodes, a.rounds, tmp)),
                          ("hetfl", lambda: run_hetfl(c, a.nodes, a.rounds, tmp))):
             t0 = time.perf_counter()
             rows = fn()
             result[name] = {"rounds": rows, "run_s": time.perf_counter() - t0,
                             "steady_median_s": statistics.median(r["round_s"] for r in rows[1:])}
-            print(f"{name:>12}: " + " ".join(f"{r['round_s']:.1f}" for r in rows) + " s a round", flush=True)
+            print(f"{name:>20}: " + " ".join(f"{r['round_s']:.1f}" for r in rows) + " s a round", flush=True)
     Path(a.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {a.out}")
     return 0

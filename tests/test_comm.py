@@ -122,3 +122,93 @@ def test_metered_grid_tallies_replies_per_host_and_counts_no_byte_of_the_tag(tas
     host_name.cache_clear()
     reply = tag_host(Message(RecordDict({}), reply_to=msgs()[0]))
     assert reply.content[HOST][HOST] == host_name() == socket.gethostname()
+
+
+class Clock:
+    """A fake clock for hetfl.common.comm.time: sleeping advances it; nothing waits for real."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, s):
+        assert s > 0
+        self.now += s
+
+
+class PolledGrid:
+    """A grid with push/pull and no ``pull_interval`` (as Flower's deployment grid): message i's reply can be pulled
+    from ``ready[i]`` seconds on (never where it is None); every pull's time is kept."""
+
+    def __init__(self, clock, ready):
+        self.clock, self.ready, self.pulls, self.msgs = clock, ready, [], {}
+
+    def push_messages(self, messages):
+        ids = []
+        for i, m in enumerate(messages):
+            m.metadata.__dict__["_message_id"] = f"m{i}"
+            self.msgs[f"m{i}"] = (m, self.ready[i])
+            ids.append(f"m{i}")
+        return ids
+
+    def pull_messages(self, ids):
+        self.pulls.append(self.clock.now)
+        out = [Message(RecordDict({"metrics": MetricRecord({"n": 1})}), reply_to=m)
+               for i in sorted(ids) for m, t in [self.msgs[i]] if t is not None and t <= self.clock.now]
+        for r in out:
+            del self.msgs[r.metadata.reply_to_message_id]
+        return out
+
+    def send_and_receive(self, messages, *, timeout=None):
+        raise AssertionError("Flower's send_and_receive would wait 3 s between two pulls")
+
+
+def test_replies_are_pulled_within_a_second_of_arriving_and_a_long_round_pulls_once_a_second(task_identity, monkeypatch):
+    from hetfl.common import comm
+
+    clock = Clock()
+    monkeypatch.setattr(comm, "time", clock)
+    msgs = lambda n: [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=k + 1, message_type="train")  # noqa: E731
+                      for k in range(n)]
+    # replies at 0.1 s, 12.0 s and 12.05 s: each seen within pull_s[1] = 1 s of arriving; the wait grows 0.2, 0.3,
+    # 0.45, 0.675, 1.0, 1.0 ... while nothing comes, and starts over at 0.2 s after a reply
+    grid = PolledGrid(clock, [0.1, 12.0, 12.05])
+    metered = comm.MeteredGrid(grid)
+    replies = metered.send_and_receive(msgs(3), timeout=60)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m0", "m1", "m2"]
+    # m0 (ready at 0.1) pulled at 0.2; the wait starts over: 0.2, then 0.3
+    assert grid.pulls[:4] == pytest.approx([0.0, 0.2, 0.4, 0.7])
+    waits = np.diff(grid.pulls)
+    assert max(waits) == pytest.approx(1.0) and all(w > 0 for w in waits)
+    assert 12.0 < clock.now <= 13.0  # the last reply (12.05 s) seen within a second
+    assert len(grid.pulls) <= 18  # five in the first second, then about one a second (Flower: one every 3 s)
+    assert metered.take().replies == 3
+    # a reply that never comes: the call ends at the timeout with the others, pulling about once a second
+    clock.now = 0.0
+    grid = PolledGrid(clock, [0.5, None])
+    replies = comm.MeteredGrid(grid).send_and_receive(msgs(2), timeout=30)
+    assert [r.metadata.reply_to_message_id for r in replies] == ["m0"] and clock.now == pytest.approx(30.0)
+    assert 28 <= len(grid.pulls) <= 36
+
+
+def test_grids_that_poll_fast_themselves_are_left_to_do_so(task_identity, monkeypatch):
+    """Flower's simulation grid (``pull_interval``, 0.1 s) and grids without push/pull keep their send_and_receive."""
+    from hetfl.common import comm
+
+    class Sim(PolledGrid):
+        pull_interval = 0.1
+
+        called = False
+
+        def send_and_receive(self, messages, *, timeout=None):
+            self.called = True
+            return []
+
+    sim = Sim(Clock(), [])
+    assert comm.MeteredGrid(sim).send_and_receive([]) == [] and sim.called and sim.pulls == []
+    assert len(comm.MeteredGrid(FakeGrid()).send_and_receive([])) == 0
