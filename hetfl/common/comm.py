@@ -211,45 +211,13 @@ class MeteredGrid(Grid):
         messages = list(messages)
         self._count_down(messages)
         t0 = time.perf_counter()
-        if getattr(self._inner, "pull_interval", None) is None and callable(getattr(self._inner, "pull_messages", None)):
-            replies = poll_replies(self._inner, messages, timeout)  # Flower's deployment grid: see poll_replies
-        else:
-            replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+        replies = list(self._inner.send_and_receive(messages, timeout=timeout))
         self.current.comm_s += time.perf_counter() - t0
         self._count_up(replies, {m.metadata.message_id: m for m in messages})  # pushing gave each message its id
         return replies
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
-
-
-PULL_S = (0.2, 1.0)
-"""First and longest wait in seconds between two pulls of a round's replies (:func:`poll_replies`)."""
-
-
-def poll_replies(grid, messages: list[Message], timeout: float | None, pull_s: tuple[float, float] = PULL_S) -> list[Message]:
-    """Push `messages` and pull their replies until all came or `timeout` passed, as ``Grid.send_and_receive``.
-
-    Flower 1.41's deployment grid waits a fixed 3 s between two pulls, so a reply waits 1.5 s on average before the
-    ServerApp sees it, every round. Here the wait starts at ``pull_s[0]``, grows by half after each empty pull up to
-    ``pull_s[1]`` (so a reply waits at most 1 s, and a long round costs the SuperLink one pull a second) and starts
-    over after each pull that brought a reply (docs/deployment.md#round-cost).
-    """
-    ids = set(grid.push_messages(messages))
-    end = None if timeout is None else time.monotonic() + timeout
-    replies: list[Message] = []
-    wait = pull_s[0]
-    while ids:
-        got = list(grid.pull_messages(ids))
-        replies.extend(got)
-        ids -= {r.metadata.reply_to_message_id for r in got}
-        left = float("inf") if end is None else end - time.monotonic()
-        if not ids or left <= 0:
-            break
-        wait = pull_s[0] if got else wait
-        time.sleep(min(wait, left))
-        wait = min(wait * 1.5, pull_s[1])
-    return replies
 
 
 FLOP_METRICS = ("train_flops", "infer_flops")
