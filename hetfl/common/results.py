@@ -438,3 +438,10 @@ def plot_figure(data: dict[str, Any]) -> Any:
 
 def _num(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+
+
+def run_recorder(cfg: dict[str, Any]) -> RunRecorder:
+    """The run's recorder (metrics.json, plots, trackers), with the config's or the dataset's convergence threshold."""
+    from .rundata import dataset_threshold
+
+    return RunRecorder(cfg, dataset_threshold(cfg))

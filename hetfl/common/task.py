@@ -28,8 +28,7 @@ from .models import build_model, get_state, set_state
 from .hosting import node_data_where
 from .nodeconfig import NodeProfile
 from .params import LocalSGDParams
-from .results import RunRecorder
-from .rundata import dataset_info, dataset_threshold, eval_splits, model_input_shape
+from .rundata import dataset_info, eval_splits, model_input_shape
 from .train import Normalizer, TrainResult, evaluate, resolve_device, train
 
 log = logging.getLogger("hetfl")
@@ -232,10 +231,5 @@ class ServerEval:
     def val_accuracy(self, model: nn.Module) -> float | None:
         """Accuracy on the validation half (what a tuner chooses on; hetfl.tune), None without one."""
         return None if self.val is None else self.evaluate(model, self.val)[1]
-
-
-def run_recorder(cfg: dict[str, Any]) -> RunRecorder:
-    """The run's recorder (metrics.json, plots, trackers), with the config's or the dataset's convergence threshold."""
-    return RunRecorder(cfg, dataset_threshold(cfg))
 
 
