@@ -14,37 +14,6 @@ import pytest
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
-def xdist_chunks(n_items: int, workers: int) -> list[int]:
-    """How many of `n_items` collected tests each of `workers` pytest-xdist workers gets first under ``--dist
-    worksteal`` (pytest-xdist 3.x: the i-th idle worker takes ``len(pending) // (workers - i)`` of the tests left, a
-    contiguous run of the collection; the rest it steals later)."""
-    sizes, left = [], n_items
-    for i in range(workers):
-        sizes.append(left // (workers - i))
-        left -= sizes[-1]
-    return sizes
-
-
-@pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the shares are cut from the tests that run
-def pytest_collection_modifyitems(config, items):
-    """Under ``-n N --dist worksteal``, each worker's first share of the tests starts with its ``slow`` tests.
-
-    A worker runs its share in order and steals from the end of another's queue when its own runs out, so a long
-    test near the end of a share runs alone at the end of the suite while the other core idles; with the long tests
-    first, the end of every share is short tests that the idle worker can take over (docs/results/README.md,
-    "Test-suite time"). Only the order inside each share changes: every worker still gets the same tests."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))  # set in the workers, which collect the tests
-    argv = " ".join(getattr(config, "workerinput", {}).get("mainargv", []))
-    if workers < 2 or "worksteal" not in argv:
-        return
-    start, ordered = 0, []
-    for size in xdist_chunks(len(items), workers):
-        share = items[start:start + size]
-        ordered += [i for i in share if i.get_closest_marker("slow")] + [i for i in share if not i.get_closest_marker("slow")]
-        start += size
-    items[:] = ordered
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
     """Keep partition caches of the test run out of ~/.cache."""
