@@ -11,9 +11,9 @@ from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
+from hetfl.common.results import run_recorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import ServerEval, log, pack_models, unpack_models
-from hetfl.common.results import run_recorder
 
 from .core import slice_state, tier_capacities
 from .keys import AdaptiveFLParams

@@ -22,9 +22,9 @@ from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
 from hetfl.common.params import FederationParams, MethodParams, NoParams
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
+from hetfl.common.results import run_recorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import ServerEval, arrays_to_model, make_model, model_to_arrays
-from hetfl.common.results import run_recorder
 
 
 ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCParams: SeededFedAvgSTC}

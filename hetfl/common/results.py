@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .progress import round_line
+from .rundata import dataset_threshold
 from .tracking import Trackers, write_csv
 
 log = logging.getLogger("hetfl")
@@ -442,6 +443,4 @@ def _num(v: Any) -> float:
 
 def run_recorder(cfg: dict[str, Any]) -> RunRecorder:
     """The run's recorder (metrics.json, plots, trackers), with the config's or the dataset's convergence threshold."""
-    from .rundata import dataset_threshold
-
     return RunRecorder(cfg, dataset_threshold(cfg))

@@ -29,10 +29,10 @@ from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import discover_clients
 from hetfl.common.params import FederationParams
 from hetfl.common.progress import heartbeat
+from hetfl.common.results import run_recorder
 from hetfl.common.rounds import record_round, run_rounds
 from hetfl.common.strategy import validate_replies, weighted_mean
 from hetfl.common.task import ServerEval, arrays_to_model, log, make_model, model_to_arrays, pack_models
-from hetfl.common.results import run_recorder
 from hetfl.common.rundata import num_classes
 from hetfl.common.train import evaluate
 

@@ -42,10 +42,9 @@ from hetfl.common.nodes import discover_clients
 from hetfl.common.oneshot.artifacts import save_ensemble, stored_phase1
 from hetfl.common.oneshot.ensemble import Ensemble, build_members, ensemble_logits
 from hetfl.common.oneshot.server import collect_local_models, phase1_traffic
-from hetfl.common.results import RunRecorder
+from hetfl.common.results import RunRecorder, run_recorder
 from hetfl.common.rounds import record_round
 from hetfl.common.task import ServerEval, compute_options, log, make_model, model_to_arrays
-from hetfl.common.results import run_recorder
 from hetfl.common.rundata import model_input_shape, num_classes
 from hetfl.common.train import Normalizer, train
 

@@ -10,9 +10,9 @@ from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.params import FederationParams
+from hetfl.common.results import run_recorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import ServerEval, log, make_model, pack_models, unpack_models
-from hetfl.common.results import run_recorder
 from hetfl.common.train import ensemble_metrics, member_disagreement, predict_proba
 
 from .keys import SHEFLParams
