@@ -15,12 +15,12 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # One TOML file of preset + overrides (flwr takes a file or key=value pairs, not both), checked against the schema
-# (hetfl/common/config.py) so that a bad key fails here in one line instead of inside the ServerApp.
+# (hetfl.methods.SCHEMA) so that a bad key fails here in one line instead of inside the ServerApp.
 python3 - "$work/run.toml" "$@" <<'PY'
 import sys
 from pathlib import Path
 
-from hetfl.common.config import validate
+from hetfl.methods import validate
 from hetfl.launch import config_errors, load_preset, parse_set, write_run_config
 
 out, preset, *pairs = sys.argv[1:]

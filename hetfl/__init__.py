@@ -20,7 +20,3 @@ def _version() -> str:
 
 
 __version__ = _version()
-
-# The method registry: registers every method package's `method` names and run-config keys,
-# so that a config validates the same wherever hetfl is imported.
-from hetfl import methods as _methods  # noqa: E402,F401

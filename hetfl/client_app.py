@@ -14,7 +14,7 @@ from flwr.clientapp import ClientApp
 
 from hetfl import methods
 from hetfl.common.comm import tag_host
-from hetfl.common.nodeconfig import NodeProfile, validate_node_config
+from hetfl.common.nodeconfig import NodeProfile
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.nodes import CLIENT_IDS
 from hetfl.common.task import config_of
@@ -26,8 +26,8 @@ app = ClientApp()
 
 def dispatch(msg: Message, context: Context) -> Message:
     """Run the handler that the run's `method` declares for this message type."""
-    cfg = config_of(context, msg)
-    return tag_host(methods.handler_for(cfg["method"], msg.metadata.message_type)(msg, context))
+    cfg = config_of(context, methods.SCHEMA, msg)
+    return tag_host(methods.handler_for(cfg["method"], msg.metadata.message_type)(msg, context, cfg))
 
 
 def node_query(msg: Message, context: Context) -> Message:
@@ -39,8 +39,8 @@ def node_query(msg: Message, context: Context) -> Message:
     fails the query with one line naming the client, the path, what it holds and what the run expects, and the
     server leaves the node out of the run (docs/node-data.md).
     """
-    validate_node_config(context.node_config)
-    cfg = config_of(context, msg)
+    methods.NODE_SCHEMA.validate(context.node_config)
+    cfg = config_of(context, methods.SCHEMA, msg)
     if NodeProfile(context.node_config).own_data:
         client_data(context, cfg)  # read and checked once here (and cached for the rounds)
     clients = node_clients(context, cfg)

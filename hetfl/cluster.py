@@ -72,11 +72,11 @@ def node_config_arg(cfg: dict[str, Any]) -> str:
 def check_node_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The node config checked against the schema, with its data (partition-id and num-partitions, or data-path):
     ArgError if not."""
-    import hetfl  # noqa: F401  (registers the methods' node-config keys)
-    from hetfl.common.nodeconfig import NodeConfigError, NodeProfile, validate_node_config
+    from hetfl.common.nodeconfig import NodeConfigError, NodeProfile
+    from hetfl.methods import NODE_SCHEMA
 
     try:
-        validate_node_config(cfg)
+        NODE_SCHEMA.validate(cfg)
     except NodeConfigError as err:
         raise ArgError(str(err)) from None
     profile = NodeProfile(cfg)
@@ -380,10 +380,11 @@ def stopped_line(run_dir: Path, rc: int) -> str | None:
     stopped is trained again by the resumed run (same seeds: the same row)."""
     from hetfl.common.checkpoint import read_checkpoint_entry
     from hetfl.common.results import load_metrics
+    from hetfl.methods import SCHEMA
 
     if not (run_dir / "metrics.json").is_file() or not (run_dir / "checkpoint.json").is_file():
         return None
-    total = int(load_metrics(run_dir / "metrics.json")["config"]["num-server-rounds"])
+    total = int(load_metrics(run_dir / "metrics.json", SCHEMA)["config"]["num-server-rounds"])
     done = int(read_checkpoint_entry(run_dir / "checkpoint.json", "round", 0))
     if done >= total:
         return None

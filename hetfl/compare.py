@@ -246,7 +246,8 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
 def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], methods: list[str] | None = None
             ) -> dict[str, Any]:
     """Run (or reuse) the whole comparison and write ``out/summary.json``, ``out/table.md`` and ``out/pareto.png``."""
-    from hetfl.common.config import ConfigError, validate
+    from hetfl.common.config import ConfigError
+    from hetfl.methods import validate
 
     preset = load_preset(preset_path)
     chosen = [p for p in plans(fleet_path, preset, preset_path) if methods is None or p.method in methods]

@@ -50,7 +50,7 @@ def export_split(run_config: dict[str, Any], out: str | Path, clients: int | Non
     FileExistsError
         `out` exists and is not empty.
     """
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
     from hetfl.data.arrays import label_histogram
     from hetfl.data.byo import is_byo
     from hetfl.data.convert import to_hf

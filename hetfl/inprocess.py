@@ -103,7 +103,7 @@ def finished_run(run_dir: Path, run_config: dict[str, Any]) -> dict[str, Any] | 
     validated, apart from :data:`RUN_CONTROL`), else None. A run there of another config is moved aside to
     ``<run_dir>.replaced-<k>`` (kept, never resumed under the new config); a run of this config that stopped early
     is left where it is, to resume."""
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
 
     path = run_dir / "metrics.json"
     if not path.exists():

@@ -14,12 +14,12 @@ import argparse
 import sys
 from pathlib import Path
 
-import hetfl  # noqa: F401  (the method packages' keys are part of the schema)
-from hetfl.common.config import SCHEMA, Key
+from hetfl.common.config import Key
+from hetfl.methods import SCHEMA
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 HEADER = "[tool.flwr.app.config]"
-INTRO = ("# Every run-config key with its default, generated from the schema (hetfl/common/config.py and the methods'\n"
+INTRO = ("# Every run-config key with its default, generated from the schema (hetfl.methods.SCHEMA: common keys and the methods'\n"
          "# parameter objects) by `python -m hetfl.keys --write-pyproject`; do not edit by hand (tests/test_config.py checks it).\n")
 
 

@@ -275,7 +275,7 @@ def preflight(run_config: dict[str, Any], num_supernodes: int | None = None) -> 
     (simulation and local clusters run here); and that `min-available-nodes` does not exceed the simulated federation.
     Raises :class:`~hetfl.common.config.ConfigError` or :class:`PreflightError` with one line.
     """
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
     from hetfl.common.models import MODELS, check_builder
     from hetfl.common.registry import load
     from hetfl.methods import spec_for
@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.launch") ->
                 overrides["num-clients"] = a.clients
                 overrides.setdefault("min-available-nodes", supernodes)
             if supernodes is None:  # as many SuperNodes as the run waits for
-                from hetfl.common.config import SCHEMA
+                from hetfl.methods import SCHEMA
 
                 supernodes = int({**load_preset(a.config), **overrides}.get("min-available-nodes",
                                                                              SCHEMA["min-available-nodes"].default))

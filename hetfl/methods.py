@@ -2,10 +2,9 @@
 
 Adding a method is one new package under ``hetfl/`` that declares ``METHOD = MethodSpec(...)``
 in its ``__init__.py`` (see :class:`hetfl.common.registry.MethodSpec`), plus its name in
-:data:`PACKAGES`. Importing this module (``import hetfl`` does) registers, in this one place, the trackers' keys
-(:data:`hetfl.common.tracking.KEYS`) and every package's ``method`` names, run-config keys and node-config keys with
-the schemas (the common keys are declared in :mod:`hetfl.common.config` itself); the ServerApp looks up its server
-here and the ClientApp its handlers.
+:data:`PACKAGES`. This module composes, as values, the run-config :data:`SCHEMA` (the common keys, the trackers' keys
+and every package's) and the :data:`NODE_SCHEMA`; the ServerApp looks up its server here and the ClientApp its
+handlers.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hetfl.common import tracking
-from hetfl.common.config import SCHEMA, extend_choices, register_keys, register_renames
-from hetfl.common.nodeconfig import register_node_keys
+from hetfl.common.config import COMMON, Schema
+from hetfl.common.nodeconfig import COMMON_NODE_KEYS, NodeSchema
 from hetfl.common.params import MethodParams, NoParams
 from hetfl.common.registry import MethodSpec, load
 
@@ -28,24 +27,45 @@ PACKAGES = (
     "hetfl.oneshot_app",
 )
 
-METHODS: dict[str, MethodSpec] = {}
+
+def method_table(specs: tuple[MethodSpec, ...]) -> dict[str, MethodSpec]:
+    """run-config ``method`` -> the spec declaring it; RuntimeError if two packages declare one name."""
+    found: dict[str, MethodSpec] = {}
+    for spec in specs:
+        clash = [n for n in spec.names if n in found]
+        if clash:
+            raise RuntimeError(f"method name(s) {clash} declared by two packages")
+        found.update(dict.fromkeys(spec.names, spec))
+    return found
+
+
+def compose_schema(specs: tuple[MethodSpec, ...]) -> Schema:
+    """The run-config schema of an app serving `specs`: the common keys, the trackers' and each package's."""
+    return Schema.compose(
+        COMMON,
+        Schema(tracking.KEYS, checks=(tracking.check,)),  # the trackers' and progress keys, read by every method
+        *(Schema(spec.keys, checks=(spec.check,) if spec.check else (), renamed=spec.renamed) for spec in specs),
+        methods=method_table(specs),
+    )
+
+
+SPECS: tuple[MethodSpec, ...] = tuple(importlib.import_module(package).METHOD for package in PACKAGES)
+"""Each package's declaration, in :data:`PACKAGES` order."""
+
+METHODS: dict[str, MethodSpec] = method_table(SPECS)
 """run-config ``method`` -> the declaring package's :class:`MethodSpec`."""
 
+SCHEMA: Schema = compose_schema(SPECS)
+"""The app's run-config schema: the common keys, the trackers' and every method package's (docs/architecture.md#keys)."""
 
-def _register(spec: MethodSpec) -> None:
-    clash = [n for n in spec.names if n in METHODS and METHODS[n] is not spec]
-    if clash:
-        raise RuntimeError(f"method name(s) {clash} declared by two packages")
-    extend_choices("method", *spec.names)
-    register_keys(*spec.keys, cross_check=spec.check)
-    register_node_keys(*spec.node_keys)
-    register_renames(spec.renamed)
-    METHODS.update(dict.fromkeys(spec.names, spec))
+NODE_SCHEMA: NodeSchema = NodeSchema((*COMMON_NODE_KEYS, *(k for spec in SPECS for k in spec.node_keys)))
+"""The node-config keys: the common ones and every method's device profile (docs/deployment.md#node-config)."""
 
 
-register_keys(*tracking.KEYS, cross_check=tracking.check)  # the trackers' and progress keys, read by every method
-for _package in PACKAGES:
-    _register(importlib.import_module(_package).METHOD)
+def validate(run_config: Any, given: Any = None) -> dict[str, Any]:
+    """The run config checked against :data:`SCHEMA`, with defaults filled (:meth:`Schema.validate
+    <hetfl.common.config.Schema.validate>`)."""
+    return SCHEMA.validate(run_config, given)
 
 
 def spec_for(method: str) -> MethodSpec:

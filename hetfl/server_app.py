@@ -11,7 +11,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.task import config_of, log, seed_everything, setup_logging
-from hetfl.methods import server_for
+from hetfl.methods import SCHEMA, server_for
 
 app = ServerApp()
 
@@ -20,7 +20,7 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Validate the config (fails before any training), seed, dispatch on `method`."""
     setup_logging()
-    cfg = config_of(context)
+    cfg = config_of(context, SCHEMA)
     seed_everything(cfg["seed"])
     log.info("method=%s dataset=%s model=%s rounds=%d", cfg["method"], cfg["dataset"], cfg["model"], cfg["num-server-rounds"])
     server_for(cfg["method"])(MeteredGrid(grid), context, cfg)

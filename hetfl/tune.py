@@ -78,7 +78,7 @@ class Dim:
 
 def _typed(key: str, text: str) -> Any:
     """`text` as the run-config key's type (the schema's), e.g. '0.9' -> 0.9 for a float key."""
-    from hetfl.common.config import SCHEMA
+    from hetfl.methods import SCHEMA
 
     typ = SCHEMA[key].type
     try:
@@ -101,8 +101,7 @@ def parse_space(text: str) -> list[Dim]:
     """
     import difflib
 
-    import hetfl  # noqa: F401  (registers every method's keys)
-    from hetfl.common.config import SCHEMA
+    from hetfl.methods import SCHEMA
 
     dims: list[Dim] = []
     for token in text.split():
@@ -166,7 +165,8 @@ class TuneSpec:
 
 def check_spec(spec: TuneSpec) -> None:
     """Validate the base config and both ends of every range before any trial starts (one line each)."""
-    from hetfl.common.config import ConfigError, validate
+    from hetfl.common.config import ConfigError
+    from hetfl.methods import validate
 
     if spec.trials < 1 or spec.rounds < 1 or spec.nodes < 1:
         raise TuneError(f"--trials {spec.trials}, --rounds {spec.rounds}, --nodes {spec.nodes}: each must be >= 1")

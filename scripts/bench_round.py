@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl import launch  # noqa: E402
-from hetfl.common.config import validate  # noqa: E402
+from hetfl.methods import validate  # noqa: E402
 from hetfl.common.models import get_state, set_state  # noqa: E402
 from hetfl.common.nodes import sample_clients  # noqa: E402
 from hetfl.common.task import make_model  # noqa: E402

@@ -24,7 +24,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import hetfl  # noqa: E402,F401  (registers every method's keys)
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict  # noqa: E402
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -32,6 +31,7 @@ from hetfl.baselines.fedbe import fedbe_round  # noqa: E402
 from hetfl.baselines.params import FedBEParams  # noqa: E402
 from hetfl.baselines.fedbe import server_inputs  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
+from hetfl.methods import SCHEMA  # noqa: E402
 from hetfl.data.load import load_partition  # noqa: E402
 from hetfl.data.spec import DataSpec  # noqa: E402
 from hetfl.common.task import compute_options, local_train, make_model, model_to_arrays, received_model
@@ -41,7 +41,7 @@ from hetfl.common.train import Normalizer, ensemble_metrics, evaluate, predict_p
 
 def main(run_dir: str) -> int:
     d = Path(run_dir)
-    doc = load_metrics(d / "metrics.json")
+    doc = load_metrics(d / "metrics.json", SCHEMA)
     cfg, last = doc["config"], doc["rounds"][-1]
     if cfg["method"] != "fedbe":
         print(f"{d}: method {cfg['method']!r}, expected 'fedbe'")

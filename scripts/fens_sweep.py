@@ -19,8 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hetfl.common.config import ConfigError, validate  # noqa: E402
+from hetfl.common.config import ConfigError  # noqa: E402
+
+from hetfl.methods import validate
 from hetfl.common.results import load_metrics  # noqa: E402
+from hetfl.methods import SCHEMA  # noqa: E402
 from hetfl.fens_app.aggregators import AGGREGATORS, STATIC, STATIC_LABELS  # noqa: E402
 
 TRAINABLE = tuple(a for a in AGGREGATORS if a not in STATIC)
@@ -30,7 +33,7 @@ def sweep(run_dir: Path, aggregators: list[str], overrides: dict, nodes: int | N
     """Run each aggregator on the ensemble saved in `run_dir`; return one row per aggregator (and static ones)."""
     from hetfl.inprocess import run_in_process
 
-    metrics = load_metrics(run_dir / "metrics.json")
+    metrics = load_metrics(run_dir / "metrics.json", SCHEMA)
     base = {k: v for k, v in metrics["config"].items() if k not in ("run-name", "results-dir", "resume", "stop-after-round")}
     nodes = nodes or int(metrics["phases"]["clients_ready"])
     rows, static = [], None

@@ -27,7 +27,7 @@ def upper_bound(run_dir: Path, nodes: int, epochs: int = 300, lr: float = 1e-3, 
     from flwr.app import Context, RecordDict
 
     from hetfl.common.compression import quantize_state
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
     from hetfl.data.arrays import ArrayData
     from hetfl.common.rundata import eval_splits, num_classes
     from hetfl.common.train import Normalizer, evaluate

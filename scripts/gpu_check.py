@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def samples_per_s(model_name: str, precision: str, seconds: float = 3.0, batch: int = 64) -> float:
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
     from hetfl.common.task import make_model
     from hetfl.common.train import Normalizer, train
     from hetfl.data.load import load_partition

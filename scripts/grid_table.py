@@ -22,6 +22,8 @@ from reproduce import client_mb, grid_picks  # noqa: E402
 
 from hetfl.common.results import load_metrics  # noqa: E402
 
+from hetfl.methods import SCHEMA  # noqa: E402
+
 NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "fednova": "FedNova", "scaffold": "Scaffold", "fedyogi": "FedYogi",
          "fedadam": "FedAdam", "fedavg-stc": "FedAvg-STC"}  # in the table's order
 
@@ -29,7 +31,7 @@ NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "fednova": "FedNova", "scaffo
 def table(runs_dir: Path, fens_final: float) -> list[str]:
     grids: dict[str, list[tuple[str, dict, dict]]] = {}
     for f in sorted(runs_dir.glob("*/metrics.json")):
-        run = load_metrics(f)
+        run = load_metrics(f, SCHEMA)
         grids.setdefault(run["config"]["method"], []).append((f.parent.name, {"lr": run["config"]["lr"]}, run))
     runs = {lab: run for points in grids.values() for lab, _, run in points}
     lines = [f"| method | client lr | test accuracy (%) by round 1 ... n | test, mean of the last rounds | validation, same "
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", type=Path, help="directory of the grid runs")
     ap.add_argument("--fens", type=Path, required=True, help="the FENS run's metrics.json (its final accuracy)")
     a = ap.parse_args(argv)
-    print("\n".join(table(a.runs, load_metrics(a.fens)["summary"]["final_accuracy"])))
+    print("\n".join(table(a.runs, load_metrics(a.fens, SCHEMA)["summary"]["final_accuracy"])))
     return 0
 
 

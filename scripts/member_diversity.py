@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import hetfl  # noqa: E402,F401  (registers every method's keys)
 from flwr.app import Array, ArrayRecord  # noqa: E402
 from hetfl.common.checkpoint import read_checkpoint  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
+from hetfl.methods import SCHEMA  # noqa: E402
 from hetfl.common.models import set_state  # noqa: E402
 from hetfl.common.task import make_model, unpack_models
 from hetfl.common.rundata import test_data
@@ -31,7 +31,7 @@ def main(run_dirs: list[str]) -> int:
         if not (d / "checkpoint.json").exists():
             print(f"{d}: no checkpoint.json (the run had checkpoint = false, or is not a run directory)")
             return 1
-        cfg = load_metrics(d / "metrics.json")["config"]
+        cfg = load_metrics(d / "metrics.json", SCHEMA)["config"]
         state = read_checkpoint(d / "checkpoint.json")
         odd = next((k for k in state["arrays"] if not re.match(r"m\d+\.", k)), None)
         if odd is not None:

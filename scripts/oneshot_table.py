@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fmt import mean_std  # noqa: E402
 
-from hetfl.common.config import SCHEMA, validate  # noqa: E402
+from hetfl.methods import SCHEMA, validate  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.common.oneshot.artifacts import PHASE1_KEYS  # noqa: E402
 
@@ -275,7 +275,7 @@ def load_runs(dirs: list[Path]) -> list[dict]:
         for m in sorted(d.glob("*/metrics.json")) if d.is_dir() else []:
             if m.parent.name not in seen:
                 seen.add(m.parent.name)
-                out.append(load_metrics(m))
+                out.append(load_metrics(m, SCHEMA))
     return out
 
 

@@ -318,6 +318,7 @@ TABLE1 = "fens-table1-fmnist.png"  # scripts/oneshot_table.py's figure (accuracy
 def load(spec: Spec) -> tuple[dict[str, list[dict]], dict[str, str]]:
     """The spec's runs, label -> runs in seed order, and label -> display name."""
     from hetfl.common.results import load_metrics
+    from hetfl.methods import SCHEMA
 
     results, names = {}, {}
     for prefix, name in spec.groups:
@@ -326,7 +327,7 @@ def load(spec: Spec) -> tuple[dict[str, list[dict]], dict[str, str]]:
             for m in sorted((DOCS / d).glob(f"{prefix}-s*/metrics.json")):
                 seed = re.fullmatch(re.escape(prefix) + r"-s(\d+)", m.parent.name)
                 if seed and int(seed.group(1)) not in found and int(seed.group(1)) in spec.seeds.get(prefix, [int(seed.group(1))]):
-                    found[int(seed.group(1))] = load_metrics(m)
+                    found[int(seed.group(1))] = load_metrics(m, SCHEMA)
         if not found:
             raise FileNotFoundError(f"{spec.png}: no committed runs {prefix}-s*/metrics.json under {spec.runs}")
         lab = run_label(prefix)

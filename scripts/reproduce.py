@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # plots.py
 
 from fmt import mean_std  # noqa: E402
 from hetfl import launch  # noqa: E402
-from hetfl.common.config import SCHEMA, ConfigError, validate  # noqa: E402
+from hetfl.common.config import ConfigError  # noqa: E402
+from hetfl.methods import SCHEMA, validate
 from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.adaptivefl_app.core import TIERS, Capacity, largest_affordable  # noqa: E402
 from hetfl.common.results import convergence_round  # noqa: E402
@@ -92,7 +93,7 @@ def partial(metrics: Path, wanted: dict) -> bool:
     """A run interrupted after a checkpoint, with the wanted config: it continues (resume) instead of restarting."""
     if not (metrics.exists() and (metrics.parent / "checkpoint.json").exists()):
         return False
-    return _same(load_metrics(metrics), wanted)
+    return _same(load_metrics(metrics, SCHEMA), wanted)
 
 
 # runs that are not the same when extended: what they do depends on num-server-rounds, or their clients keep state
@@ -112,7 +113,7 @@ def extendable(src: Path, wanted: dict) -> str | None:
     metrics = src / "metrics.json"
     if not (metrics.exists() and (src / "checkpoint.json").exists()):
         return f"{src} has no metrics.json and checkpoint.json"
-    m = load_metrics(metrics)
+    m = load_metrics(metrics, SCHEMA)
     if not _same(m, {k: v for k, v in wanted.items() if k != "num-server-rounds"}):
         return f"{src} was made with other config values"
     if m["summary"]["rounds_completed"] >= wanted.get("num-server-rounds", m["config"]["num-server-rounds"]):
@@ -136,7 +137,7 @@ def finished(metrics: Path, wanted: dict | None = None) -> bool:
     seed stops the same way), and, if given, the wanted config values."""
     if not metrics.exists():
         return False
-    m = load_metrics(metrics)
+    m = load_metrics(metrics, SCHEMA)
     done = m["summary"]["rounds_completed"] >= m["config"]["num-server-rounds"] or bool(m.get("stopped"))
     return _same(m, wanted) and done
 
@@ -337,10 +338,10 @@ def main() -> int:
                 except Exception:
                     if not finished(metrics, wanted):  # a crash or an interruption: the batch stops here
                         raise
-                    print(f"{name}: stopped in round {load_metrics(metrics)['stopped']['round']}, kept as its outcome; "
+                    print(f"{name}: stopped in round {load_metrics(metrics, SCHEMA)['stopped']['round']}, kept as its outcome; "
                           "going on", flush=True)
             trained.append(metrics.parent)
-            results.setdefault(label(preset, suffix), []).append(load_metrics(metrics))
+            results.setdefault(label(preset, suffix), []).append(load_metrics(metrics, SCHEMA))
             if own and seed == a.seeds[0]:
                 grids.setdefault(label(preset), []).append((label(preset, suffix), own, results[label(preset, suffix)][0]))
     rows, table = [], ["| method | final acc. (%) | best acc. (%) | conv. round (per seed) | upload MB/round | total client comm. (MB) | s/round | seeds |",

@@ -20,6 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl.common.results import load_metrics  # noqa: E402
+
+from hetfl.methods import SCHEMA  # noqa: E402
 from hetfl.data.load import load_partition  # noqa: E402
 from hetfl.data.spec import DataSpec  # noqa: E402
 from hetfl.shefl_app.core import hpc_partitions  # noqa: E402
@@ -28,7 +30,7 @@ from hetfl.shefl_app.keys import client_work  # noqa: E402
 
 def main(paths: list[str]) -> int:
     for f in paths:
-        m = load_metrics(f)
+        m = load_metrics(f, SCHEMA)
         cfg = m["config"]
         per_client = {role: client_work(cfg, role) for role in (True, False)}  # HPC / other: (epochs, models)
         if None in per_client.values():

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hetfl.common.config import validate  # noqa: E402
+from hetfl.methods import validate  # noqa: E402
 from hetfl.common.results import machine_info  # noqa: E402
 from hetfl.common.task import make_model  # noqa: E402
 from hetfl.common.train import Normalizer, evaluate, train  # noqa: E402

@@ -26,12 +26,13 @@ BEGIN, END = "<!-- summary: scripts/summaries.py -->", "<!-- end summary -->"
 def runs(page_dir: str, prefix: str, seeds: list[int] | None = None) -> list[dict]:
     """The committed runs ``<page_dir>/runs/<prefix>-s<seed>/metrics.json``, in seed order."""
     from hetfl.common.results import load_metrics
+    from hetfl.methods import SCHEMA
 
     out = []
     for m in sorted((RES / page_dir / "runs").glob(f"{prefix}-s*/metrics.json")):
         seed = re.fullmatch(re.escape(prefix) + r"-s(\d+)", m.parent.name)
         if seed and (seeds is None or int(seed.group(1)) in seeds):
-            out.append((int(seed.group(1)), load_metrics(m)))
+            out.append((int(seed.group(1)), load_metrics(m, SCHEMA)))
     if not out:
         raise FileNotFoundError(f"no committed runs {RES / page_dir / 'runs' / prefix}-s*/metrics.json")
     return [r for _, r in sorted(out, key=lambda x: x[0])]

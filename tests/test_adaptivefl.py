@@ -19,7 +19,8 @@ from hetfl.adaptivefl_app.keys import AdaptiveFLParams
 from hetfl.common.params import FederationParams
 from hetfl.adaptivefl_app.simulate import simulate_selection, summarize
 from hetfl.adaptivefl_app.task import pool_of
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.common.models import build_model, get_state, set_state
 from hetfl.common.task import pack_models, unpack_models
 
@@ -154,7 +155,7 @@ def test_client_prunes_to_its_capacity_and_server_learns_only_from_the_reply(tas
     for capacity, want in (("weak", ("S1", "S2")), ("medium", ("M1", "M2")), ("strong", ("L1", "M2")),
                            (str(pool.entries[0].size - 1), (None, None))):
         ctx = Context(1, 1, {"partition-id": 0, "num-partitions": 10, "capacity": capacity}, RecordDict(), run_config)
-        reply = client_app.train(msg, ctx)
+        reply = client_app.train(msg, ctx, validate(run_config))
         backs = [None if b == -1 else pool[b].name for b in reply.content["metrics"]["pool-index"]]
         assert backs == list(want), capacity
         got = unpack_models(reply.content["arrays"], 2)
@@ -562,7 +563,7 @@ def test_a_declared_capacity_below_the_smallest_submodel_is_named_at_discovery()
 
     from hetfl.adaptivefl_app.client_app import capacity_warning
     from hetfl.adaptivefl_app.task import pool_of
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
 
     cfg = validate({"method": "adaptivefl", "dataset": "cifar10", "model": "cnn"})
     smallest = min(e.size for e in pool_of(cfg).entries)

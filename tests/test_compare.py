@@ -173,7 +173,7 @@ def test_bad_comparison_input_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("fleet", sorted((ROOT / "fleets").glob("*.toml")), ids=lambda p: p.name)
 def test_shipped_fleets_and_comparisons_plan_and_validate(fleet):
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
 
     for path in sorted((ROOT / "comparisons").glob("*.toml")):
         preset = load_preset(path)
@@ -198,7 +198,8 @@ def test_fens_round_zero_carries_phase_one_per_client(tmp_path, task_identity):
 
 
 def test_a_fleet_needs_num_clients_and_travels_as_an_absolute_path(tmp_path):
-    from hetfl.common.config import ConfigError, validate
+    from hetfl.common.config import ConfigError
+    from hetfl.methods import validate
     from hetfl.launch import absolute_paths
 
     fleet = _fleet(tmp_path)
@@ -214,7 +215,7 @@ def test_adaptivefl_reads_each_clients_capacity_from_the_fleet(tmp_path):
     from flwr.app import Context, RecordDict
 
     from hetfl.adaptivefl_app.task import device_capacity
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
 
     fleet = _fleet(tmp_path)
     cfg = validate({"method": "adaptivefl", "fleet": str(fleet), "num-clients": 6, "seed": 2})

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from hetfl.common.config import SCHEMA, ConfigError, validate
+from hetfl.common.config import ConfigError
+
+from hetfl.methods import SCHEMA, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +32,6 @@ def test_pyproject_comments_list_every_choice():
     first: `model` once lacked 'resnet18-afl', `fens-aggregator` 'voting'); the generator writes them."""
     import re
 
-    import hetfl  # noqa: F401  (registers every method's keys)
 
     lines = (ROOT / "pyproject.toml").read_text().splitlines()
     for name, key in SCHEMA.items():
@@ -102,13 +103,11 @@ def test_adaptivefl_variant_points_to_the_method_names():
 
 
 def test_old_stored_configs_upgrade_to_new_names():
-    from hetfl.common.config import upgrade_config
-
     old = {"method": "adaptivefl", "adaptivefl-variant": "decoupled", "device-proportions": "4:3:3", "device": "cpu",
            "proximal-mu": 0.1, "seed": 3}
-    assert upgrade_config(old) == {"method": "decoupled", "adaptivefl-tier-proportions": "4:3:3",
+    assert SCHEMA.upgrade(old) == {"method": "decoupled", "adaptivefl-tier-proportions": "4:3:3",
                                    "torch-device": "cpu", "fedprox-mu": 0.1, "seed": 3}
-    assert upgrade_config({"method": "adaptivefl", "adaptivefl-variant": "adaptivefl"}) == {"method": "adaptivefl"}
+    assert SCHEMA.upgrade({"method": "adaptivefl", "adaptivefl-variant": "adaptivefl"}) == {"method": "adaptivefl"}
 
 
 @pytest.mark.parametrize("method,key,value", [
@@ -133,7 +132,6 @@ def test_shared_keys_are_read_by_each_method_that_declares_them():
 
 
 def test_every_preset_sets_only_keys_its_method_reads():
-    import hetfl  # noqa: F401  (registers every method's keys)
 
     presets = sorted((ROOT / "configs").rglob("*.toml")) + sorted((ROOT / "examples").rglob("*.toml"))
     assert len(presets) > 50

@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 
 from hetfl import cluster, launch
 from hetfl.common.comm import encode_sparse, put_sparse
-from hetfl.common.config import validate
+from hetfl.methods import validate
 from hetfl.common.strategy import check_arrays, single_array_record, validate_replies
 from hetfl.shefl_app.strategy import SHEFL
 from hetfl.common.params import FederationParams

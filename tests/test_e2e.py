@@ -7,7 +7,8 @@ import pytest
 
 from hetfl import launch
 from hetfl.common.comm import record_nbytes
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.common.rounds import CHECKPOINT, load_checkpoint
 from hetfl.common.task import make_model, model_to_arrays
 
@@ -97,7 +98,7 @@ def test_fedprox_mu_reaches_the_client_and_its_training(task_identity):
     assert all(m.content["config"]["proximal-mu"] == pytest.approx(0.5) for m in msgs)
     pid = int(msgs[0].content["client"]["client-id"])
     ctx = Context(1, msgs[0].metadata.dst_node_id, {"partition-id": pid, "num-partitions": 10}, RecordDict(), run_config)
-    reply = client_app.train(msgs[0], ctx)
+    reply = client_app.train(msgs[0], ctx, validate(run_config))
     assert reply.content["metrics"]["proximal_mu"] == pytest.approx(0.5) and reply.content["metrics"]["steps"] == 2
 
 

@@ -10,7 +10,8 @@ import torch
 
 from hetfl.baselines.fedbe import DistillOptions, distill, fedbe_round, gaussian_samples, soft_labels
 from hetfl.common.strategy import weighted_mean
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.data.load import load_partition, load_server_set
 from hetfl.data.spec import DataSpec
 from hetfl.common.models import build_model, get_state

@@ -15,7 +15,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from torch import nn
 
 from hetfl.common.comm import record_nbytes
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.common.task import model_to_arrays
 from hetfl.common.rundata import client_data
 from hetfl.oneshot_app import CVAE_LOCAL
@@ -163,7 +164,7 @@ def test_client_uploads_only_the_decoder_and_its_label_counts(task_identity):
     ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 2, "num-partitions": 4}, state=RecordDict(),
                   run_config=cfg)
     msg = Message(RecordDict({"config": ConfigRecord({"server-round": 0})}), dst_node_id=1, message_type=CVAE_LOCAL)
-    reply = cvae_local(msg, ctx)
+    reply = cvae_local(msg, ctx, cfg)
     cvae = make_cvae((1, 8, 8), 10, 10, seed=0)
     assert set(reply.content.keys()) == {"arrays", "metrics"}
     assert set(reply.content["arrays"].keys()) == set(cvae.decoder.state_dict())  # no encoder tensor

@@ -8,7 +8,7 @@ from flwr.app import Array, ArrayRecord
 from hetfl import launch
 from hetfl.common.comm import record_nbytes
 from hetfl.common.compression import dequantize_int8, dequantize_state, quantize_int8, quantize_state
-from hetfl.common.config import validate
+from hetfl.methods import validate
 from hetfl.data.load import load_partition
 from hetfl.data.spec import DataSpec
 from hetfl.common.models import get_state

@@ -12,7 +12,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 
 from hetfl.common.hosting import state_key
 from hetfl.common.fedopt import SeededFedAdam, adam_server_step
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.common.models import build_model, count_parameters
 from hetfl.common.rounds import CHECKPOINT, load_checkpoint
 from hetfl.fens_app.aggregators import competencies, confusion_counts, make_aggregator
@@ -141,7 +142,7 @@ def test_train_aggregator_weights_by_samples_seen(task_identity):
         agg = make_aggregator("nn", 3, 10, seed=0)
         msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v.detach().numpy()) for k, v in agg.state_dict().items()}),
                                   "config": ConfigRecord({"server-round": 1})}), dst_node_id=1, message_type="train")
-        out = train_aggregator(msg, ctx)
+        out = train_aggregator(msg, ctx, cfg)
         assert out.content["metrics"]["num-examples"] == expected, update  # authors: min(n_i, batch x steps)
 
 

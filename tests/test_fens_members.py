@@ -29,7 +29,7 @@ def test_a_true_epoch_end_stops_training_after_that_epoch():
 
 
 def test_best_epoch_training_keeps_the_best_validation_epoch(monkeypatch):
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
     from hetfl.common.oneshot import client as client_app
 
     cfg = validate({"method": "fens", "dataset": "digits", "model": "cnn", "local-steps": 0, "local-epochs": 6,

@@ -32,7 +32,8 @@ from hetfl.baselines.strategy import SeededFedNova, SeededScaffold
 from hetfl.common.clientstore import ClientStateStore
 from hetfl.common.params import LocalSGDParams
 from hetfl.common.checkpoint import read_checkpoint
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.common.nodes import ClientMap
 from hetfl.common.hosting import state_key
 from hetfl.inprocess import InProcessGrid, run_in_process

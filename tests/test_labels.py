@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from hetfl.common.config import validate
+from hetfl.methods import validate
 from hetfl.common.nodes import ClientMap, run_records
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.task import config_of
+from hetfl.methods import SCHEMA
 from hetfl.common.rundata import client_data
 from hetfl.data.byo import LocalDataError, class_ids
 from hetfl.data.catalog import DATASETS
@@ -109,7 +110,7 @@ def test_a_device_with_a_subset_of_the_classes_trains_with_the_servers_labels(se
     ctx = _node(cfg, subset, 1)
     reply = node_query(_query(run_records(cfg)), ctx)
     assert list(reply.content["config"]["client-ids"]) == [1]
-    got = client_data(ctx, config_of(ctx))
+    got = client_data(ctx, config_of(ctx, SCHEMA))
     # the server's labels of the same pictures: its own folder read as the run's evaluation set
     srv = load_local_data(server, dataset_info(cfg["dataset"]), "server", split="test")
     want = {bytes(x.tobytes()): int(y) for x, y in zip(srv.x, srv.y)}

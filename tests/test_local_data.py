@@ -17,8 +17,11 @@ import torch
 from flwr.app import Context, RecordDict
 from PIL import Image
 
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+
+from hetfl.methods import validate
 from hetfl.common.task import config_of, make_model
+from hetfl.methods import SCHEMA
 from hetfl.common.hosting import node_client_id
 from hetfl.common.rundata import client_data, eval_splits
 from hetfl.common.train import Normalizer
@@ -415,7 +418,7 @@ def test_a_node_describes_a_reference_from_its_own_data(tmp_path, monkeypatch):
     monkeypatch.setattr(info, "_DESCRIBED", {})
     monkeypatch.setattr(info, "_BY_NAME", {})
     context = ctx(run, **{"data-path": str(path)})
-    cfg = config_of(context)
+    cfg = config_of(context, SCHEMA)
     assert make_model(cfg)(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
     assert len(client_data(context, cfg)) == 30
     assert Normalizer(cfg["dataset"]).mean.flatten().tolist() == [0.5 * 255]  # by name, as the server apps ask

@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 
-import hetfl  # noqa: F401  (registers the methods' node-config keys)
 from hetfl import cluster, launch
-from hetfl.common.config import validate
-from hetfl.common.nodeconfig import NODE_SCHEMA, NodeConfigError, parse_node_config, validate_node_config
+from hetfl.methods import validate
+from hetfl.common.nodeconfig import NodeConfigError, parse_node_config
+from hetfl.methods import NODE_SCHEMA
+
+validate_node_config = NODE_SCHEMA.validate
 
 GOOD = {"partition-id": 1, "num-partitions": 3, "device-class": "lpc", "capacity": "medium"}
 
@@ -261,10 +263,11 @@ def test_node_profile_owns_data_path_and_the_device_profile():
     """NodeProfile: the one reader of a node's data-path and declared device keys (checked as the schema says)."""
     from hetfl.common.nodeconfig import NodeConfigError, NodeProfile
 
+    device_class, capacity = NODE_SCHEMA["device-class"], NODE_SCHEMA["capacity"]
     own = NodeProfile({"data-path": "/data/dev1", "device-class": "lpc", "capacity": "weak"})
     assert own.own_data and own.data_path == "/data/dev1"
-    assert own.device("device-class") == "lpc" and own.device("capacity") == "weak"
+    assert own.device(device_class) == "lpc" and own.device(capacity) == "weak"
     part = NodeProfile({"partition-id": 3, "num-partitions": 10})
-    assert not part.own_data and part.data_path is None and part.device("device-class") is None
+    assert not part.own_data and part.data_path is None and part.device(device_class) is None
     with pytest.raises(NodeConfigError, match="device-class"):
-        NodeProfile({"device-class": "fast"}).device("device-class")
+        NodeProfile({"device-class": "fast"}).device(device_class)

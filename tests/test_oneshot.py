@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from hetfl.common.comm import record_nbytes
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.common.task import make_model, model_to_arrays
 from hetfl.oneshot_app.core import (Generator, adversarial_loss, fedet_loss, fedet_targets, fedkd_loss, fedkd_teacher,
                                     fedkd_weights, hard_sample_loss, kd_kl, ods_perturb, reweight_step, weighted_logits)
@@ -231,6 +232,7 @@ def test_reuse_check_reads_the_settings_only_at_preflight_and_never_in_a_clienta
     import hetfl.common.checkpoint as ckpt
     import hetfl.common.oneshot.artifacts as art
     from hetfl.common.task import config_of
+    from hetfl.methods import SCHEMA
     from hetfl.common.oneshot.ensemble import Ensemble
     from hetfl.launch import preflight
     from hetfl.oneshot_app import PHASE1
@@ -254,7 +256,7 @@ def test_reuse_check_reads_the_settings_only_at_preflight_and_never_in_a_clienta
     for run_config in (elsewhere, {**reuse, "seed": 5}):  # what a ClientApp and the ServerApp's parse see: no check
         ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 4}, state=RecordDict(),
                       run_config=run_config)
-        assert config_of(ctx)["oneshot-reuse"] == run_config["oneshot-reuse"]
+        assert config_of(ctx, SCHEMA)["oneshot-reuse"] == run_config["oneshot-reuse"]
         assert validate(run_config)["oneshot-reuse"] == run_config["oneshot-reuse"]
 
 
@@ -267,11 +269,11 @@ def test_phase1_settings_name_what_trains_the_models():
 
     kd = validate(KD)
     ours = phase1_settings(kd, PHASE1, clients=4)
-    assert mismatch(ours, phase1_settings(validate(ET), PHASE1)) is None  # clients: unknown at pre-flight
-    assert mismatch(ours, phase1_settings(validate({**KD, "fedkd-epochs": 9, "torch-device": "cpu"}), PHASE1, 4)) is None
+    assert mismatch(ours, phase1_settings(validate(ET), PHASE1), PHASE1) is None  # clients: unknown at pre-flight
+    assert mismatch(ours, phase1_settings(validate({**KD, "fedkd-epochs": 9, "torch-device": "cpu"}), PHASE1, 4), PHASE1) is None
     fens = phase1_settings(validate({**KD, "method": "fens", "server-holdout": 400} | {k: v for k, v in KD.items()
                                     if not k.startswith("fedkd")}), FENS_PHASE1, 4)
-    assert mismatch(ours, fens) == ("phase1-message", LOCAL, FENS_LOCAL)
+    assert mismatch(ours, fens, PHASE1) == ("phase1-message", LOCAL, FENS_LOCAL)
     assert "fens-local-fraction" in fens and "fens-local-fraction" not in ours
-    assert mismatch(ours, {**ours, "clients": 5}) == ("clients", 4, 5)
-    assert mismatch(ours, {k: v for k, v in ours.items() if k != "augment"}) is None  # a key an old run did not store
+    assert mismatch(ours, {**ours, "clients": 5}, PHASE1) == ("clients", 4, 5)
+    assert mismatch(ours, {k: v for k, v in ours.items() if k != "augment"}, PHASE1) is None  # a key an old run did not store

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from hetfl import launch, methods
-from hetfl.common import config
-from hetfl.common.config import SCHEMA, ConfigError, Key, validate
+from hetfl.common.config import ConfigError, Key
+from hetfl.methods import SCHEMA, validate
 from hetfl.common.models import MODELS, build_model
 from hetfl.common.registry import NODE_QUERY, MethodSpec
 from hetfl.data.catalog import DATASETS
@@ -88,15 +88,7 @@ def test_handler_for_an_undeclared_message_type_names_the_method():
         methods.handler_for("fedavg", "train.shefl")
 
 
-@pytest.fixture
-def restore_registry(monkeypatch):
-    monkeypatch.setattr(config, "SCHEMA", dict(config.SCHEMA))
-    monkeypatch.setattr(config, "_CROSS_CHECKS", list(config._CROSS_CHECKS))
-    monkeypatch.setattr(methods, "METHODS", dict(methods.METHODS))
-    monkeypatch.setattr(methods, "SCHEMA", config.SCHEMA)
-
-
-def test_a_new_method_is_one_declaration(restore_registry):
+def test_a_new_method_is_one_declaration(monkeypatch):
     """What a fourth package's `METHOD` does once listed: its name and keys validate, its entry points resolve."""
     def check(cfg):
         if cfg["method"] == "toy" and cfg["toy-k"] > cfg["num-server-rounds"]:
@@ -105,13 +97,18 @@ def test_a_new_method_is_one_declaration(restore_registry):
     spec = MethodSpec(names=("toy",), server="hetfl.baselines.server_app:run",
                       handlers={"train.toy": "hetfl.baselines.client_app:train"},
                       keys=(Key("toy-k", int, 1, "toy: k", min=1),), check=check)
-    methods._register(spec)
-    cfg = config.validate({"method": "toy", "toy-k": 2, "num-server-rounds": 3})
+    specs = (*methods.SPECS, spec)
+    schema = methods.compose_schema(specs)
+    monkeypatch.setattr(methods, "METHODS", methods.method_table(specs))
+    cfg = schema.validate({"method": "toy", "toy-k": 2, "num-server-rounds": 3})
     assert cfg["toy-k"] == 2 and methods.handler_for("toy", "train.toy").__name__ == "train"
+    assert "toy" in schema["method"].choices and "toy" not in methods.SCHEMA["method"].choices  # values, not state
     with pytest.raises(ConfigError, match="toy-k"):
-        config.validate({"method": "toy", "toy-k": 5, "num-server-rounds": 3})
+        schema.validate({"method": "toy", "toy-k": 5, "num-server-rounds": 3})
+    with pytest.raises(ConfigError, match="unknown run-config key 'toy-k'"):
+        methods.validate({"method": "fedavg", "toy-k": 2})
     with pytest.raises(RuntimeError, match="declared by two packages"):
-        methods._register(MethodSpec(names=("toy",), server="x:y"))
+        methods.method_table((*specs, MethodSpec(names=("toy",), server="x:y")))
 
 
 IMAGE_DATASETS = [n for n, d in DATASETS.items() if d.kind == "image"]

@@ -188,7 +188,7 @@ def _preset_run(method, alpha, seed, acc, down, up, *, phases=None, rounds=None,
     import tomllib
     from pathlib import Path
 
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
 
     root = Path(__file__).resolve().parent.parent
     cfg = validate({**tomllib.loads((root / f"configs/{method}/fmnist-dir{alpha}.toml").read_text()), "seed": seed, **config})
@@ -285,7 +285,7 @@ def test_reproduce_shares_phase1_between_oneshot_runs_of_the_same_settings(tmp_p
 
     import numpy as np
 
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
     from hetfl.common.oneshot.artifacts import phase1_settings, save_ensemble
     from hetfl.common.oneshot.ensemble import Ensemble
     from hetfl.oneshot_app import PHASE1

@@ -7,7 +7,7 @@ from hetfl import launch
 from hetfl.common.comm import decode_sparse, encode_sparse, put_sparse, record_nbytes
 from hetfl.common.compression import StateLayout, topk_count, topk_sparsify
 from hetfl.common.task import make_model, model_to_arrays
-from hetfl.common.config import validate
+from hetfl.methods import validate
 from hetfl.common.params import FederationParams
 from hetfl.shefl_app.keys import SHEFLParams
 from hetfl.shefl_app.core import (
@@ -222,7 +222,7 @@ def test_straggler_work_reaches_local_training(role, want, monkeypatch, task_ide
                           "config": ConfigRecord({"server-round": 1, "role": role, "models": models, "density": 1.0})})
     msg = Message(content, message_type="train.shefl", dst_node_id=1)
     ctx = Context(1, 1, {"partition-id": 0, "num-partitions": 4}, RecordDict(), run_config)
-    client_app.train(msg, ctx)
+    client_app.train(msg, ctx, validate(run_config))
     assert seen == [want] * len(models)
 
 
@@ -299,7 +299,7 @@ def test_hpcs_train_each_model_from_its_own_global_weights(monkeypatch, task_ide
     content = RecordDict({**{f"model.{m}": per_model[m] for m in range(3)},
                           "config": ConfigRecord({"server-round": 1, "role": "hpc", "models": [0, 1, 2], "density": 1.0})})
     client_app.train(Message(content, message_type="train.shefl", dst_node_id=1),
-                     Context(1, 1, {"partition-id": 0, "num-partitions": 4}, RecordDict(), run_config))
+                     Context(1, 1, {"partition-id": 0, "num-partitions": 4}, RecordDict(), run_config), validate(run_config))
     first = next(iter(per_model[0].keys()))
     assert starts == pytest.approx([float(per_model[m][first].numpy().sum()) for m in range(3)], rel=1e-4)
     assert len(set(starts)) == 3

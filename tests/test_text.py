@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from hetfl import launch
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.common.task import make_model
 from hetfl.common.rundata import model_inputs
 from hetfl.common.text import tokenize

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+
+from hetfl.methods import validate
 from hetfl.common.progress import duration, heartbeat, round_line
 from hetfl.common.results import RunRecorder, plot_figure, summary_lines
 from hetfl.common.tracking import parse_tracking

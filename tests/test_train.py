@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-import hetfl  # noqa: F401  (registers every method's keys)
 from hetfl.common import task
 from hetfl.common import train as T
-from hetfl.common.config import ConfigError, validate
+from hetfl.common.config import ConfigError
+from hetfl.methods import validate
 from hetfl.data.arrays import ArrayData
 from hetfl.common.models import CNN, get_state
 from hetfl.common.train import (Normalizer, _batches, augment_batch, autocast, cosine_epoch_lr, crop_flip, evaluate,
@@ -437,7 +437,7 @@ def test_drop_last_step_counts_through_train():
 
 
 def test_received_model_reuses_one_structure_and_holds_exactly_the_arrays():
-    from hetfl.common.config import validate
+    from hetfl.methods import validate
     from hetfl.common.models import get_state
     from hetfl.common.task import make_model, model_to_arrays, received_model
 

@@ -9,12 +9,12 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodeconfig import NodeProfile
-from hetfl.common.task import config_of, local_train, pack_models, unpack_models
+from hetfl.common.task import local_train, pack_models, unpack_models
 from hetfl.common.hosting import message_client
 from hetfl.common.rundata import client_data, model_input_shape
 
 from .core import request_capacity, slice_state
-from .keys import TIERS, AdaptiveFLParams
+from .keys import CAPACITY, TIERS, AdaptiveFLParams
 from .scalefl import scalefl_loss
 from .task import device_capacity, pool_of
 
@@ -33,7 +33,7 @@ def capacity_warning(context: Context, cfg: dict[str, Any], client: int) -> dict
     the run's pool reports it at discovery (``capacity-warning``; "" when it fits), so that the server names the
     client and both sizes instead of leaving its slot empty every round without a word. Only nodes that declare a
     number carry the field; AdaptiveFL's server uses it for the warning alone, never to plan."""
-    value = NodeProfile(context.node_config).device("capacity")
+    value = NodeProfile(context.node_config).device(CAPACITY)
     if value is None or str(value) in TIERS:
         return {}
     pool, gamma = pool_of(cfg), float(value)
@@ -46,11 +46,10 @@ def capacity_warning(context: Context, cfg: dict[str, Any], client: int) -> dict
                                 f"{smallest.size:,} or a tier (weak, medium, strong)"}
 
 
-def train(msg: Message, context: Context) -> Message:
+def train(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Alg. 1 LocalTrain for every job of the message: fit the received pool member to this request's capacity
     (largest contained member that fits; docs/readings.md#adaptivefl-pruning), train, reply with pool index -1
     where nothing fits."""
-    cfg = config_of(context)
     p = AdaptiveFLParams.from_config(cfg)
     conf = msg.content["config"]
     rnd, sent = int(conf["server-round"]), [int(m) for m in conf["pool-index"]]

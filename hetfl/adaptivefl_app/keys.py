@@ -50,12 +50,11 @@ NAMES = tuple(VARIANTS)
 SELECTION = ("rl", "curiosity", "resource", "random")
 TIERS = ("weak", "medium", "strong")  # device tiers (Sec. 4.1), smallest first
 DEFAULT_EXITS = {"cnn": (2, 3), "vgg16": (8, 10)}  # ScaleFL: hidden layers followed by an early exit (VGG16: the authors')
-NODE_KEYS = (
-    NodeKey("capacity", "AdaptiveFL: this device's tier or its budget in model parameters (a real device declares "
+CAPACITY = NodeKey("capacity", "AdaptiveFL: this device's tier or its budget in model parameters (a real device declares "
             "it; simulation draws the tier from adaptivefl-tier-proportions)",
             f"one of {quoted(TIERS)} or a number of parameters > 0",
-            lambda v: (isinstance(v, str) and v in TIERS) or is_positive_number(v)),
-)
+            lambda v: (isinstance(v, str) and v in TIERS) or is_positive_number(v))
+NODE_KEYS = (CAPACITY,)
 
 
 def parse_floats(cfg: dict, key: str, sep: str = ",") -> tuple[float, ...]:

@@ -12,7 +12,7 @@ from hetfl.common.hosting import device_value, num_clients
 from hetfl.common.rundata import dataset_info
 
 from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
-from .keys import AdaptiveFLParams
+from .keys import CAPACITY, AdaptiveFLParams
 from .scalefl import ScaleFLPool
 
 
@@ -70,7 +70,7 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
     """
     pool, p = reference_pool(cfg), AdaptiveFLParams.from_config(cfg)
     tiers = tier_capacities(pool, p.tier_capacity)
-    value = device_value(context, cfg, client, "capacity")  # the node's declared, else its fleet tier's
+    value = device_value(context, cfg, client, CAPACITY)  # the node's declared, else its fleet tier's
     if value is not None:
         if value in TIERS:
             return str(value), tiers[str(value)]

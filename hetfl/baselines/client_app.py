@@ -3,6 +3,8 @@ partition), and of Scaffold and FedAvg-STC, whose messages carry more than the m
 
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 from collections.abc import Iterator
 
@@ -14,7 +16,7 @@ from hetfl.common.comm import put_sparse
 from hetfl.data.arrays import ArrayData
 from hetfl.common.compression import StateLayout
 from hetfl.common.models import get_state
-from hetfl.common.task import config_of, local_train, model_to_arrays, received_model, round_lr
+from hetfl.common.task import local_train, model_to_arrays, received_model, round_lr
 from hetfl.common.hosting import message_client, state_key
 from hetfl.common.rundata import client_data
 
@@ -36,17 +38,16 @@ from .core import (
 )
 
 
-def _received(msg: Message, context: Context) -> tuple[dict, int, torch.nn.Module, int, ArrayData]:
+def _received(msg: Message, context: Context, cfg: dict[str, Any]) -> tuple[dict, int, torch.nn.Module, int, ArrayData]:
     """(run config, round, the received global model, client id, its data) of a train message."""
-    cfg = config_of(context)
     client = message_client(msg, context, cfg)
     return (cfg, int(msg.content["config"]["server-round"]), received_model(cfg, msg.content["arrays"]), client,
             client_data(context, cfg, client))
 
 
-def train(msg: Message, context: Context) -> Message:
+def train(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Train the global model locally; FedProx's mu arrives in the message config as Flower's `proximal-mu`."""
-    cfg, rnd, model, client, data = _received(msg, context)
+    cfg, rnd, model, client, data = _received(msg, context, cfg)
     mu = float(msg.content["config"].get("proximal-mu", 0.0))
     res = local_train(model, data, cfg, rnd, proximal_mu=mu, seed_offset=client)
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
@@ -100,10 +101,10 @@ def _control_variate(msg: Message, context: Context, client: int, c: dict[str, n
     return {k: v.numpy() for k, v in rec.items()}
 
 
-def train_scaffold(msg: Message, context: Context) -> Message:
+def train_scaffold(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Scaffold's client (option II): local SGD on g - c_i + c, then Delta c_i = (x - y) / (K lr) - c; the new
     c_i = c_i + Delta c_i stays in the node state (per client), the reply carries y and Delta c_i."""
-    cfg, rnd, model, client, data = _received(msg, context)
+    cfg, rnd, model, client, data = _received(msg, context, cfg)
     arrays = msg.content["arrays"]
     c = {k: v.numpy() for k, v in msg.content[CONTROL].items()}
     c_i = _control_variate(msg, context, client, c)
@@ -121,10 +122,10 @@ def train_scaffold(msg: Message, context: Context) -> Message:
                    reply_to=msg)
 
 
-def train_stc(msg: Message, context: Context) -> Message:
+def train_stc(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """FedAvg-STC's client: local training, then the update y - x as its top ``stc-density`` entries in 16 bits
     (with ``stc-error-feedback``, what was not sent is added to the next update)."""
-    cfg, rnd, model, client, data = _received(msg, context)
+    cfg, rnd, model, client, data = _received(msg, context, cfg)
     arrays = msg.content["arrays"]
     start = {k: v.numpy() for k, v in arrays.items()}
     layout = StateLayout.of(start)

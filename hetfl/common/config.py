@@ -1,14 +1,13 @@
 """Run-config schema and validation: one place that knows every key, its default and range.
 
 Flower passes the run config as a flat dict of TOML scalars (``context.run_config``).
-Every key the apps read is declared here with its type, default and allowed values;
-``pyproject.toml``'s config block (Flower requires the defaults there) is generated from it
-(``python -m hetfl.keys --write-pyproject``) and a test fails when the two differ. ``validate`` runs in the ServerApp before any training starts and
-raises :class:`ConfigError` naming the key and the allowed range.
-
-Method packages declare their own keys in their :class:`~hetfl.common.registry.MethodSpec`;
-:mod:`hetfl.methods` (imported by ``import hetfl``) registers them with :func:`register_keys`,
-so the schema is complete wherever a config is validated. This module imports no method package.
+Every key the apps read is declared once with its type, default and allowed values: the common keys here
+(:data:`COMMON`), a method's keys in the fields of its frozen parameter object (:func:`keys_of`).
+:mod:`hetfl.methods` composes the app's :class:`Schema` from them (``hetfl.methods.SCHEMA``), as a value: nothing
+here is filled in by importing something else. ``pyproject.toml``'s config block (Flower requires the defaults
+there) is generated from it (``python -m hetfl.keys --write-pyproject``) and a test fails when the two differ.
+:meth:`Schema.validate` runs before any training starts and raises :class:`ConfigError` naming the key and the
+allowed range. This module imports no method package.
 """
 
 from __future__ import annotations
@@ -16,8 +15,9 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 # The dataset table and the model registry are the single sources of the `dataset` and `model` names; a run may
@@ -101,22 +101,6 @@ class Key:
 
 DATASET_REFERENCE = r"hub:[^:\s]+(:[^:\s]+)?|dir:.+"  # run-config `dataset` values besides the names of DATASETS
 
-SCHEMA: dict[str, Key] = {}
-_CROSS_CHECKS: list[Callable[[dict[str, Any]], None]] = []
-RENAMED: dict[str, str] = {}
-"""Old run-config key -> its new name (or, for a key that is gone, what replaces it: text starting with a space)."""
-
-
-def register_keys(*keys: Key, cross_check: Callable[[dict[str, Any]], None] | None = None) -> None:
-    """Add keys (and optionally a whole-config check) to the schema."""
-    for k in keys:
-        if k.name in SCHEMA and SCHEMA[k.name] != k:
-            raise RuntimeError(f"run-config key '{k.name}' declared twice differently")
-        SCHEMA[k.name] = k
-    if cross_check is not None:
-        _CROSS_CHECKS.append(cross_check)
-
-
 def keys_of(params: Mapping[str, type], methods: tuple[str, ...] | None = None) -> tuple[Key, ...]:
     """The run-config keys that parameter objects declare (method name -> its class; a class may serve several).
 
@@ -141,45 +125,8 @@ def keys_of(params: Mapping[str, type], methods: tuple[str, ...] | None = None) 
                  for name, d in found.items())
 
 
-def register_renames(renames: Mapping[str, str]) -> None:
-    """Declare old key names (old -> new name, or ' <what replaces it>' for a removed key): docs/architecture.md#keys."""
-    for old, new in renames.items():
-        if old in RENAMED and RENAMED[old] != new:
-            raise RuntimeError(f"run-config key '{old}' renamed twice differently")
-        RENAMED[old] = new
-
-
-def renamed_message(old: str) -> str:
-    """One line telling what became of the old key `old`."""
-    new = RENAMED[old]
-    if new.startswith(" "):
-        return f"run-config key '{old}' was removed;{new}"
-    return f"run-config key '{old}' was renamed to '{new}'"
-
-
-def upgrade_config(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A config stored by an older version (a committed metrics.json) under today's key names.
-
-    Renamed keys take their new names; AdaptiveFL's old ``adaptivefl-variant`` becomes the ``method``.
-    """
-    out = {k if RENAMED.get(k, " ").startswith(" ") else RENAMED[k]: v for k, v in stored.items()}
-    variant = out.pop("adaptivefl-variant", None)
-    if variant is not None and out.get("method") == "adaptivefl":
-        out["method"] = variant
-    return out
-
-
-def extend_choices(name: str, *values: Any) -> None:
-    """Allow more values for a choice key (used by method packages to add `method`s)."""
-    key = SCHEMA[name]
-    assert key.choices is not None
-    new = tuple(dict.fromkeys(key.choices + values))
-    SCHEMA[name] = Key(**{**key.__dict__, "choices": new})
-
-
-
-register_keys(
-    Key("method", str, "fedavg", "which method/baseline the ServerApp runs", choices=()),  # filled by hetfl.methods
+COMMON_KEYS: tuple[Key, ...] = (
+    Key("method", str, "fedavg", "which method/baseline the ServerApp runs", choices=()),  # the registry's names: Schema.compose
     Key("seed", int, 0, "seed for sampling, initialisation and local shuffling", min=0),
     Key("num-server-rounds", int, 3, "number of federated rounds", min=1),
     Key("fraction-train", float, 0.1, "fraction of connected clients sampled per round", min=0.0, max=1.0, min_inclusive=False),
@@ -305,44 +252,108 @@ def check_dataset_fits(cfg: dict[str, Any], info: DatasetInfo) -> None:
         )
 
 
-register_keys(cross_check=_cross_check_common)
-register_renames({"device": "torch-device", "server-device": "server-torch-device"})  # 'device' also meant a device tier
+class Schema(Mapping[str, Key]):
+    """The run-config keys of one build of the app, composed once (:meth:`compose`) from the common part
+    (:data:`COMMON`) and each method package's declarations, by :mod:`hetfl.methods`; immutable, no module state.
 
-
-def unknown_key_message(name: str) -> str:
-    """One line for a key the schema does not know: what it was renamed to, or the closest known keys."""
-    if name in RENAMED:
-        return renamed_message(name)
-    close = difflib.get_close_matches(name, list(SCHEMA), n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "; `python -m hetfl.launch --keys` lists them"
-    return f"unknown run-config key '{name}'{hint}"
-
-
-def validate(run_config: Mapping[str, Any], given: Iterable[str] | None = None) -> dict[str, Any]:
-    """Check every known key, fill defaults, reject unknown keys and keys the method does not read.
-
-    Parameters
-    ----------
-    run_config : mapping
-        The run config (Flower's ``context.run_config``: pyproject defaults merged with the run's overrides).
-    given : iterable of str, optional
-        The keys the user set (a preset and its overrides). A method-specific key in `given` that the run's
-        ``method`` does not read is an error; without `given` (the ServerApp, which sees every default), such a
-        key is an error only when its value differs from its default.
+    A mapping of key name -> :class:`Key`, with the whole-config checks and the old key names (docs/architecture.md#keys).
     """
-    unknown = sorted(set(run_config) - set(SCHEMA))
-    if unknown:
-        more = f" (and {len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
-        raise ConfigError(unknown_key_message(unknown[0]) + more)
-    cfg = {name: key.check(run_config.get(name, key.default)) for name, key in SCHEMA.items()}
-    explicit = None if given is None else set(given)
-    for name, key in SCHEMA.items():
-        if not key.methods or cfg["method"] in key.methods or name not in run_config:
-            continue
-        if name not in explicit if explicit is not None else cfg[name] == key.check(key.default):
-            continue
-        raise ConfigError(f"run-config key '{name}' = {cfg[name]!r} is not read by method '{cfg['method']}'; "
-                          f"it applies to method {' / '.join(repr(m) for m in key.methods)} (remove it, or change 'method')")
-    for check in _CROSS_CHECKS:
-        check(cfg)
-    return cfg
+
+    def __init__(self, keys: Iterable[Key] = (), checks: Iterable[Callable[[dict[str, Any]], None]] = (),
+                 renamed: Mapping[str, str] | None = None) -> None:
+        self._keys: dict[str, Key] = {}
+        for k in keys:
+            if k.name in self._keys and self._keys[k.name] != k:
+                raise RuntimeError(f"run-config key '{k.name}' declared twice differently")
+            self._keys[k.name] = k
+        self.checks: tuple[Callable[[dict[str, Any]], None], ...] = tuple(checks)
+        self.renamed: Mapping[str, str] = MappingProxyType(dict(renamed or {}))
+        """Old run-config key -> its new name (or, for a key that is gone, what replaces it: text starting with a space)."""
+
+    def __getitem__(self, name: str) -> Key:
+        return self._keys[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @classmethod
+    def compose(cls, *parts: Schema, methods: Iterable[str] = ()) -> Schema:
+        """One schema of several parts (a key declared twice must be declared the same; an old name renamed once);
+        `methods` are the allowed values of the ``method`` key."""
+        keys = [k for part in parts for k in part.values()]
+        renamed: dict[str, str] = {}
+        for part in parts:
+            for old, new in part.renamed.items():
+                if renamed.get(old, new) != new:
+                    raise RuntimeError(f"run-config key '{old}' renamed twice differently")
+                renamed[old] = new
+        names = tuple(dict.fromkeys(methods))
+        keys = [replace(k, choices=tuple(dict.fromkeys(k.choices + names))) if k.name == "method" else k for k in keys]
+        return cls(keys, [c for part in parts for c in part.checks], renamed)
+
+    def defaults(self) -> dict[str, Any]:
+        """Every key at its default."""
+        return {name: key.default for name, key in self._keys.items()}
+
+    def renamed_message(self, old: str) -> str:
+        """One line telling what became of the old key `old`."""
+        new = self.renamed[old]
+        if new.startswith(" "):
+            return f"run-config key '{old}' was removed;{new}"
+        return f"run-config key '{old}' was renamed to '{new}'"
+
+    def unknown_key_message(self, name: str) -> str:
+        """One line for a key the schema does not know: what it was renamed to, or the closest known keys."""
+        if name in self.renamed:
+            return self.renamed_message(name)
+        close = difflib.get_close_matches(name, list(self._keys), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "; `python -m hetfl.launch --keys` lists them"
+        return f"unknown run-config key '{name}'{hint}"
+
+    def upgrade(self, stored: Mapping[str, Any]) -> dict[str, Any]:
+        """A config stored by an older version (a committed metrics.json) under today's key names.
+
+        Renamed keys take their new names; AdaptiveFL's old ``adaptivefl-variant`` becomes the ``method``.
+        """
+        out = {k if self.renamed.get(k, " ").startswith(" ") else self.renamed[k]: v for k, v in stored.items()}
+        variant = out.pop("adaptivefl-variant", None)
+        if variant is not None and out.get("method") == "adaptivefl":
+            out["method"] = variant
+        return out
+
+    def validate(self, run_config: Mapping[str, Any], given: Iterable[str] | None = None) -> dict[str, Any]:
+        """Check every known key, fill defaults, reject unknown keys and keys the method does not read.
+
+        Parameters
+        ----------
+        run_config : mapping
+            The run config (Flower's ``context.run_config``: pyproject defaults merged with the run's overrides).
+        given : iterable of str, optional
+            The keys the user set (a preset and its overrides). A method-specific key in `given` that the run's
+            ``method`` does not read is an error; without `given` (the ServerApp, which sees every default), such a
+            key is an error only when its value differs from its default.
+        """
+        unknown = sorted(set(run_config) - set(self._keys))
+        if unknown:
+            more = f" (and {len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
+            raise ConfigError(self.unknown_key_message(unknown[0]) + more)
+        cfg = {name: key.check(run_config.get(name, key.default)) for name, key in self._keys.items()}
+        explicit = None if given is None else set(given)
+        for name, key in self._keys.items():
+            if not key.methods or cfg["method"] in key.methods or name not in run_config:
+                continue
+            if name not in explicit if explicit is not None else cfg[name] == key.check(key.default):
+                continue
+            raise ConfigError(f"run-config key '{name}' = {cfg[name]!r} is not read by method '{cfg['method']}'; "
+                              f"it applies to method {' / '.join(repr(m) for m in key.methods)} (remove it, or change 'method')")
+        for check in self.checks:
+            check(cfg)
+        return cfg
+
+
+COMMON = Schema(COMMON_KEYS, checks=(_cross_check_common,),
+                renamed={"device": "torch-device", "server-device": "server-torch-device"})  # 'device' also meant a tier
+"""The keys every method reads (and their checks); :mod:`hetfl.methods` composes the app's schema from it."""

@@ -133,8 +133,8 @@ def load_final_model(path: str | Path, device: str | torch.device = "cpu") -> Pr
     builder = str(meta["builder"])
     if not builder.startswith("hetfl."):
         raise ValueError(f"{path}: builder {builder!r} is not a hetfl entry point; refusing to import it")
-    from .config import SCHEMA
+    from .config import COMMON
 
-    cfg = {**{name: key.default for name, key in SCHEMA.items()}, **meta["config"]}  # as the run had it
+    cfg = {**COMMON.defaults(), **meta["config"]}  # as the run had it (the common keys it predates: their defaults)
     net = load(builder)(cfg, tensors)
     return Predictor(net, meta["normalize"], meta).to(device).eval()

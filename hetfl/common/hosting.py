@@ -13,7 +13,7 @@ from flwr.app import Context
 from hetfl.data.byo import LocalDataError, content_client_id
 
 from .fleet import tiers_of
-from .nodeconfig import NodeProfile
+from .nodeconfig import NodeKey, NodeProfile
 
 
 def node_partition(context: Context) -> tuple[int, int]:
@@ -73,12 +73,12 @@ def node_client_id(context: Context) -> int:
                    "optionally client-id=<int>)")
 
 
-def device_value(context: Context, cfg: dict[str, Any], client: int, name: str) -> Any:
-    """A client's device-profile value `name` (SHEFL's ``device-class``, AdaptiveFL's ``capacity``): what its node
+def device_value(context: Context, cfg: dict[str, Any], client: int, key: NodeKey) -> Any:
+    """A client's device-profile value of `key` (SHEFL's ``device-class``, AdaptiveFL's ``capacity``): what its node
     declares (a real device), else its tier's in the run's ``fleet`` (simulation), else None (the method draws it)."""
-    value = NodeProfile(context.node_config).device(name)
+    value = NodeProfile(context.node_config).device(key)
     if value is None and (tiers := tiers_of(cfg)) is not None and 0 <= client < len(tiers):
-        value = tiers[client].node_config().get(name)
+        value = tiers[client].node_config().get(key.name)
     return value
 
 

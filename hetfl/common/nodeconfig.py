@@ -4,8 +4,8 @@ A node config describes one device: which client it is (``partition-id`` of ``nu
 every method samples by), where its data is, and its device profile (SHEFL's ``device-class``, AdaptiveFL's
 ``capacity``). Flower's Simulation Engine sets only ``partition-id`` and ``num-partitions``; a real device
 declares the rest. The common keys are declared here; method packages declare their profile keys in their
-:class:`~hetfl.common.registry.MethodSpec` (``node_keys``) and :mod:`hetfl.methods` registers them, so the schema
-is complete wherever ``import hetfl`` ran.
+:class:`~hetfl.common.registry.MethodSpec` (``node_keys``) and :mod:`hetfl.methods` composes the
+:class:`NodeSchema` of all of them (``hetfl.methods.NODE_SCHEMA``).
 
 Every check raises :class:`NodeConfigError` with one line naming the key, the value and what is allowed. The
 ClientApp checks the whole node config when a node is discovered (the reason reaches the server's log), and
@@ -67,18 +67,7 @@ def quoted(values: tuple[str, ...]) -> str:
     return ", ".join(repr(v) for v in values)
 
 
-NODE_SCHEMA: dict[str, NodeKey] = {}
-
-
-def register_node_keys(*keys: NodeKey) -> None:
-    """Add keys to the node-config schema (method packages, through :mod:`hetfl.methods`)."""
-    for k in keys:
-        if k.name in NODE_SCHEMA and NODE_SCHEMA[k.name] != k:
-            raise RuntimeError(f"node config key '{k.name}' declared twice differently")
-        NODE_SCHEMA[k.name] = k
-
-
-register_node_keys(
+COMMON_NODE_KEYS: tuple[NodeKey, ...] = (
     NodeKey("partition-id", "this node's client id: the partition it trains on and the id methods sample by",
             "an int >= 0 (and < num-partitions)", lambda v: is_int(v, 0)),
     NodeKey("num-partitions", "how many partitions the training split is divided into (the federation's size)",
@@ -88,29 +77,43 @@ register_node_keys(
     NodeKey("client-id", "this node's client id when it holds data of its own (default: partition-id, else one "
             "derived from its data-path's content; docs/node-data.md)", "an int >= 0", lambda v: is_int(v, 0)),
 )
+"""The node keys of every method; a method's device-profile keys are declared in its package."""
 
 
-def validate_node_config(node_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Check every key of a node config (unknown keys included) and partition-id < num-partitions.
+class NodeSchema(Mapping[str, NodeKey]):
+    """The node-config keys of one build of the app (``hetfl.methods.NODE_SCHEMA``): name -> :class:`NodeKey`."""
 
-    Returns the node config as a dict; raises :class:`NodeConfigError` (one line) on the first problem.
-    """
-    nc = dict(node_config)
-    for name, value in nc.items():
-        if name not in NODE_SCHEMA:
-            raise NodeConfigError(f"node config key {name!r} = {value!r} is not known; expected one of "
-                                  f"{quoted(tuple(sorted(NODE_SCHEMA)))}")
-        NODE_SCHEMA[name].check(value)
-    if "partition-id" in nc and "num-partitions" in nc and nc["partition-id"] >= nc["num-partitions"]:
-        raise NodeConfigError(f"node config key 'partition-id' = {nc['partition-id']!r} is not allowed; expected an int "
-                              f"in [0, {nc['num-partitions']}) (num-partitions = {nc['num-partitions']})")
-    return nc
+    def __init__(self, keys: tuple[NodeKey, ...]) -> None:
+        self._keys: dict[str, NodeKey] = {}
+        for k in keys:
+            if self._keys.get(k.name, k) != k:
+                raise RuntimeError(f"node config key '{k.name}' declared twice differently")
+            self._keys[k.name] = k
 
+    def __getitem__(self, name: str) -> NodeKey:
+        return self._keys[name]
 
-def declared(node_config: Mapping[str, Any], name: str) -> Any:
-    """The checked value of node-config key `name`, or None when the node does not declare it."""
-    value = node_config.get(name)
-    return None if value is None else NODE_SCHEMA[name].check(value)
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def validate(self, node_config: Mapping[str, Any]) -> dict[str, Any]:
+        """Check every key of a node config (unknown keys included) and partition-id < num-partitions.
+
+        Returns the node config as a dict; raises :class:`NodeConfigError` (one line) on the first problem.
+        """
+        nc = dict(node_config)
+        for name, value in nc.items():
+            if name not in self._keys:
+                raise NodeConfigError(f"node config key {name!r} = {value!r} is not known; expected one of "
+                                      f"{quoted(tuple(sorted(self._keys)))}")
+            self._keys[name].check(value)
+        if "partition-id" in nc and "num-partitions" in nc and nc["partition-id"] >= nc["num-partitions"]:
+            raise NodeConfigError(f"node config key 'partition-id' = {nc['partition-id']!r} is not allowed; expected "
+                                  f"an int in [0, {nc['num-partitions']}) (num-partitions = {nc['num-partitions']})")
+        return nc
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,10 @@ class NodeProfile:
         """Whether the node holds data of its own (a real device), as opposed to a partition (simulation)."""
         return "data-path" in self.node_config
 
-    def device(self, name: str) -> Any:
-        """The node's declared device-profile value of key `name` (checked), or None when it declares none."""
-        return declared(self.node_config, name)
+    def device(self, key: NodeKey) -> Any:
+        """The node's declared device-profile value of `key` (checked), or None when it declares none."""
+        value = self.node_config.get(key.name)
+        return None if value is None else key.check(value)
 
 
 def parse_node_config(text: str) -> dict[str, Any]:

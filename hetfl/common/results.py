@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .config import Schema
 from .progress import round_line
 from .rundata import dataset_threshold
 from .tracking import Trackers, write_csv
@@ -284,13 +285,12 @@ class RunRecorder:
         raise NoClientSucceeded(f"{reason}; the server log names each client's error")
 
 
-def load_metrics(path: Path | str) -> dict[str, Any]:
-    """A run's metrics.json, its config under today's key names (runs made before a rename still read)."""
-    from .config import upgrade_config
-
+def load_metrics(path: Path | str, schema: Schema) -> dict[str, Any]:
+    """A run's metrics.json, its config under today's names of the keys `schema` knows (runs made before a rename
+    still read): ``hetfl.methods.SCHEMA`` for every key, :data:`~hetfl.common.config.COMMON` for the common ones."""
     data = json.loads(Path(path).read_text())
     if isinstance(data.get("config"), dict):
-        data["config"] = upgrade_config(data["config"])
+        data["config"] = schema.upgrade(data["config"])
     return data
 
 
@@ -370,7 +370,7 @@ def plot_run(metrics_path: Path | str, out: Path | str | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     metrics_path = Path(metrics_path)
-    fig = plot_figure(load_metrics(metrics_path))
+    fig = plot_figure(json.loads(metrics_path.read_text()))  # rows only: no key names to upgrade
     out = Path(out) if out else metrics_path.with_name("accuracy.png")
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -22,7 +22,7 @@ from hetfl.data import info as data_info
 from hetfl.data.arrays import ArrayData
 from hetfl.data.byo import is_byo
 
-from .config import validate
+from .config import Schema
 from .costs import step_flops
 from .models import build_model, get_state, set_state
 from .hosting import node_data_where
@@ -54,20 +54,21 @@ def seed_everything(seed: int) -> None:
 _VALIDATED: dict[tuple, dict[str, Any]] = {}
 
 
-def _validated(run_id: int, run_config: Any) -> dict[str, Any]:
+def _validated(run_id: int, run_config: Any, schema: Schema) -> dict[str, Any]:
     """The run config validated once per run and process (a simulated ClientApp answers many messages of one run;
     a deployed one is a process per message): a copy of the first validation of the same run id and values."""
     items = dict(run_config)
-    memo = (run_id, tuple(sorted((k, repr(v)) for k, v in items.items())))
+    memo = (run_id, id(schema), tuple(sorted((k, repr(v)) for k, v in items.items())))
     if memo not in _VALIDATED:
         if len(_VALIDATED) >= 8:  # a few runs at a time; the oldest goes
             _VALIDATED.pop(next(iter(_VALIDATED)))
-        _VALIDATED[memo] = validate(items)
+        _VALIDATED[memo] = schema.validate(items)
     return dict(_VALIDATED[memo])
 
 
-def config_of(context: Context, msg=None) -> dict[str, Any]:
-    """The validated run config of a ServerApp/ClientApp context.
+def config_of(context: Context, schema: Schema, msg=None) -> dict[str, Any]:
+    """The run config of a ServerApp/ClientApp context, validated against the app's `schema`
+    (``hetfl.methods.SCHEMA``): the top-level apps call it once per message and hand the result to the method.
 
     On a SuperNode with a ``data-path`` whose run brings its own dataset (``hub:``/``dir:``), the node does not read
     the server's reference: the run's classes (by name), input shape and normalisation come with the message
@@ -79,7 +80,7 @@ def config_of(context: Context, msg=None) -> dict[str, Any]:
     LocalDataError
         That node's data cannot be read or describes no classification dataset.
     """
-    cfg = _validated(context.run_id, context.run_config)
+    cfg = _validated(context.run_id, context.run_config, schema)
     path = NodeProfile(context.node_config).data_path
     if path and is_byo(cfg["dataset"]):
         run = None

@@ -56,7 +56,7 @@ def _check(cfg: dict[str, Any]) -> None:
                               f"not installed; expected it installed (pip install 'hetfl[{name}]') or {name!r} left out")
 
 
-KEYS = (  # registered with the schema by hetfl.methods, with the method packages' keys
+KEYS = (  # part of the schema hetfl.methods composes, with the method packages' keys
     Key("tracking", str, "tensorboard", "experiment trackers beside metrics.json/metrics.csv: comma list of "
         "'tensorboard', 'wandb' (offline), 'mlflow' (local files), or 'none' (docs/tracking.md)"),
     Key("tracking-project", str, "hetfl", "W&B project / MLflow experiment name of the run"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -10,7 +12,7 @@ from hetfl.common.compression import quantize_state
 from hetfl.data.arrays import ArrayData
 from hetfl.common.oneshot.client import OWN, train_and_upload
 from hetfl.common.oneshot.ensemble import build_members, cached_logits, split_indices, states_digest, subset
-from hetfl.common.task import (arrays_to_model, client_device, compute_options, config_of, inference_flops,
+from hetfl.common.task import (arrays_to_model, client_device, compute_options, inference_flops,
                                model_to_arrays, unpack_models)
 from hetfl.common.hosting import message_client, state_key
 from hetfl.common.rundata import client_data, dataset_info, num_classes
@@ -28,21 +30,19 @@ def _splits(context: Context, cfg: dict, pid: int) -> tuple[ArrayData, ArrayData
     return subset(data, local_idx), subset(data, agg_idx)
 
 
-def local(msg: Message, context: Context) -> Message:
+def local(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Phase 1: train the local model to completion on the 90% split; upload it once with label counts."""
-    cfg = config_of(context)
     pid = message_client(msg, context, cfg)
     p = FENSParams.from_config(cfg)
     return train_and_upload(msg, context, cfg, pid, _splits(context, cfg, pid)[0], p.member_val_fraction,
                             p.member_patience)
 
 
-def logits(msg: Message, context: Context) -> Message:
+def logits(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Receive the (INT8) ensemble, compute its logits on the 10% split once and cache them in the node state.
 
     Replies with the confusion counts of this client's own member on the 10% split (for voting).
     """
-    cfg = config_of(context)
     pid = message_client(msg, context, cfg)
     conf = msg.content["config"]
     M, own = int(conf["num-models"]), int(conf["own-index"])
@@ -63,9 +63,8 @@ def logits(msg: Message, context: Context) -> Message:
                                "confusion": ArrayRecord({"counts": Array(counts)})}), reply_to=msg)
 
 
-def train_aggregator(msg: Message, context: Context) -> Message:
+def train_aggregator(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Phase 2 (one FedAdam round): a few SGD steps of the aggregator on the cached logits."""
-    cfg = config_of(context)
     p = FENSParams.from_config(cfg)
     pid = message_client(msg, context, cfg)
     cache = context.state[state_key(pid, CACHE)]

@@ -3,11 +3,13 @@ handler trains a conditional VAE instead and uploads its decoder."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from flwr.app import Context, Message
 
 from hetfl.common.oneshot.client import client_init_seed, train_and_upload, upload
-from hetfl.common.task import config_of, local_train, model_to_arrays
+from hetfl.common.task import local_train, model_to_arrays
 from hetfl.common.hosting import message_client
 from hetfl.common.rundata import client_data, dataset_info, model_input_shape, num_classes
 
@@ -15,17 +17,15 @@ from .cvae import batch_loss, make_cvae, unit_normalizer
 from .keys import FedCVAEParams
 
 
-def local(msg: Message, context: Context) -> Message:
+def local(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Train the received initial model on the whole partition (FedKD, Fed-ET, Co-Boosting clients); upload it once."""
-    cfg = config_of(context)
     pid = message_client(msg, context, cfg)
     return train_and_upload(msg, context, cfg, pid, client_data(context, cfg, pid))
 
 
-def cvae_local(msg: Message, context: Context) -> Message:
+def cvae_local(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """FedCVAE-Ens client (authors' ``UserFedCVAE.train``): train this client's own randomly initialised CVAE on all
     its data, pixels in [0, 1], with the run's local-training keys; upload the decoder and the label counts once."""
-    cfg = config_of(context)
     p = FedCVAEParams.from_config(cfg)
     pid = message_client(msg, context, cfg)
     data = client_data(context, cfg, pid)

@@ -11,18 +11,18 @@ from hetfl.common.comm import encode_sparse, put_sparse
 from hetfl.common.compression import StateLayout, topk_sparsify
 from hetfl.common.models import get_state
 from hetfl.common.nodeconfig import NodeProfile
-from hetfl.common.task import config_of, local_train, received_model
+from hetfl.common.task import local_train, received_model
 from hetfl.common.hosting import device_value, message_client, num_clients, state_key
 from hetfl.common.rundata import client_data
 
 from .core import hpc_partitions
-from .keys import SHEFLParams
+from .keys import DEVICE_CLASS, SHEFLParams
 
 
 def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
     """'hpc' | 'lpc': the node config's device-class (a real device declares it), else its fleet tier's, else drawn
     from the client id and shefl-hpc-fraction (simulation). docs/deployment.md#device-profile"""
-    value = device_value(context, cfg, client, "device-class")
+    value = device_value(context, cfg, client, DEVICE_CLASS)
     if value is not None:
         return str(value)
     if NodeProfile(context.node_config).own_data:
@@ -41,9 +41,8 @@ def _residual(context: Context, client: int, m: int, size: int) -> np.ndarray:
     return rec["r"].numpy() if rec is not None else np.zeros(size, np.float32)
 
 
-def train(msg: Message, context: Context) -> Message:
+def train(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Alg. 1 lines 11-24: LocalTrain each assigned model, delta = w_local - w_global, TopK(delta, k)."""
-    cfg = config_of(context)
     conf = msg.content["config"]
     rnd, role, density = int(conf["server-round"]), str(conf["role"]), float(conf["density"])
     models = [int(m) for m in conf["models"]]

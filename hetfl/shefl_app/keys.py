@@ -2,17 +2,16 @@
 
 from dataclasses import dataclass
 
-from hetfl.common.config import SCHEMA, ConfigError, keys_of
+from hetfl.common.config import COMMON, ConfigError, keys_of
 from hetfl.common.nodeconfig import NodeKey, choice, quoted
 from hetfl.common.params import MethodParams, key
 
 from .core import COEFFICIENTS
 
 DEVICE_CLASSES = ("hpc", "lpc")  # high- and low-performance clients
-NODE_KEYS = (
-    NodeKey("device-class", "SHEFL: this device's class (a real device declares it; simulation draws it from "
-            "shefl-hpc-fraction)", f"one of {quoted(DEVICE_CLASSES)}", choice(*DEVICE_CLASSES)),
-)
+DEVICE_CLASS = NodeKey("device-class", "SHEFL: this device's class (a real device declares it; simulation draws it from "
+                       "shefl-hpc-fraction)", f"one of {quoted(DEVICE_CLASSES)}", choice(*DEVICE_CLASSES))
+NODE_KEYS = (DEVICE_CLASS,)
 
 
 def check(cfg: dict) -> None:
@@ -41,7 +40,8 @@ def client_work(cfg: dict, hpc: bool) -> tuple[int, int] | None:
     """(local epochs, models trained) of one client in a round: its role's epochs (`role_work`) or the run's
     local-epochs; SHEFL HPCs train all M models, a restricted Fed-Ensemble HPC (shefl-hpc-models = "one") and every
     other client one (straggler study, Fig. 7). None for step-based local work."""
-    p = SHEFLParams.from_config({**{k: SCHEMA[k].default for k in SHEFLParams.config_keys()}, **cfg})  # stored configs
+    defaults = {**COMMON.defaults(), **{k.name: k.default for k in KEYS}}
+    p = SHEFLParams.from_config({**{k: defaults[k] for k in SHEFLParams.config_keys()}, **cfg})  # stored configs
     steps, epochs = p.role_work("hpc" if hpc else "lpc")
     if not epochs:
         if steps or cfg["local-steps"]:

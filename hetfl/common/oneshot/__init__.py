@@ -3,6 +3,9 @@ uploads it (:mod:`.client`, :mod:`.server`); the uploads form an :class:`~.ensem
 later run may start from (:mod:`.artifacts`). What differs per method is declared by its :class:`Phase1`."""
 
 from dataclasses import dataclass
+from typing import Any
+
+from hetfl.common.config import Key
 
 
 @dataclass(frozen=True)
@@ -15,13 +18,22 @@ class Phase1:
     message : str
         The phase-1 message type (``train.fens_local``: FENS's 90% split; ``train.oneshot_local``: all of a client's
         data).
-    keys : tuple of str
-        The method's own keys that change what phase 1 trains.
+    keys : tuple of Key
+        The method's own keys that change what phase 1 trains (declared by its parameter object).
     legacy_method : str
         The method whose runs saved ensembles before the settings were recorded ("fens"): such an ensemble takes its
         settings from that run's config. "" = none.
     """
 
     message: str
-    keys: tuple[str, ...] = ()
+    keys: tuple[Key, ...] = ()
     legacy_method: str = ""
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """The names of :attr:`keys`."""
+        return tuple(k.name for k in self.keys)
+
+    def defaults(self) -> dict[str, Any]:
+        """:attr:`keys` at their defaults."""
+        return {k.name: k.default for k in self.keys}

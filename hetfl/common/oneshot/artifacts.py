@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hetfl.common.checkpoint import read_checkpoint, read_checkpoint_entry, write_checkpoint
-from hetfl.common.config import ConfigError
+from hetfl.common.config import COMMON, ConfigError
 from hetfl.common.results import RunRecorder, load_metrics
 from hetfl.common.task import log
 
@@ -48,20 +48,20 @@ def phase1_settings(cfg: dict[str, Any], phase1: Phase1, clients: int | None = N
         Clients found by discovery (known in the ServerApp, not at pre-flight); None leaves it out.
     """
     out: dict[str, Any] = {"phase1-message": phase1.message}
-    out.update({k: cfg[k] for k in (*PHASE1_KEYS, *phase1.keys) if k in cfg})
+    out.update({k: cfg[k] for k in (*PHASE1_KEYS, *phase1.key_names) if k in cfg})
     if clients is not None:
         out[CLIENTS] = int(clients)
     return out
 
 
-def mismatch(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first setting (``phase1-message``, a run-config key, or ``clients``) in which two phase-1 settings differ,
-    as (name, ours, theirs); None if they agree. A setting one side lacks (``clients`` at pre-flight) is skipped."""
-    from hetfl.common.config import SCHEMA
-
+def mismatch(ours: dict[str, Any], theirs: dict[str, Any], phase1: Phase1) -> tuple[str, Any, Any] | None:
+    """The first setting (``phase1-message``, a run-config key, or ``clients``) in which two phase-1 settings of
+    `phase1` differ, as (name, ours, theirs); None if they agree. A setting one side lacks (``clients`` at pre-flight)
+    is skipped."""
+    defaults = {**COMMON.defaults(), **phase1.defaults()}
     for name in ours:
         # a run-config key the saved side predates counts at its default (how that ensemble was trained)
-        value = theirs[name] if name in theirs else SCHEMA[name].default if name in SCHEMA else ours[name]
+        value = theirs[name] if name in theirs else defaults.get(name, ours[name])
         if ours[name] != value:
             return name, ours[name], value
     return None
@@ -104,7 +104,7 @@ def _settings_of_run(run_dir: Path, seen: tuple[Path, ...], phase1: Phase1) -> d
     metrics = run_dir / "metrics.json"
     if not metrics.is_file():
         return {}
-    m = load_metrics(metrics)
+    m = load_metrics(metrics, COMMON)  # the phase-1 keys were never renamed
     source = m.get("phase1_reused_from")
     if source and Path(source).resolve() not in seen:  # a copy: the settings are those of the run that trained it
         src = Path(source)
@@ -141,7 +141,7 @@ def check_reuse(cfg: dict[str, Any], key: str, phase1: Phase1, clients: int | No
         raise ConfigError(f"{where}: the ensemble records no phase-1 settings and the run that trained it cannot be "
                           "read (no FENS metrics.json beside it, or the ensemble its phase1_reused_from names is not "
                           "there); expected an ensemble saved with its settings (any run of this version)")
-    diff = mismatch(phase1_settings(cfg, phase1, clients), settings)
+    diff = mismatch(phase1_settings(cfg, phase1, clients), settings, phase1)
     if diff is not None:
         name, ours, theirs = diff
         what = "run-config key " if name not in ("phase1-message", CLIENTS) else ""
