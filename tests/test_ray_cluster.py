@@ -3,10 +3,10 @@
 The hosts are Linux network namespaces on this machine (tests/netns.py): ``head`` (10.78.0.1) runs the Ray head and
 the launcher (SuperLink, ServerApp, aggregation, evaluation), ``worker`` (10.78.0.2) runs a Ray worker that joins
 it; each Ray node offers one CPU, so each hosts one ClientApp actor (two hosts, not three: the namespaces share this
-machine's two cores). First only the head is up, and a short FedAvg and a short SHEFL run give the one-host
-numbers; then the worker joins and the same two runs (same seed) must
-complete with ClientApp work done on more than one host (each round's ``hosts``: replies per Ray node address,
-named by the ClientApps themselves) and the same per-round accuracy, loss, bytes and clients as on one host.
+machine's two cores). A short FedAvg and a short SHEFL run on the two hosts must complete with ClientApp work done
+on both (each round's ``hosts``: replies per Ray node address, named by the ClientApps themselves) and the same
+per-round accuracy, loss, bytes and clients as the same runs in one process (the in-process engine: the same code
+and seeds; tests/test_e2e.py shows the Simulation Engine on one host gives those numbers too).
 Every process the test started is killed by PID (``ray stop`` would stop every Ray process of the machine, other
 users' too), and the namespaces are deleted, on failure as well. Skipped, with the reason, where namespaces cannot be
 made or Ray's nodes cannot start.
@@ -145,7 +145,9 @@ def _hosts_of(m: dict) -> list[dict[str, int]]:
 
 
 @pytest.mark.slow
-def test_fedavg_and_shefl_on_a_ray_cluster_of_two_hosts_match_one_host(tmp_path):
+def test_fedavg_and_shefl_on_a_ray_cluster_of_two_hosts_match_one_process(tmp_path, task_identity):
+    from .inprocess import run_in_process
+
     require_namespaces()
     require_fmnist()
     t0 = time.monotonic()
@@ -155,10 +157,11 @@ def test_fedavg_and_shefl_on_a_ray_cluster_of_two_hosts_match_one_host(tmp_path)
             for ns in namespaces.values():  # traffic only among the hosts: their /24, no default route
                 table = routes(ns)
                 assert table and all(r.startswith(f"{NET}.0/24 dev eth0 ") for r in table), table
-            cluster.ray_start("head")
-            cluster.wait_for_nodes(1)
-            one = {name: cluster.launch(f"{name}-1host", over) for name, over in RUNS.items()}
+            preset = launch.load_preset(str(ROOT / "configs" / "quickstart.toml"))
+            one = {name: run_in_process({**preset, **COMMON, **over}, SUPERNODES, tmp_path / "one", name)
+                   for name, over in RUNS.items()}
             t_one = time.monotonic() - t0
+            cluster.ray_start("head")
             cluster.ray_start("worker")
             cluster.wait_for_nodes(2)
             t_up = time.monotonic() - t0
@@ -170,11 +173,11 @@ def test_fedavg_and_shefl_on_a_ray_cluster_of_two_hosts_match_one_host(tmp_path)
                 assert a["summary"]["rounds_completed"] == b["summary"]["rounds_completed"] == 2, name
                 # the same per-round numbers: accuracy, loss, bytes down and up, sampled clients
                 assert _rows(b) == _rows(a), name
-                # every reply names its host; on one host it is the head, on two both hosts did the work
-                for rows, allowed in ((a["rounds"], {HOSTS["head"]}), (b["rounds"], set(HOSTS.values()))):
-                    for r in rows[1:]:
-                        assert set(r["hosts"]) <= allowed and sum(r["hosts"].values()) == r["replies"] > 0, (name, r)
-                    assert set(rows[0]["hosts"]) <= allowed, (name, rows[0])  # the discovery answers
+                # every reply names its host, and both hosts did the work
+                rows, allowed = b["rounds"], set(HOSTS.values())
+                for r in rows[1:]:
+                    assert set(r["hosts"]) <= allowed and sum(r["hosts"].values()) == r["replies"] > 0, (name, r)
+                assert set(rows[0]["hosts"]) <= allowed, (name, rows[0])  # the discovery answers
                 did[name] = {}
                 for r in b["rounds"][1:]:
                     for h, n in r["hosts"].items():
@@ -185,6 +188,6 @@ def test_fedavg_and_shefl_on_a_ray_cluster_of_two_hosts_match_one_host(tmp_path)
         assert not left, f"still running after SIGKILL: {left}"
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [ns for ns in namespaces.values() if ns in listed], listed
-    print(f"Ray cluster: one-host runs done at {t_one:.0f} s, 2 Ray nodes up at {t_up:.0f} s, two-host runs done at "
+    print(f"Ray cluster: in-process runs done at {t_one:.0f} s, 2 Ray nodes up at {t_up:.0f} s, two-host runs done at "
           f"{t_two:.0f} s, cleaned up at {time.monotonic() - t0:.0f} s; training replies per host: {did} "
           f"(load average {os.getloadavg()[0]:.1f})")
