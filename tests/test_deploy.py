@@ -142,8 +142,8 @@ def test_secured_deployment_runs_the_profile_methods_on_four_supernodes(tmp_path
 
 @pytest.mark.slow
 def test_killed_supernode_mid_run_the_run_completes(tmp_path):
-    """Kill one of 4 SuperNodes (SIGKILL: a crash) during round 2: the round aggregates the 3 replies that arrive and
-    the run ends.
+    """Kill one of 4 SuperNodes (SIGKILL: a crash) as round 1 starts: the round aggregates the 3 replies that arrive
+    and the run ends.
 
     The SuperLink answers for the dead node with 'Node Unavailable' once it misses heartbeats (at most
     HEARTBEAT_PATIENCE x 30 s in Flower 1.41); the round-timeout is only the upper bound. The run stops after that
@@ -151,31 +151,32 @@ def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     (:meth:`ClientMap.await_nodes`), which the restart test covers.
     """
     require_fmnist()
-    over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 2,
+    over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 1,
             "round-timeout": 150.0, "run-name": "kill"}
     with cluster.local_cluster(4, tmp_path / "flwr") as c:
-        t, killed = after_round(tmp_path / "kill" / "metrics.json", lambda: c.kill_node(3))  # round 2 is training
+        # once discovery found all 4 nodes (round 0's row): round 1 is starting
+        t, killed = after_round(tmp_path / "kill" / "metrics.json", lambda: c.kill_node(3), rounds=0)
         run_dir = cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
         t.join()
     m = json.loads((run_dir / "metrics.json").read_text())
     rows = m["rounds"]
-    assert "at" in killed and m["summary"]["rounds_completed"] == 2
-    ok = [r["replies"] for r in rows]  # successful replies per round
-    assert ok[1] == 4 and ok[2] == 3, ok
-    # round 2: the SuperLink answers for the dead node ('Node Unavailable'), well before the round timeout
-    assert rows[1]["failures"] == 0 and rows[2]["failures"] == 1, rows
-    assert rows[2]["round_s"] < over["round-timeout"], rows[2]
-    assert rows[-1]["accuracy"] > rows[1]["accuracy"]  # the 3 remaining updates were applied
+    assert "at" in killed and m["summary"]["rounds_completed"] == 1
+    assert len(rows[1]["clients"]) == 4 and rows[1]["replies"] == 3, rows  # all 4 sampled, 3 successful replies
+    # round 1: the SuperLink answers for the dead node ('Node Unavailable'), well before the round timeout
+    assert rows[1]["failures"] == 1, rows
+    assert rows[1]["round_s"] < over["round-timeout"], rows[1]
+    assert rows[1]["accuracy"] > rows[0]["accuracy"]  # the 3 remaining updates were applied
 
 
 @pytest.mark.slow
 def test_restarted_supernode_is_sampled_again_by_fedavg_and_shefl(tmp_path):
-    """Restart one of 3 SuperNodes after round 1 (same node config, so the same client id, but a new node id): the
-    client map moves the client to the new node, and in round 3 the client trains again, for FedAvg and SHEFL (client
-    2 is the one LPC: sampled every round). AdaptiveFL samples through the same client map (ClientMap.online).
+    """Restart one of 3 SuperNodes as round 1 starts, once discovery has mapped its client (same node config, so the
+    same client id, but a new node id): the client map moves the client to the new node, and in round 2 the client
+    trains again, for FedAvg and SHEFL (client 2 is the one LPC: sampled every round). AdaptiveFL samples through the
+    same client map (ClientMap.online).
 
     The restart is graceful (SIGTERM, as a service manager restarts a device's SuperNode): the old node id is
-    deactivated on the way out, so a round-2 message still addressed to it is answered 'Node Unavailable' at once
+    deactivated on the way out, so a round-1 message still addressed to it is answered 'Node Unavailable' at once
     and no round waits on the clock. The round timeout is only an upper bound, far above a ClientApp's cold start
     on a loaded machine (under load a cold start plus 2 steps took 28 s, past the 25 s this test once used: every
     reply was dropped). A crash (SIGKILL) is the killed-node test's case."""
@@ -186,17 +187,17 @@ def test_restarted_supernode_is_sampled_again_by_fedavg_and_shefl(tmp_path):
     }  # AdaptiveFL samples through the same client map (ClientMap.online), and runs restarted nowhere else
     with cluster.local_cluster(3, tmp_path / "flwr") as c:
         for name, over in runs.items():
-            t, restarted = after_round(tmp_path / name / "metrics.json", lambda: c.restart_node(2))  # client 2
+            t, restarted = after_round(tmp_path / name / "metrics.json", lambda: c.restart_node(2), rounds=0)  # client 2
             run_dir = cluster.submit(c, None, {**FMNIST, **over, "fraction-train": 1.0, "local-steps": 2,
-                                               "max-test-samples": 200, "num-server-rounds": 3, "round-timeout": 300.0,
+                                               "max-test-samples": 200, "num-server-rounds": 2, "round-timeout": 300.0,
                                                "max-idle-rounds": 0, "run-name": name}, results_dir=tmp_path, timeout=900)
             t.join()
             rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
             assert "at" in restarted, name
-            assert 2 in rows[1]["clients"] and 2 in rows[3]["clients"], (name, [r["clients"] for r in rows])
-            # every sampled client answered (the restarted node's discovery reply is round 3's traffic too)
-            assert rows[3]["replies"] >= len(rows[3]["clients"]), (name, rows[3])
-            assert rows[3]["failures"] == 0 and rows[3]["rejected"] == 0, (name, rows[3])
+            assert 2 in rows[1]["clients"] and 2 in rows[2]["clients"], (name, [r["clients"] for r in rows])
+            # every sampled client answered (the restarted node's discovery reply is round 2's traffic too)
+            assert rows[2]["replies"] >= len(rows[2]["clients"]), (name, rows[2])
+            assert rows[2]["failures"] == 0 and rows[2]["rejected"] == 0, (name, rows[2])
 
 
 @pytest.mark.slow
@@ -227,7 +228,7 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     (next((broken / NAMES[1]).glob("*.png"))).write_bytes(b"not a png")
     configs = [{"client-id": i, "data-path": str(p)} for i, p in enumerate([*devices, extra, broken])]
     over = {"dataset": f"dir:{server}", "server-data-path": str(server), "model": "cnn", "batch-size": 16,
-            "lr": 0.05, "momentum": 0.9, "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 2,
+            "lr": 0.05, "momentum": 0.9, "fraction-train": 1.0, "local-steps": 60, "num-server-rounds": 1,
             "round-timeout": 300.0, "run-name": "own"}
     with cluster.local_cluster(5, tmp_path / "flwr", configs=configs) as c:
         run_dir = cluster.submit(c, None, {**over, "min-available-nodes": 5}, results_dir=tmp_path, timeout=600)
@@ -236,7 +237,7 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
         assert c.nodes[3].poll() is None and c.nodes[4].poll() is None
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["federation"]["clients"] == 3, m.get("federation")  # the devices with 'hat' and a broken file: left out
-    assert [sorted(r["clients"]) for r in m["rounds"][1:]] == [[0, 1, 2]] * 2
+    assert [sorted(r["clients"]) for r in m["rounds"][1:]] == [[0, 1, 2]] * over["num-server-rounds"]
     # every device trained every round (the subset device builds the run's 10-class model, not one of its 4 classes)
     assert all(r["failures"] == 0 and r["accepted"] == 3 for r in m["rounds"][1:]), m["rounds"]
     assert m["rounds"][-1]["accuracy"] > 0.25, m["rounds"][-1]  # learning (10 classes: chance is 0.1); the labels
@@ -258,7 +259,7 @@ def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_
 
     require_fmnist()
     over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 3, "max-test-samples": 300,
-            "num-server-rounds": 4, "round-timeout": 300.0, "run-name": "r"}
+            "num-server-rounds": 3, "round-timeout": 300.0, "run-name": "r"}
     with cluster.local_cluster(2, tmp_path / "flwr", auth=True) as c:  # TLS + SuperNode authentication, as a server runs
         assert c.tls and (tmp_path / "flwr" / "certs" / "ca.crt").exists()
         t, restarted = after_round(tmp_path / "r" / "metrics.json", c.link.restart, rounds=2)
@@ -270,7 +271,7 @@ def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_
         # the last checkpointed round: 2, or 1 when the restart came between round 2's row and its checkpoint
         done = json.loads((tmp_path / "r" / "checkpoint.json").read_text())["state"]["round"]
         assert done in (1, 2) and "\n" not in line, line
-        assert line.startswith(f"run 'r' stopped after round {done} of 4"), line
+        assert line.startswith(f"run 'r' stopped after round {done} of 3"), line
         assert f'resume = true and run-name = "r" to continue from round {done + 1}' in line, line
         stopped = json.loads((tmp_path / "r" / "metrics.json").read_text())["rounds"]
         assert [r["round"] for r in stopped][: done + 1] == list(range(done + 1))
