@@ -21,9 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl.common.config import ConfigError  # noqa: E402
 
-from hetfl.methods import validate
 from hetfl.common.results import load_metrics  # noqa: E402
-from hetfl.methods import SCHEMA  # noqa: E402
+from hetfl.methods import SCHEMA, validate  # noqa: E402
 from hetfl.fens_app.aggregators import AGGREGATORS, STATIC, STATIC_LABELS  # noqa: E402
 
 TRAINABLE = tuple(a for a in AGGREGATORS if a not in STATIC)

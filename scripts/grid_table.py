@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from reproduce import client_mb, grid_picks  # noqa: E402
 
 from hetfl.common.results import load_metrics  # noqa: E402
-
 from hetfl.methods import SCHEMA  # noqa: E402
 
 NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "fednova": "FedNova", "scaffold": "Scaffold", "fedyogi": "FedYogi",

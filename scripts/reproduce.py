@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # plots.py
 from fmt import mean_std  # noqa: E402
 from hetfl import launch  # noqa: E402
 from hetfl.common.config import ConfigError  # noqa: E402
-from hetfl.methods import SCHEMA, validate
+from hetfl.methods import SCHEMA, validate  # noqa: E402
 from hetfl.common.results import load_metrics  # noqa: E402
 from hetfl.adaptivefl_app.core import TIERS, Capacity, largest_affordable  # noqa: E402
 from hetfl.common.results import convergence_round  # noqa: E402

@@ -20,7 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl.common.results import load_metrics  # noqa: E402
-
 from hetfl.methods import SCHEMA  # noqa: E402
 from hetfl.data.load import load_partition  # noqa: E402
 from hetfl.data.spec import DataSpec  # noqa: E402

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from hetfl.methods import validate
 from hetfl.common.nodes import ClientMap, run_records
 from hetfl.common.registry import NODE_QUERY
 from hetfl.common.task import config_of
-from hetfl.methods import SCHEMA
+from hetfl.methods import SCHEMA, validate
 from hetfl.common.rundata import client_data
 from hetfl.data.byo import LocalDataError, class_ids
 from hetfl.data.catalog import DATASETS

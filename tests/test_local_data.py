@@ -19,9 +19,8 @@ from PIL import Image
 
 from hetfl.common.config import ConfigError
 
-from hetfl.methods import validate
 from hetfl.common.task import config_of, make_model
-from hetfl.methods import SCHEMA
+from hetfl.methods import SCHEMA, validate
 from hetfl.common.hosting import node_client_id
 from hetfl.common.rundata import client_data, eval_splits
 from hetfl.common.train import Normalizer

@@ -15,7 +15,7 @@ import torch
 
 from hetfl.common.config import ConfigError
 
-from hetfl.methods import validate
+from hetfl.methods import SCHEMA, validate
 from hetfl.common.progress import duration, heartbeat, round_line
 from hetfl.common.results import RunRecorder, plot_figure, summary_lines
 from hetfl.common.tracking import parse_tracking
@@ -239,7 +239,7 @@ def test_a_run_leaves_csv_events_progress_and_a_final_model_that_scores_as_repor
     if METHODS[name]["method"] == "adaptivefl":
         assert set(m["summary"]["final_members"]) >= {"S1", "M1", "L1"} and "waste_rate" in m["summary"]["final_panels"]
     # docs/inference.md: load, predict
-    model = load_final_model(run / "final_model.safetensors")
+    model = load_final_model(run / "final_model.safetensors", schema=SCHEMA)
     data = test_data(validate({**RUN, **METHODS[name]}))
     with torch.no_grad():
         pred = model(data.x).argmax(1).numpy()

@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from .config import Schema
 
 FINAL_MODEL = "final_model.safetensors"
 FORMAT = "hetfl-final-model"
@@ -125,16 +128,20 @@ def read_final_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str,
     return load_file(str(path)), meta
 
 
-def load_final_model(path: str | Path, device: str | torch.device = "cpu") -> Predictor:
-    """The run's final model (or ensemble) as a :class:`Predictor` in eval mode: raw inputs -> class scores."""
+def load_final_model(path: str | Path, device: str | torch.device = "cpu", schema: Schema | None = None) -> Predictor:
+    """The run's final model (or ensemble) as a :class:`Predictor` in eval mode: raw inputs -> class scores.
+
+    The builder reads the run's config as stored in the file; `schema` (``hetfl.methods.SCHEMA``; default
+    :data:`~hetfl.common.config.COMMON`) upgrades its old key names and gives the keys a file from an older version
+    lacks their defaults."""
+    from .config import COMMON
     from .registry import load
 
     tensors, meta = read_final_model(path)
     builder = str(meta["builder"])
     if not builder.startswith("hetfl."):
         raise ValueError(f"{path}: builder {builder!r} is not a hetfl entry point; refusing to import it")
-    from .config import COMMON
-
-    cfg = {**COMMON.defaults(), **meta["config"]}  # as the run had it (the common keys it predates: their defaults)
+    schema = schema or COMMON
+    cfg = {**schema.defaults(), **schema.upgrade(meta["config"])}  # as the run had it
     net = load(builder)(cfg, tensors)
     return Predictor(net, meta["normalize"], meta).to(device).eval()

@@ -43,18 +43,19 @@ class MethodSpec:
         :class:`~hetfl.common.comm.MeteredGrid`).
     handlers : mapping of str to str
         Message type (``"train"``, ``"train.shefl"``, ...) -> ``"module:function"`` of a ClientApp handler
-        ``(msg, context) -> Message``. Several packages may serve the same message type; the ClientApp picks the
-        handler of the run's ``method``.
+        ``(msg, context, cfg) -> Message``, `cfg` the run config the ClientApp validated. Several packages may serve
+        the same message type; the ClientApp picks the handler of the run's ``method``.
     keys : tuple of Key
         The package's own run-config keys (common keys live in :mod:`hetfl.common.config`).
     check : callable, optional
         A whole-config check ``check(cfg)`` raising :class:`~hetfl.common.config.ConfigError`. It runs in every
-        ``validate()``, i.e. in the ServerApp and on every ClientApp message: the config alone, no files.
+        validation, i.e. in the ServerApp and in each ClientApp process: the config alone, no files.
     preflight : str, optional
         ``"module:function"`` of a check ``(cfg) -> None`` (ConfigError) that reads files named by the config on the
         launcher's host (e.g. a saved ensemble to reuse); the launcher's pre-flight only, never a ClientApp.
     node_info : str, optional
-        ``"module:function"`` of ``(context, cfg) -> dict`` with extra fields a node reports in its answer to
+        ``"module:function"`` of ``(context, cfg, client) -> dict`` with extra fields a node reports for one of its
+        clients in its answer to
         :data:`NODE_QUERY` (e.g. SHEFL's device class).
     node_keys : tuple of NodeKey
         The node-config keys of the package's device profile (SHEFL's ``device-class``, AdaptiveFL's ``capacity``);

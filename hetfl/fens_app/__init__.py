@@ -9,7 +9,8 @@ LOCAL = "train.fens_local"  # phase 1: one-shot local training and upload
 LOGITS = "train.fens_logits"  # the (INT8) ensemble download; clients cache its logits
 AGGREGATOR = "train"  # phase 2: Flower's FedAdam sends plain `train` messages
 # FENS's phase 1 trains on a seeded split, from a downloaded or its own initial model, to completion if asked
-PHASE1 = Phase1(LOCAL, tuple(k for k in KEYS if k.name in (
+_BY_NAME = {k.name: k for k in KEYS}
+PHASE1 = Phase1(LOCAL, tuple(_BY_NAME[n] for n in (
     "fens-local-fraction", "fens-diff-init", "fens-member-val-fraction", "fens-member-patience")), legacy_method="fens")
 
 METHOD = MethodSpec(
