@@ -3,10 +3,9 @@ partition), and of Scaffold and FedAvg-STC, whose messages carry more than the m
 
 from __future__ import annotations
 
-from typing import Any
-
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,16 +37,16 @@ from .core import (
 )
 
 
-def _received(msg: Message, context: Context, cfg: dict[str, Any]) -> tuple[dict, int, torch.nn.Module, int, ArrayData]:
-    """(run config, round, the received global model, client id, its data) of a train message."""
+def _received(msg: Message, context: Context, cfg: dict[str, Any]) -> tuple[int, torch.nn.Module, int, ArrayData]:
+    """(round, the received global model, client id, its data) of a train message."""
     client = message_client(msg, context, cfg)
-    return (cfg, int(msg.content["config"]["server-round"]), received_model(cfg, msg.content["arrays"]), client,
+    return (int(msg.content["config"]["server-round"]), received_model(cfg, msg.content["arrays"]), client,
             client_data(context, cfg, client))
 
 
 def train(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Train the global model locally; FedProx's mu arrives in the message config as Flower's `proximal-mu`."""
-    cfg, rnd, model, client, data = _received(msg, context, cfg)
+    rnd, model, client, data = _received(msg, context, cfg)
     mu = float(msg.content["config"].get("proximal-mu", 0.0))
     res = local_train(model, data, cfg, rnd, proximal_mu=mu, seed_offset=client)
     metrics = MetricRecord({"train_loss": res.loss, "num-examples": res.num_examples, "train_s": res.seconds,
@@ -104,7 +103,7 @@ def _control_variate(msg: Message, context: Context, client: int, c: dict[str, n
 def train_scaffold(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """Scaffold's client (option II): local SGD on g - c_i + c, then Delta c_i = (x - y) / (K lr) - c; the new
     c_i = c_i + Delta c_i stays in the node state (per client), the reply carries y and Delta c_i."""
-    cfg, rnd, model, client, data = _received(msg, context, cfg)
+    rnd, model, client, data = _received(msg, context, cfg)
     arrays = msg.content["arrays"]
     c = {k: v.numpy() for k, v in msg.content[CONTROL].items()}
     c_i = _control_variate(msg, context, client, c)
@@ -125,7 +124,7 @@ def train_scaffold(msg: Message, context: Context, cfg: dict[str, Any]) -> Messa
 def train_stc(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     """FedAvg-STC's client: local training, then the update y - x as its top ``stc-density`` entries in 16 bits
     (with ``stc-error-feedback``, what was not sent is added to the next update)."""
-    cfg, rnd, model, client, data = _received(msg, context, cfg)
+    rnd, model, client, data = _received(msg, context, cfg)
     arrays = msg.content["arrays"]
     start = {k: v.numpy() for k, v in arrays.items()}
     layout = StateLayout.of(start)

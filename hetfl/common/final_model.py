@@ -141,7 +141,7 @@ def load_final_model(path: str | Path, device: str | torch.device = "cpu", schem
     builder = str(meta["builder"])
     if not builder.startswith("hetfl."):
         raise ValueError(f"{path}: builder {builder!r} is not a hetfl entry point; refusing to import it")
-    schema = schema or COMMON
+    schema = COMMON if schema is None else schema
     cfg = {**schema.defaults(), **schema.upgrade(meta["config"])}  # as the run had it
     net = load(builder)(cfg, tensors)
     return Predictor(net, meta["normalize"], meta).to(device).eval()
