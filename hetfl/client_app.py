@@ -9,6 +9,7 @@ Every reply names the host it was computed on (:func:`~hetfl.common.comm.tag_hos
 
 from __future__ import annotations
 
+import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -27,6 +28,7 @@ app = ClientApp()
 def dispatch(msg: Message, context: Context) -> Message:
     """Run the handler that the run's `method` declares for this message type."""
     cfg = config_of(context, methods.SCHEMA, msg)
+    torch.set_num_threads(cfg["client-threads"])  # all of the handler's work, as local training (task.server_threads)
     return tag_host(methods.handler_for(cfg["method"], msg.metadata.message_type)(msg, context, cfg))
 
 

@@ -57,7 +57,12 @@ class InProcessGrid:
         return ids
 
     def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
-        replies = []
+        """Each message through the ClientApp's handler; the server's torch thread count is restored after them, as
+        if each ClientApp had run in a process of its own (a client's `client-threads` would otherwise change the
+        server's evaluation in its last bits: task.server_threads)."""
+        import torch
+
+        replies, threads = [], torch.get_num_threads()
         for m in messages:
             m.metadata.__dict__["_message_id"] = str(uuid.uuid4())  # as Flower's grids do when pushing
             handler = node_query if m.metadata.message_type == NODE_QUERY else dispatch
@@ -66,6 +71,7 @@ class InProcessGrid:
             except Exception as ex:  # noqa: BLE001 - as Flower's engines do: the ClientApp's exception as an error reply
                 replies.append(Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
                                              reason=f"{type(ex)}:<'{ex}'>"), reply_to=m))
+        torch.set_num_threads(threads)
         self._rng.shuffle(replies)
         return replies
 

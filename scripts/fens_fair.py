@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import sys
 import time
 import tomllib
@@ -88,18 +90,28 @@ def step_upper(alpha: str, out: Path) -> dict:
     return res
 
 
-def step_complete(alpha: str, out: Path, max_epochs: int) -> dict:
-    best = json.loads((out / "tune-agg" / "summary.json").read_text())["best"]["values"]
+def seeded(name: str, seed: int) -> str:
+    """A run's folder name at `seed`: seed 0 keeps the name it always had, seed s > 0 gets ``-s<s>``."""
+    return name if seed == 0 else f"{name}-s{seed}"
+
+
+def step_complete(alpha: str, out: Path, max_epochs: int, seed: int = 0) -> dict:
+    """Members to completion with the aggregator lrs tuned at seed 0; another seed reruns the same values (the same
+    partition: ``partition-seed`` is the preset's; ``seed`` moves initialisation, sampling and shuffling)."""
+    study = out / "tune-agg" / "summary.json"
+    study = study if study.exists() else DOCS / f"dir{alpha}" / "tune-agg" / "summary.json"  # a fresh clone: committed
+    best = json.loads(study.read_text())["best"]["values"]
     cfg = {**preset(alpha), "local-epochs": max_epochs, "fens-member-val-fraction": 0.1, "fens-member-patience": 5,
-           "eval-split": "test-half", **best}
-    return run(cfg, out, f"complete-e{max_epochs}")
+           "eval-split": "test-half", **best, "seed": seed}
+    return run(cfg, out, seeded(f"complete-e{max_epochs}", seed))
 
 
 ITER_GRIDS = {"fedadam": "0.003,0.01,0.03,0.1", "fedavg": "0.01,0.03,0.1,0.3"}  # the Dir(0.1) grids (Makefile ITER_GRID)
 ITER_ROUNDS = 50
 
 
-def step_iterative(alpha: str, out: Path, methods: list[str], workers: int = 1) -> None:
+def step_iterative(alpha: str, out: Path, methods: list[str], workers: int = 1, seed: int = 0) -> None:
+    """Each method's lr grid at seed 0 (the study is reused at every seed), then the chosen lr at `seed`."""
     from hetfl.tune import TuneSpec, parse_space, tune
 
     for method in methods:
@@ -107,8 +119,8 @@ def step_iterative(alpha: str, out: Path, methods: list[str], workers: int = 1) 
         spec = TuneSpec(base=base, space=tuple(parse_space(f"lr={ITER_GRIDS[method]}")), trials=4, rounds=10,
                         nodes=NODES, sampler="grid", seed=0, prune=False)
         best = tune(spec, out / f"iter-{method}", final=False, workers=workers)["best"]["values"]
-        run({**base, **best, "num-server-rounds": ITER_ROUNDS, "eval-split": "test-half"}, out / f"iter-{method}",
-            f"chosen-r{ITER_ROUNDS}")
+        run({**base, **best, "num-server-rounds": ITER_ROUNDS, "eval-split": "test-half", "seed": seed},
+            out / f"iter-{method}", seeded(f"chosen-r{ITER_ROUNDS}", seed))
         keep(out, alpha)  # each method's study and run committed-ready as soon as it is done
 
 
@@ -145,6 +157,13 @@ def keep(out: Path, alpha: str) -> None:
             shutil.copy2(f, dst / f.relative_to(out))
 
 
+def complete_runs(d: Path, seed: int = 0) -> list[Path]:
+    """The members-to-completion runs of one seed under `d` (``complete-e<N>``, or ``complete-e<N>-s<seed>``), not
+    ``complete-e50-acc`` (the accuracy-only criterion)."""
+    pattern = re.compile(r"complete-e\d+" + ("" if seed == 0 else f"-s{seed}"))
+    return sorted(f for f in d.glob("complete-e*/metrics.json") if pattern.fullmatch(f.parent.name))
+
+
 def _pct(x) -> str:
     return "" if x is None else f"{100 * x:.2f}"
 
@@ -159,7 +178,7 @@ def page_table() -> str:
         base = json.loads((d / "base/metrics.json").read_text()) if (d / "base/metrics.json").exists() else None
         summ = json.loads((d / "tune-agg/summary.json").read_text()) if (d / "tune-agg/summary.json").exists() else None
         up = json.loads((d / "upper.json").read_text()) if (d / "upper.json").exists() else None
-        comp = sorted(d.glob("complete-e*[0-9]/metrics.json"))  # not complete-e50-acc (the accuracy-only criterion)
+        comp = complete_runs(d)
         cells = [d.name[3:]]
         cells.append(_pct(base["rounds"][-1]["accuracy"]) if base else "not run")
         if summ and "chosen" in summ:
@@ -198,7 +217,7 @@ def iterative_table() -> str:
             "client traffic, 50 rounds (GB) | best FENS on the page (members to completion) |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for d in sorted(DOCS.glob("dir*"), key=lambda p: float(p.name[3:])):
-        comp = sorted(d.glob("complete-e*[0-9]/metrics.json"))
+        comp = complete_runs(d)
         fens = _pct(json.loads(comp[-1].read_text())["rounds"][-1]["accuracy"]) if comp else ""
         for method in ITER_GRIDS:
             summ = d / f"iter-{method}" / "summary.json"
@@ -214,6 +233,42 @@ def iterative_table() -> str:
                 test, gb = _pct(last["accuracy"]), f"{(last['cum_bytes_down'] + last['cum_bytes_up']) / 1e9:.2f}"
             rows.append(f"| {d.name[3:]} | {'FedAdam' if method == 'fedadam' else 'FedAvg'} | {grid} | "
                         f"{s['best']['values']['lr']:g} | {test} | {gb} | {fens} |")
+    return "\n".join(rows)
+
+
+SEEDS_BEGIN = "<!-- table: scripts/fens_fair.py --page (seeds) -->"
+SEEDS = (0, 1, 2)
+
+
+def seed_runs(d: Path) -> list[tuple[str, dict[int, Path]]]:
+    """(method, {seed: metrics.json}) at one alpha: FENS at its best and the iterative baselines at their chosen lr."""
+    out = [("FENS, members to completion + tuned aggregator",
+            {seed: runs[-1] for seed in SEEDS if (runs := complete_runs(d, seed))})]
+    for method, name in (("fedadam", "FedAdam"), ("fedavg", "FedAvg")):
+        runs = {seed: f for seed in SEEDS
+                if (f := d / f"iter-{method}" / seeded(f"chosen-r{ITER_ROUNDS}", seed) / "metrics.json").exists()}
+        if not runs and (earlier := tuned_iterative_run(d.name[3:], method)) is not None:
+            runs = {0: earlier[1]}  # Dir(0.1): the seven-baseline study's run at its chosen lr (seed 0 only)
+        if runs:
+            out.append((f"{name}, tuned lr, {ITER_ROUNDS} rounds", runs))
+    return out
+
+
+def seeds_table() -> str:
+    """Final test accuracy per seed and its spread, from the committed files only (the values tuned at seed 0)."""
+    rows = ["| alpha | method | " + " | ".join(f"seed {s}" for s in SEEDS) + " | mean ± std (n) | "
+            "mean of the last 10 rounds, mean over seeds |", "| --- | --- | " + "--- | " * len(SEEDS) + "--- | --- |"]
+    for d in sorted(DOCS.glob("dir*"), key=lambda p: float(p.name[3:])):
+        for name, runs in seed_runs(d):
+            if not runs:
+                continue
+            rounds = {seed: json.loads(f.read_text())["rounds"] for seed, f in runs.items()}
+            final = [100 * r[-1]["accuracy"] for r in rounds.values()]
+            last10 = [statistics.fmean(100 * x["accuracy"] for x in r[-10:]) for r in rounds.values()]
+            spread = f"{statistics.fmean(final):.2f} ± {statistics.stdev(final):.2f}" if len(final) > 1 else f"{final[0]:.2f}"
+            cells = [_pct(rounds[s][-1]["accuracy"]) if s in rounds else "not run" for s in SEEDS]
+            rows.append(f"| {d.name[3:]} | {name} | " + " | ".join(cells) + f" | {spread} ({len(final)}) | "
+                        f"{statistics.fmean(last10):.2f} |")
     return "\n".join(rows)
 
 
@@ -249,7 +304,7 @@ def traffic_curves(d: Path) -> list[tuple[str, list[float], list[float]]]:
     out = []
     if (d / "base/metrics.json").exists():
         out.append(("FENS as preset", *curve(d / "base/metrics.json")))
-    comp = sorted(d.glob("complete-e*[0-9]/metrics.json"))
+    comp = complete_runs(d)
     if comp:
         out.append(("FENS: members to completion, tuned aggregator", *curve(comp[-1])))
     for method, name in (("fedadam", "FedAdam"), ("fedavg", "FedAvg")):
@@ -298,6 +353,8 @@ def write_page() -> None:
     text = PAGE.read_text()
     if ITER_BEGIN in text:
         write_between(PAGE, ITER_BEGIN, END, iterative_table())
+    if SEEDS_BEGIN in text:
+        write_between(PAGE, SEEDS_BEGIN, END, seeds_table())
     print(f"wrote {PAGE}")
     plot_traffic()
 
@@ -316,6 +373,8 @@ def main() -> int:
     p.add_argument("--max-epochs", type=int, default=50)
     p.add_argument("--workers", type=int, default=1, help="the iterative step's grid trials run at once, one process "
                    "each (hetfl.tune --workers; a GPU machine's cores)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="the complete and iterative steps' seeds (the "
+                   "values tuned at seed 0 rerun; runs of seed s > 0 are named <run>-s<s>)")
     p.add_argument("--out", default="results/fens-fair")
     p.add_argument("--page", action="store_true", help="only rewrite the table of docs/results/fens-fair.md from "
                    "the committed runs (seconds)")
@@ -337,9 +396,12 @@ def main() -> int:
             elif step == "upper":
                 step_upper(alpha, out)
             elif step == "iterative":
-                step_iterative(alpha, out, a.methods, a.workers)
+                for seed in a.seeds:
+                    step_iterative(alpha, out, a.methods, a.workers, seed)
             else:
-                step_complete(alpha, out, a.max_epochs)
+                for seed in a.seeds:
+                    step_complete(alpha, out, a.max_epochs, seed)
+                    keep(out, alpha)  # each seed's run committed-ready as soon as it is done
             keep(out, alpha)
             print(f"=== dir{alpha} {step}: {time.perf_counter() - t0:.0f} s", flush=True)
     return 0

@@ -91,3 +91,35 @@ def test_oneshot_same_seed_same_run(name, tmp_path, task_identity):
         assert a["phases"].get(key) == b["phases"].get(key)
     assert a["rounds"][0]["clients"] == list(range(4))
     assert [r["accuracy"] for r in a["rounds"][1:]] != [r["accuracy"] for r in c["rounds"][1:]]
+
+
+def test_server_evaluates_on_its_own_thread_count_whatever_ran_before(tmp_path, task_identity, monkeypatch):
+    """A float32 evaluation's last bits depend on torch's thread count (oneDNN and MKL split work by it), so the
+    server sets `server-threads` once and every evaluation runs on it: not on the thread count the process had before
+    (a pytest worker's, OMP_NUM_THREADS) nor on an in-process client's `client-threads`. Without it the Simulation
+    Engine and the in-process engine once gave one round's loss 1 ulp apart (tests/test_e2e.py failed on it)."""
+    import torch
+
+    from hetfl.common import task
+
+    seen = []
+    real = task.ServerEval.evaluate
+
+    def spy(self, *a, **kw):
+        seen.append(torch.get_num_threads())
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(task.ServerEval, "evaluate", spy)
+    cfg = {"method": "fedavg", "dataset": "digits", "num-server-rounds": 2, "min-available-nodes": 3,
+           "local-steps": 2, "batch-size": 16, "checkpoint": False, "tracking": "none",
+           "client-threads": 1, "server-threads": 2}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # what an earlier test (or OMP_NUM_THREADS=1) leaves behind
+        a = run_in_process(cfg, 3, tmp_path, "a")
+        torch.set_num_threads(2)
+        b = run_in_process(cfg, 3, tmp_path, "b")
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {2}, seen  # rounds 0, 1, 2 of both runs, each after the clients' 1-thread training
+    assert _rows(a) == _rows(b)

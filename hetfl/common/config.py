@@ -176,6 +176,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("drop-last", bool, False, "drop each epoch's incomplete last local batch (AdaptiveFL authors)"),
     Key("augment", str, "none", "random crop (zero pad 4) and/or horizontal flip of local image batches", choices=("none", "crop", "flip", "crop-flip")),
     Key("client-threads", int, 1, "torch threads per ClientApp process", min=1),
+    Key("server-threads", int, 0, "torch threads of the ServerApp process (0 = every CPU it may run on); set once, so "
+        "that its evaluation gives the same numbers in every engine", min=0),
     # simulated devices (docs/fleets.md)
     Key("fleet", str, "", "a fleet file (fleets/*.toml): each simulated client gets a tier's device profile and availability; "
         "rows add the round's simulated wall clock ('' = none)"),

@@ -7,6 +7,7 @@ paper adds. Nothing here talks to the network.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sys
 from collections.abc import Callable
@@ -183,6 +184,13 @@ def client_device(cfg: dict[str, Any]) -> torch.device:
 def server_device(cfg: dict[str, Any]) -> torch.device:
     """The device of server-side evaluation (run-config `server-torch-device`, '' = `torch-device`)."""
     return resolve_device(cfg["server-torch-device"], "server-torch-device") if cfg["server-torch-device"] else client_device(cfg)
+
+
+def server_threads(cfg: dict[str, Any]) -> int:
+    """The ServerApp's torch threads (`server-threads`; 0: the CPUs this process may run on). Set explicitly because
+    a float32 evaluation's last bits depend on the thread count (oneDNN and MKL split their work by it), and the
+    count a process inherits differs by engine (OMP_NUM_THREADS, an in-process client's `client-threads`)."""
+    return cfg["server-threads"] or len(os.sched_getaffinity(0))
 
 
 def compute_options(cfg: dict[str, Any], server: bool = False) -> dict[str, Any]:
