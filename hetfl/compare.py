@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
 import sys
 import tomllib
@@ -145,9 +146,21 @@ def accuracy_at(c: dict[str, list[float]], cost: str, budget: float) -> float | 
     return within[-1] if within else None
 
 
-def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int]) -> dict[str, Any]:
+def _copy(files: list[Path], src: Path, dst: Path) -> None:
+    for f in files:
+        (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dst / f.relative_to(src))
+
+
+def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], keep: Path | None = None
+             ) -> dict[str, Any]:
     """Tune `plan` once (seed 0, the preset's budget), then run the chosen values at every seed; finished runs are
-    reused. Returns {"values": chosen values, "runs": {seed: metrics}}."""
+    reused. Returns {"values": chosen values, "runs": {seed: metrics}}.
+
+    With `keep` (a committed folder, e.g. under docs/results/), what finished is copied there as it finishes (the
+    study's summary, its spec and its trials' metrics.json; each seed's metrics.json once it ran all its rounds,
+    never checkpoints), and what is there is reused: a study whose spec is the same, a seed's run of the same config
+    (finished_run judges it)."""
     from hetfl.common.results import NoClientSucceeded
     from hetfl.inprocess import finished_run, run_in_process
     from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
@@ -159,22 +172,38 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int]) ->
                         trials=preset["tune"]["trials"], rounds=preset["tune"]["rounds"], nodes=nodes, sampler="grid",
                         seed=0, prune=False)
         study = out / plan.method / "tune"
-        try:
-            values = tune(spec, study, final=False)["best"]["values"]
-        except StudyMismatch:  # the preset changed since: that study is kept aside, and this one starts afresh
-            k = 0
-            while study.with_name(f"tune.replaced-{k}").exists():
-                k += 1
-            study.rename(study.with_name(f"tune.replaced-{k}"))
-            values = tune(spec, study, final=False)["best"]["values"]
+        said = json.dumps({"base": spec.base, "space": plan.space, "trials": spec.trials, "rounds": spec.rounds,
+                           "sampler": spec.sampler, "seed": spec.seed, "nodes": nodes}, indent=1, sort_keys=True)
+        kept = keep / plan.method / "tune" if keep else None
+        if kept and (kept / "spec.json").exists() and (kept / "spec.json").read_text() == said:
+            values = json.loads((kept / "summary.json").read_text())["best"]["values"]
+            log.info("%s: the committed study in %s chose %s", plan.method, kept, values)
+        else:
+            try:
+                values = tune(spec, study, final=False)["best"]["values"]
+            except StudyMismatch:  # the preset changed since: that study is kept aside, and this one starts afresh
+                k = 0
+                while study.with_name(f"tune.replaced-{k}").exists():
+                    k += 1
+                study.rename(study.with_name(f"tune.replaced-{k}"))
+                values = tune(spec, study, final=False)["best"]["values"]
+            if kept:
+                (study / "spec.json").write_text(said)
+                _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
+                      study, kept)
     runs, failed = {}, {}
     for seed in seeds:
         cfg = {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}
+        if keep and (keep / plan.method / f"s{seed}" / "metrics.json").exists() and \
+                not (out / plan.method / f"s{seed}" / "metrics.json").exists():  # committed: judged as a local one
+            _copy([keep / plan.method / f"s{seed}" / "metrics.json"], keep, out)
         done = finished_run(out / plan.method / f"s{seed}", cfg)  # reused only if run to its end with this config
         try:
             runs[seed] = done if done is not None else run_in_process(cfg, nodes, out / plan.method, f"s{seed}")
         except NoClientSucceeded as err:  # a diverged run: recorded, the comparison goes on
             failed[seed] = str(err).splitlines()[0]
+        if keep and seed in runs:
+            _copy([out / plan.method / f"s{seed}" / "metrics.json"], out, keep)
     return {"values": values, "runs": runs, "failed": failed,
             "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
 
@@ -243,9 +272,10 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], methods: list[str] | None = None
-            ) -> dict[str, Any]:
-    """Run (or reuse) the whole comparison and write ``out/summary.json``, ``out/table.md`` and ``out/pareto.png``."""
+def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], methods: list[str] | None = None,
+            keep: Path | None = None) -> dict[str, Any]:
+    """Run (or reuse) the whole comparison and write ``out/summary.json``, ``out/table.md`` and ``out/pareto.png``
+    (and into `keep`, with what finished: :func:`run_plan`)."""
     from hetfl.common.config import ConfigError
     from hetfl.methods import validate
 
@@ -257,7 +287,7 @@ def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], me
         except ConfigError as err:
             raise CompareError(f"{preset_path}: [method.{p.method}]: {err}") from None
     skipped = {p.method: p.skipped for p in chosen if p.skipped}
-    results = {p.method: run_plan(p, preset, out, seeds) for p in chosen if not p.skipped}
+    results = {p.method: run_plan(p, preset, out, seeds, keep) for p in chosen if not p.skipped}
     text, budget = table(results, skipped)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(text + "\n")
@@ -268,6 +298,8 @@ def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], me
                                "final_accuracy": {str(s): run["summary"]["final_accuracy"] for s, run in r["runs"].items()}}
                            for m, r in results.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if keep:
+        _copy([out / "table.md", out / "pareto.png", out / "summary.json"], out, keep)
     return summary
 
 
@@ -281,6 +313,8 @@ def _parser(prog: str = "python -m hetfl.compare") -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the final runs (default: 0)")
     p.add_argument("--methods", nargs="+", choices=METHODS, help="compare only these (default: every [method.*])")
     p.add_argument("--out", help="results directory (default: results/compare/<fleet>-<preset>)")
+    p.add_argument("--keep", help="a folder to commit (e.g. docs/results/compare/<fleet>-<preset>): finished studies' "
+                   "summaries and runs' metrics.json are copied there as they finish, and reused from there")
     return p
 
 
@@ -293,7 +327,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.compare") -
     out = Path(a.out) if a.out else Path("results/compare") / f"{fleet.stem}-{preset.stem}"
     setup_logging()
     try:
-        summary = compare(fleet, preset, out, a.seeds, a.methods)
+        summary = compare(fleet, preset, out, a.seeds, a.methods, Path(a.keep) if a.keep else None)
     except (CompareError, FleetError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

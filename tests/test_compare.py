@@ -136,11 +136,11 @@ space = "lr=0.05,0.1"
 """
 
 
-def test_a_tiny_comparison_runs_end_to_end_and_reuses_its_runs(tmp_path, task_identity, capsys):
+def test_a_tiny_comparison_runs_end_to_end_and_reuses_its_runs(tmp_path, task_identity, capsys, monkeypatch):
     fleet, preset = _fleet(tmp_path), tmp_path / "tiny-preset.toml"
     preset.write_text(PRESET)
-    out = tmp_path / "cmp"
-    assert main([str(fleet), str(preset), "--out", str(out)]) == 0
+    out, kept = tmp_path / "cmp", tmp_path / "docs" / "cmp"
+    assert main([str(fleet), str(preset), "--out", str(out), "--keep", str(kept)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["methods"]) == {"fedavg", "shefl", "fens", "adaptivefl"}
     assert "weakest holds width 0.5" in summary["skipped"]["all-large"]
@@ -156,6 +156,22 @@ def test_a_tiny_comparison_runs_end_to_end_and_reuses_its_runs(tmp_path, task_id
     before = (out / "fedavg" / "s0" / "metrics.json").stat().st_mtime_ns
     assert main([str(fleet), str(preset), "--out", str(out), "--methods", "fedavg"]) == 0
     assert (out / "fedavg" / "s0" / "metrics.json").stat().st_mtime_ns == before  # reused, not rerun
+    # the committed copy: small files only (no checkpoint), and a fresh clone reuses it without training anything
+    assert sorted(f.name for f in kept.rglob("*") if f.is_file()) and not list(kept.rglob("checkpoint*"))
+    assert (kept / "fedavg" / "tune" / "spec.json").exists() and (kept / "fedavg" / "s0" / "metrics.json").exists()
+
+    def trains(*a, **kw):
+        raise AssertionError("trained again, though the committed study and run hold this config")
+
+    monkeypatch.setattr("hetfl.inprocess.run_in_process", trains)
+    monkeypatch.setattr("hetfl.tune.tune", trains)
+    again = tmp_path / "fresh-clone"
+    assert main([str(fleet), str(preset), "--out", str(again), "--keep", str(kept), "--methods", "fedavg"]) == 0
+    assert json.loads((again / "summary.json").read_text())["methods"]["fedavg"] == summary["methods"]["fedavg"]
+    # a committed run of another config is not reused: here the preset's lr grid changed, so the study runs again
+    preset.write_text(PRESET.replace('[method.fedavg]\nspace = "lr=0.05,0.1"', '[method.fedavg]\nspace = "lr=0.05,0.2"'))
+    with pytest.raises(AssertionError, match="trained again"):
+        main([str(fleet), str(preset), "--out", str(tmp_path / "other"), "--keep", str(kept), "--methods", "fedavg"])
 
 
 def test_bad_comparison_input_is_one_line(tmp_path, capsys):
