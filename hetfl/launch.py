@@ -576,14 +576,26 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
     if client_gpus is None:
         client_gpus = 0.25 if uses_cuda(cfg) else 0.0
     run_dir = Path(results_dir).resolve() / run_name
+    metrics = run_dir / "metrics.json"
     with superlink(env=env) as link:
         rc = flwr_run(link, app_dir, config_file, overrides, num_supernodes, client_cpus, timeout, client_gpus=client_gpus)
-    metrics = run_dir / "metrics.json"
-    if rc != 0 or not metrics.exists():
-        raise RuntimeError(f"run failed (flwr exit {rc}); no {metrics}")
+        if rc != 0 or not metrics.exists():  # the SuperLink's own log says why (its home is removed on the way out)
+            kept = _keep_superlink_log(link, run_dir)
+            raise RuntimeError(f"run failed (flwr exit {rc}); no {metrics}; the SuperLink's log: {kept}")
     data = json.loads(metrics.read_text())
     check_outcome(data)
     return run_dir
+
+
+def _keep_superlink_log(link: SuperLink, run_dir: Path) -> Path:
+    """Copy the SuperLink's log and output (where the simulation's own errors go) beside the failed run's results;
+    the copy's path, or the home's when nothing could be copied."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    kept = run_dir / "superlink.log"
+    parts = [(link.home / name).read_text(errors="replace") for name in ("superlink.log", "superlink.stdout")
+             if (link.home / name).exists()]
+    kept.write_text("\n".join(parts))
+    return kept
 
 
 def check_outcome(data: dict[str, Any]) -> None:

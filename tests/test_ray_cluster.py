@@ -107,7 +107,9 @@ class Cluster:
         r = self.run("head", [sys.executable, "-m", "hetfl.launch", "configs/quickstart.toml", "--ray-address", HEAD,
                               "--supernodes", str(SUPERNODES), "--results-dir", str(self.results), "--timeout", "900",
                               "--set", *sets], name, timeout=900)
-        assert r.returncode == 0, f"{name}: exit {r.returncode}\n{self.log(name)}"
+        kept = self.results / name / "superlink.log"  # a failed run's SuperLink log (hetfl.launch keeps it)
+        why = "\n".join(kept.read_text(errors="replace").splitlines()[-40:]) if kept.exists() else ""
+        assert r.returncode == 0, f"{name}: exit {r.returncode}\n{self.log(name)}\n{why}"
         return json.loads((self.results / name / "metrics.json").read_text())
 
     def stop(self) -> list[int]:
