@@ -224,3 +224,27 @@ def test_plain_flwr_run_completes_streams_rounds_writes_results_and_leaves_nothi
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_a_failed_launch_keeps_the_superlinks_log_and_names_it(tmp_path, monkeypatch):
+    """A run that ends without its metrics.json (flwr exit 0 and no ServerApp output, as a Ray-cluster run once did)
+    must say where the SuperLink's own log went: its home is removed when the launcher returns."""
+    import pytest
+
+    from hetfl import launch
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "superlink.log").write_text("ERROR the simulation process failed: why it failed\n")
+
+    @contextlib.contextmanager
+    def fake_superlink(env=None):
+        yield launch.SuperLink(None, home, "hetfl", "127.0.0.1:1", [], {})
+
+    monkeypatch.setattr(launch, "superlink", fake_superlink)
+    monkeypatch.setattr(launch, "flwr_run", lambda *a, **kw: 0)  # flwr ended "well", and nothing was written
+    with pytest.raises(RuntimeError) as err:
+        launch.run(None, {"dataset": "digits", "run-name": "r"}, num_supernodes=2, results_dir=tmp_path / "results")
+    kept = tmp_path / "results" / "r" / "superlink.log"
+    assert str(kept) in str(err.value) and "\n" not in str(err.value)
+    assert "why it failed" in kept.read_text()
