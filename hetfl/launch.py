@@ -588,8 +588,8 @@ def run(config_file: str | None = None, overrides: dict[str, Any] | None = None,
 
 
 def _keep_superlink_log(link: SuperLink, run_dir: Path) -> Path:
-    """Copy the SuperLink's log and output (where the simulation's own errors go) beside the failed run's results;
-    the copy's path, or the home's when nothing could be copied."""
+    """Copy the SuperLink's log and output (where the simulation's own errors go) into one file beside the failed
+    run's results (empty where the SuperLink wrote neither); its path."""
     run_dir.mkdir(parents=True, exist_ok=True)
     kept = run_dir / "superlink.log"
     parts = [(link.home / name).read_text(errors="replace") for name in ("superlink.log", "superlink.stdout")

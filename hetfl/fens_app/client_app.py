@@ -52,7 +52,6 @@ def logits(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
         states[own] = quantize_state(st) if bool(conf["quantized"]) else st
     models = build_members(cfg, states, bool(conf["quantized"]))
     _, agg_data = _splits(context, cfg, pid)
-    torch.set_num_threads(cfg["client-threads"])
     z = cached_logits(models, states_digest(states), agg_data, Normalizer(dataset_info(cfg)), cfg["cache-dir"],
                       **compute_options(cfg)).x  # once per ensemble and split (a study's trials reuse them)
     context.state[state_key(pid, CACHE)] = ArrayRecord({"z": Array(z), "y": Array(agg_data.y)})
