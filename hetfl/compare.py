@@ -152,15 +152,50 @@ def _copy(files: list[Path], src: Path, dst: Path) -> None:
         shutil.copy2(f, dst / f.relative_to(src))
 
 
-def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], keep: Path | None = None
-             ) -> dict[str, Any]:
+def same_profiles(ran_on: str | Path, fleet_path: Path, what: str) -> None:
+    """One CompareError line unless the fleet `what` ran on has `fleet_path`'s profiles (Fleet.profiles)."""
+    from hetfl.common.fleet import load_fleet
+
+    if load_fleet(ran_on).profiles() != load_fleet(fleet_path).profiles():
+        raise CompareError(f"{what} ran on fleet {ran_on}, whose tiers' share, device-class, capacity or availability "
+                           f"differ from {fleet_path}'s; only flops-per-s, down-mbps and up-mbps may differ")
+
+
+def reclock(metrics: dict[str, Any], fleet_path: Path) -> dict[str, Any]:
+    """A finished run's metrics as they read on `fleet_path`'s devices, for a run made on another fleet of the same
+    profiles (:meth:`~hetfl.common.fleet.Fleet.profiles`: the same clients, device classes, capacities and
+    availability, so the same training): the config names this fleet and every round's simulated seconds are
+    recomputed from the round's per-client bytes and FLOPs at this fleet's speeds. A fleet whose profiles differ is
+    one CompareError line."""
+    from hetfl.common.fleet import load_fleet, simulated_round_seconds
+
+    same_profiles(metrics["config"]["fleet"], fleet_path, "--reuse: a run there")
+    fleet = load_fleet(fleet_path)
+    cfg = {**metrics["config"], "fleet": str(fleet_path.resolve())}
+    tiers = fleet.assign(int(cfg["num-clients"]), cfg["seed"])
+    rows = [{**r, "sim_round_s": simulated_round_seconds(tiers, r["bytes_down_by_client"], r["bytes_up_by_client"],
+                                                         r["flops_by_client"])} if "sim_round_s" in r else r
+            for r in metrics["rounds"]]
+    return {**metrics, "config": cfg, "rounds": rows}
+
+
+def _write(path: Path, metrics: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(metrics, indent=1))
+
+
+def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], keep: Path | None = None,
+             reuse: Path | None = None) -> dict[str, Any]:
     """Tune `plan` once (seed 0, the preset's budget), then run the chosen values at every seed; finished runs are
     reused. Returns {"values": chosen values, "runs": {seed: metrics}}.
 
     With `keep` (a committed folder, e.g. under docs/results/), what finished is copied there as it finishes (the
     study's summary, its spec and its trials' metrics.json; each seed's metrics.json once it ran all its rounds,
     never checkpoints), and what is there is reused: a study whose spec is the same, a seed's run of the same config
-    (finished_run judges it)."""
+    (finished_run judges it).
+
+    With `reuse` (another fleet's kept comparison of this preset, its fleet of the same profiles), its study and its
+    finished runs are this comparison's too, their clock recomputed (:func:`reclock`): nothing is trained twice."""
     from hetfl.common.results import NoClientSucceeded
     from hetfl.inprocess import finished_run, run_in_process
     from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
@@ -175,9 +210,20 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
         said = json.dumps({"base": spec.base, "space": plan.space, "trials": spec.trials, "rounds": spec.rounds,
                            "sampler": spec.sampler, "seed": spec.seed, "nodes": nodes}, indent=1, sort_keys=True)
         kept = keep / plan.method / "tune" if keep else None
+        other = reuse / plan.method / "tune" if reuse else None
         if kept and (kept / "spec.json").exists() and (kept / "spec.json").read_text() == said:
             values = json.loads((kept / "summary.json").read_text())["best"]["values"]
             log.info("%s: the committed study in %s chose %s", plan.method, kept, values)
+        elif other and (other / "spec.json").exists() and _but_fleet(other / "spec.json") == _but_fleet(said):
+            for f in sorted(other.glob("trials/t*/metrics.json")):  # the same trials, clocked on this fleet
+                _write(study / f.relative_to(other), reclock(json.loads(f.read_text()), Path(plan.config["fleet"])))
+            shutil.copy2(other / "summary.json", study / "summary.json")
+            (study / "spec.json").write_text(said)
+            values = json.loads((study / "summary.json").read_text())["best"]["values"]
+            log.info("%s: the study in %s (a fleet of the same profiles) chose %s", plan.method, other, values)
+            if kept:
+                _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
+                      study, kept)
         else:
             try:
                 values = tune(spec, study, final=False)["best"]["values"]
@@ -194,9 +240,13 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
     runs, failed = {}, {}
     for seed in seeds:
         cfg = {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}
-        if keep and (keep / plan.method / f"s{seed}" / "metrics.json").exists() and \
-                not (out / plan.method / f"s{seed}" / "metrics.json").exists():  # committed: judged as a local one
-            _copy([keep / plan.method / f"s{seed}" / "metrics.json"], keep, out)
+        local = out / plan.method / f"s{seed}" / "metrics.json"
+        if keep and (keep / plan.method / f"s{seed}" / "metrics.json").exists() and not local.exists():
+            _copy([keep / plan.method / f"s{seed}" / "metrics.json"], keep, out)  # committed: judged as a local one
+        if reuse and (reuse / plan.method / f"s{seed}" / "metrics.json").exists() and not local.exists():
+            ran = json.loads((reuse / plan.method / f"s{seed}" / "metrics.json").read_text())
+            if ran["summary"].get("rounds_completed") == cfg["num-server-rounds"]:  # finished there: clocked here
+                _write(local, reclock(ran, Path(plan.config["fleet"])))
         done = finished_run(out / plan.method / f"s{seed}", cfg)  # reused only if run to its end with this config
         try:
             runs[seed] = done if done is not None else run_in_process(cfg, nodes, out / plan.method, f"s{seed}")
@@ -206,6 +256,13 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
             _copy([out / plan.method / f"s{seed}" / "metrics.json"], out, keep)
     return {"values": values, "runs": runs, "failed": failed,
             "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
+
+
+def _but_fleet(spec: Path | str) -> dict[str, Any]:
+    """A study's spec (its spec.json, or that text) without the fleet: what its trials trained."""
+    d = json.loads(spec.read_text() if isinstance(spec, Path) else spec)
+    d["base"] = {k: v for k, v in d["base"].items() if k != "fleet"}
+    return d
 
 
 def table(results: dict[str, dict[str, Any]], skipped: dict[str, str]) -> tuple[str, dict[str, float]]:
@@ -273,7 +330,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
 
 
 def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], methods: list[str] | None = None,
-            keep: Path | None = None) -> dict[str, Any]:
+            keep: Path | None = None, reuse: Path | None = None) -> dict[str, Any]:
     """Run (or reuse) the whole comparison and write ``out/summary.json``, ``out/table.md`` and ``out/pareto.png``
     (and into `keep`, with what finished: :func:`run_plan`)."""
     from hetfl.common.config import ConfigError
@@ -287,7 +344,12 @@ def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], me
         except ConfigError as err:
             raise CompareError(f"{preset_path}: [method.{p.method}]: {err}") from None
     skipped = {p.method: p.skipped for p in chosen if p.skipped}
-    results = {p.method: run_plan(p, preset, out, seeds, keep) for p in chosen if not p.skipped}
+    if reuse is not None:  # its fleets checked before anything runs
+        if not reuse.is_dir():
+            raise CompareError(f"--reuse {reuse}: no such folder; expected a kept comparison (--keep) of this preset")
+        for ran_on in sorted({json.loads(f.read_text())["config"]["fleet"] for f in reuse.glob("*/s*/metrics.json")}):
+            same_profiles(ran_on, fleet_path, f"--reuse {reuse}: its runs")
+    results = {p.method: run_plan(p, preset, out, seeds, keep, reuse) for p in chosen if not p.skipped}
     text, budget = table(results, skipped)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(text + "\n")
@@ -315,6 +377,9 @@ def _parser(prog: str = "python -m hetfl.compare") -> argparse.ArgumentParser:
     p.add_argument("--out", help="results directory (default: results/compare/<fleet>-<preset>)")
     p.add_argument("--keep", help="a folder to commit (e.g. docs/results/compare/<fleet>-<preset>): finished studies' "
                    "summaries and runs' metrics.json are copied there as they finish, and reused from there")
+    p.add_argument("--reuse", help="another fleet's kept comparison of this preset (its --keep folder), the fleets "
+                   "differing only in flops-per-s and bandwidths: its studies and finished runs are reused, their "
+                   "simulated clock recomputed for this fleet")
     return p
 
 
@@ -327,7 +392,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.compare") -
     out = Path(a.out) if a.out else Path("results/compare") / f"{fleet.stem}-{preset.stem}"
     setup_logging()
     try:
-        summary = compare(fleet, preset, out, a.seeds, a.methods, Path(a.keep) if a.keep else None)
+        summary = compare(fleet, preset, out, a.seeds, a.methods, Path(a.keep) if a.keep else None,
+                          Path(a.reuse) if a.reuse else None)
     except (CompareError, FleetError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -296,3 +296,44 @@ def test_an_ensemble_saved_without_per_client_counts_charges_no_client():
                           "phase1_by_client": {"down": {"0": 60, "1": 40}, "up": {"0": 120, "1": 80},
                                                "flops": {"0": 7, "1": 9}}})
     assert dict(per.up) == {0: 120, 1: 80} and dict(per.flops) == {0: 7, 1: 9}
+
+
+def test_a_fleet_of_the_same_profiles_reuses_the_runs_with_its_own_clock(tmp_path, task_identity, monkeypatch):
+    """--reuse: the 5G fleet's comparison is the Wi-Fi fleet's training clocked at other speeds; a fleet whose devices
+    differ in anything else (here availability) is refused in one line before anything runs."""
+    wifi, preset = _fleet(tmp_path), tmp_path / "tiny-preset.toml"
+    preset.write_text(PRESET)
+    fast = tmp_path / "tiny-fast.toml"  # the same tiers, 10x the speed and bandwidth
+    fast.write_text(TINY_FLEET.format(avail=1.0).replace("1.0e9", "1.0e10").replace("down-mbps = 1.0", "down-mbps = 10.0")
+                    .replace("up-mbps = 0.5", "up-mbps = 5.0"))
+    kept = tmp_path / "docs" / "wifi"
+    assert main([str(wifi), str(preset), "--out", str(tmp_path / "wifi"), "--keep", str(kept), "--methods", "fedavg"]) == 0
+
+    def trains(*a, **kw):
+        raise AssertionError("trained again, though the reused comparison holds the same training")
+
+    monkeypatch.setattr("hetfl.inprocess.run_in_process", trains)
+    monkeypatch.setattr("hetfl.tune.tune", trains)
+    out, kept_fast = tmp_path / "fast", tmp_path / "docs" / "fast"
+    assert main([str(fast), str(preset), "--out", str(out), "--reuse", str(kept), "--keep", str(kept_fast),
+                 "--methods", "fedavg"]) == 0
+    before, after = (json.loads((d / "fedavg" / "s0" / "metrics.json").read_text()) for d in (kept, out))
+    assert after["config"]["fleet"] == str(fast.resolve()) and before["config"]["fleet"] == str(wifi.resolve())
+    tiers = load_fleet(fast).assign(6, 0)
+    for b, a in zip(before["rounds"], after["rounds"], strict=True):
+        assert a["accuracy"] == b["accuracy"] and a.get("flops_by_client") == b.get("flops_by_client")
+        if "sim_round_s" in b:  # recomputed at the fast fleet's speeds, by hand: each client's down + work + up
+            by_hand = max(8 * a["bytes_down_by_client"].get(c, 0) / tiers[int(c)].speed.down_bps
+                          + a["flops_by_client"].get(c, 0) / tiers[int(c)].speed.flops_per_s
+                          + 8 * a["bytes_up_by_client"].get(c, 0) / tiers[int(c)].speed.up_bps
+                          for c in {*a["bytes_down_by_client"], *a["flops_by_client"]})
+            assert a["sim_round_s"] == pytest.approx(by_hand)
+    assert sum(a.get("sim_round_s", 0) for a in after["rounds"]) < sum(b.get("sim_round_s", 0) for b in before["rounds"])
+    assert (kept_fast / "fedavg" / "tune" / "spec.json").exists() and (kept_fast / "fedavg" / "s0" / "metrics.json").exists()
+    assert json.loads((out / "summary.json").read_text())["methods"]["fedavg"]["values"] == \
+        json.loads((tmp_path / "wifi" / "summary.json").read_text())["methods"]["fedavg"]["values"]
+    scarce = _fleet(tmp_path, avail=0.5)
+    with pytest.raises(CompareError, match="only flops-per-s, down-mbps and up-mbps may differ"):
+        from hetfl.compare import compare
+        compare(scarce, preset, tmp_path / "scarce", [0], ["fedavg"], reuse=kept)
+    assert not (tmp_path / "scarce").exists()

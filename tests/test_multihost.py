@@ -50,24 +50,30 @@ RUNS = {  # next to the walk-through's FedAvg run (run-name fedavg-3-devices): p
 }
 
 
-def submit_after(hosts: Hosts, extra: dict[str, subprocess.Popen], first: str, limit: float = 600.0) -> None:
-    """Submit the RUNS from the laptop one after another, each once the run before it (`first`, then the previous
-    one) has written its round-0 row on the server, i.e. its ServerApp is up and every device answered discovery.
+def write_runs(hosts: Hosts) -> dict[str, str]:
+    """The RUNS' run-config files, written into the laptop's project before the walk-through's `flwr run`, so that
+    all four runs send one app bundle (Flower names a bundle by the hash of the project's files)."""
+    return {name: launch.write_run_config(hosts.project("laptop") / f"run-{name}.toml", preset,
+                                          {**COMMON, **over, "run-name": name}).name
+            for name, (preset, over) in RUNS.items()}
+
+
+def submit_after(hosts: Hosts, extra: dict[str, subprocess.Popen], first: str, configs: dict[str, str],
+                 limit: float = 600.0) -> None:
+    """Submit the RUNS from the laptop, together, once the run `first` has written its round-0 row on the server,
+    i.e. its ServerApp is up and every device answered discovery.
 
     Flower 1.41 installs a run's app bundle into ``<flwr home>/apps/<hash>`` without a lock (mkdir, then copy file by
     file; ``flwr.cli.install.validate_and_install``), and a second run of the same bundle that finds the directory
     already there uses it as it is: started together, a run can fail with "Cannot find pyproject.toml" while the
-    first still copies (seen once in this test on a loaded machine). Once one run of a bundle is up, the others are
-    safe; the runs still train side by side."""
+    first still copies (seen once in this test on a loaded machine). Once one run of the bundle is up, the others
+    (the same bundle: :func:`write_runs`) are safe; the runs train side by side."""
     previous = hosts.project("server") / "results" / first / "metrics.json"
-    for name, (preset, over) in RUNS.items():
-        deadline = time.monotonic() + limit
-        while not previous.exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        run_config = launch.write_run_config(hosts.project("laptop") / f"run-{name}.toml", preset,
-                                             {**COMMON, **over, "run-name": name})
-        extra[name] = hosts.start("laptop", f"flwr run . hetfl-remote --stream --run-config {run_config.name}")
-        previous = hosts.project("server") / "results" / name / "metrics.json"
+    deadline = time.monotonic() + limit
+    while not previous.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for name, run_config in configs.items():
+        extra[name] = hosts.start("laptop", f"flwr run . hetfl-remote --stream --run-config {run_config}")
 
 
 def readme_blocks() -> list[tuple[list[str], list[str]]]:
@@ -111,6 +117,7 @@ class Hosts:
         self.tmp, self.ns = tmp, namespaces
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.logs: dict[int, Path] = {}
+        self.timeline: list[tuple[float, str, str]] = []  # (seconds, host, command) of each command run to its end
         for host in HOSTS:  # each host: its own home, holding its copy of the project
             launch.stage_app(ROOT, self.project(host))
 
@@ -144,8 +151,10 @@ class Hosts:
 
     def run(self, host: str, command: str, timeout: float = 300) -> str:
         """`command` to its end; its output (fails the test on a non-zero exit)."""
+        t0 = time.monotonic()
         r = subprocess.run(self._argv(host, command), cwd=self.project(host), env=self.env(host), capture_output=True,
                            text=True, timeout=timeout)
+        self.timeline.append((time.monotonic() - t0, host, command.splitlines()[0][:70]))
         assert r.returncode == 0, f"{host}: {command}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
         return r.stdout
 
@@ -184,6 +193,8 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
     assert [h for h, _ in blocks][0] == ["server"] and any("flwr run" in c for _, cs in blocks for c in cs)
     with network(f"hfl{os.getpid()}", HOSTS) as namespaces:
         hosts = Hosts(tmp_path, namespaces)
+        configs = write_runs(hosts)
+        t_staged = time.monotonic() - t0
         try:
             for ns in namespaces.values():  # traffic only among the hosts: their /24, no default route
                 table = routes(ns)
@@ -195,9 +206,10 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
             server = None
             for block_hosts, commands in blocks:
                 if "laptop" in block_hosts and any(c.startswith("flwr run") for c in commands):
-                    # the other methods, next to the walk-through's run, each submitted once the run before it has
-                    # recorded round 0 (see submit_after)
-                    submitter = threading.Thread(target=submit_after, args=(hosts, extra, "fedavg-3-devices"), daemon=True)
+                    # the other methods, next to the walk-through's run, submitted once it has recorded round 0
+                    # (see submit_after)
+                    submitter = threading.Thread(target=submit_after, args=(hosts, extra, "fedavg-3-devices", configs),
+                                                 daemon=True)
                     submitter.start()
                 for host in block_hosts:
                     for command in commands:
@@ -254,5 +266,6 @@ def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [ns for ns in namespaces.values() if ns in listed], listed
     assert launch.process_tree({p.pid for _, p in hosts.procs}) == []
-    print(f"multi-host deployment: walk-through blocks done (FedAvg ran) at {t_up:.0f} s, all 4 runs at {t_runs:.0f} s, "
-          f"stopped and cleaned up at {time.monotonic() - t0:.0f} s (load average {os.getloadavg()[0]:.1f})")
+    print(f"multi-host deployment: hosts staged at {t_staged:.0f} s, walk-through blocks done (FedAvg ran) at {t_up:.0f} s, all 4 runs at {t_runs:.0f} s, "
+          f"stopped and cleaned up at {time.monotonic() - t0:.0f} s (load average {os.getloadavg()[0]:.1f}); slowest "
+          "commands: " + "; ".join(f"{host} {cmd!r} {s:.0f} s" for s, host, cmd in sorted(hosts.timeline)[::-1][:6]))

@@ -74,6 +74,12 @@ class Fleet:
             counts[i] += 1
         return counts
 
+    def profiles(self) -> tuple[tuple[float, str, str | float, float], ...]:
+        """What decides a run's training on this fleet, tier by tier: share, device class, capacity, availability.
+        Two fleets with the same profiles train the same runs; their speeds and bandwidths change only the
+        simulated clock (:func:`simulated_round_seconds`), which a finished run's per-client rows recompute."""
+        return tuple((t.share, t.device_class, t.capacity, t.availability) for t in self.tiers)
+
     def assign(self, num_clients: int, seed: int) -> list[Tier]:
         """The tier of each client id 0..num_clients-1: :meth:`counts` of each, placed by a permutation seeded by
         `seed` (the same clients get the same tiers at any number of nodes)."""
