@@ -31,6 +31,14 @@ def test_summary_tables_are_generated_from_the_committed_runs_and_open_each_page
         assert any(x.startswith("| ") for x in table) and not table[0].startswith("|"), name  # setting line, then table
 
 
+def test_the_comparison_page_is_generated_from_the_committed_comparisons():
+    compare_page = _script("compare_page")
+    assert compare_page.main(["--check"]) == 0, "run: python scripts/compare_page.py"
+    text = (ROOT / "docs/compare.md").read_text()
+    for folder in sorted((ROOT / "docs/results/compare").glob("*/summary.json")):  # one section per committed comparison
+        assert f"committed runs in `docs/results/compare/{folder.parent.name}/`" in text, folder.parent.name
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/results/README.md",
                                   *(f"docs/results/{n}" for n in ("shefl-fmnist-r30.md", "fens-fmnist.md",
                                                                   "adaptivefl-fmnist-r30.md", "bench.md"))])

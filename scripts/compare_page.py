@@ -1,0 +1,132 @@
+"""docs/compare.md's results, from the committed comparisons (docs/results/compare/<fleet>-<preset>/): per fleet, the
+table of every method with finished runs (hetfl.compare.table: final accuracy and accuracy at equal client bytes,
+client FLOPs and simulated time, mean ± std over the committed seeds), its Pareto plot, and which method leads at
+each budget, by how much, against the seed spread. Nothing is trained: a method or seed not yet committed is listed
+as missing.
+
+    python scripts/compare_page.py           # rewrite the page's results (between its markers) and each folder's table
+    python scripts/compare_page.py --check   # exit 1 if the page differs from what the committed runs give
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hetfl.compare import COSTS, FIXED_WIDTH, accuracy_at, curve, load_preset, plans, plot, table  # noqa: E402
+from hetfl.methods import title  # noqa: E402
+
+KEPT = ROOT / "docs/results/compare"
+PAGE = ROOT / "docs/compare.md"
+BEGIN, END = "<!-- results: scripts/compare_page.py -->", "<!-- end results -->"
+COLUMNS = {"final": "final accuracy", **{k: f"accuracy at equal {v.split(' (')[0]}" for k, v in COSTS.items()}}
+
+
+def kept_results(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], Path, Path]:
+    """The committed runs of one comparison folder as hetfl.compare.table takes them, the methods left out (and
+    why), and the comparison's fleet and preset (from its summary.json)."""
+    summary = json.loads((folder / "summary.json").read_text())
+    fleet, preset = ROOT / summary["fleet"], ROOT / summary["preset"]
+    results, skipped = {}, {}
+    for plan in plans(fleet, load_preset(preset), preset):
+        if plan.skipped:
+            skipped[plan.method] = plan.skipped
+            continue
+        runs = {}
+        for f in sorted((folder / plan.method).glob("s[0-9]*/metrics.json")):
+            m = json.loads(f.read_text())
+            if m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]:
+                runs[int(f.parent.name[1:])] = m
+        tune = folder / plan.method / "tune" / "summary.json"
+        if runs and tune.exists():
+            results[plan.method] = {"values": json.loads(tune.read_text())["best"]["values"], "runs": runs, "failed": {},
+                                    "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
+        else:
+            results.setdefault("_missing", []).append(plan.method)  # type: ignore[union-attr]
+    missing = results.pop("_missing", [])
+    return results, {**skipped, **{m: "not committed yet" for m in missing}}, fleet, preset
+
+
+def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> list[str]:
+    """Per column: the leading method's mean, its margin over the next, and whether the margin exceeds the seed
+    spread (the larger std of the two; one seed: no spread, said so)."""
+    out = []
+    for col, label in COLUMNS.items():
+        per = {}
+        for m, res in results.items():
+            cs = [curve(r["rounds"]) for r in res["runs"].values()]
+            xs = [c["accuracy"][-1] if col == "final" else accuracy_at(c, col, budget[col]) for c in cs]
+            if all(x is not None for x in xs):
+                per[m] = [100 * x for x in xs]
+        if len(per) < 2:
+            continue
+        ranked = sorted(per, key=lambda m: -statistics.mean(per[m]))
+        a, b = ranked[0], ranked[1]
+        margin = statistics.mean(per[a]) - statistics.mean(per[b])
+        spreads = [statistics.stdev(per[m]) for m in (a, b) if len(per[m]) > 1]
+        if not spreads:
+            verdict = "one seed each: no spread yet"
+        elif margin > max(spreads):
+            verdict = f"beyond the seed spread ({max(spreads):.2f})"
+        else:
+            verdict = f"within the seed spread ({max(spreads):.2f}): a tie"
+        out.append(f"{label}: **{title(a)}** {statistics.mean(per[a]):.2f}%, {margin:.2f} points over {title(b)} "
+                   f"({verdict})")
+    return out
+
+
+def section(folder: Path, write: bool = True) -> str:
+    """One comparison's part of the page; with `write`, its folder's table.md and pareto.png of the same runs."""
+    results, skipped, fleet, preset = kept_results(folder)
+    text, budget = table(results, skipped)
+    if write:
+        (folder / "table.md").write_text(text + "\n")
+        plot(results, folder / "pareto.png")
+    rel = folder.relative_to(ROOT / "docs")
+    seeds = sorted({s for r in results.values() for s in r["runs"]})
+    lines = [f"### {fleet.stem} x {preset.stem}", "",
+             f"Fleet `{fleet.relative_to(ROOT)}`, preset `{preset.relative_to(ROOT)}`; committed runs in `docs/{rel}/` "
+             f"(seeds {', '.join(map(str, seeds))}). Equal budgets (the least any listed method spent): "
+             f"{budget['client_bytes'] / 1e9:.3g} GB of client traffic, {budget['client_flops'] / 1e15:.3g} PFLOP of "
+             f"client compute, {budget['sim_s'] / 3600:.3g} simulated hours.", "", text, "",
+             f"![accuracy against each cost]({rel}/pareto.png)", ""]
+    lead = leaders(results, budget)
+    if lead:
+        lines += ["Who leads, among the methods listed:", "", *[f"- {x}" for x in lead], ""]
+    return "\n".join(lines)
+
+
+def render(write: bool = True) -> str:
+    folders = sorted(f.parent for f in KEPT.glob("*/summary.json"))
+    body = "\n".join(section(f, write) for f in folders) if folders else "No comparison is committed yet.\n"
+    return f"{BEGIN}\n{body}{END}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if docs/compare.md differs from the committed runs")
+    a = p.parse_args(argv)
+    page = PAGE.read_text()
+    if BEGIN not in page or END not in page:
+        print(f"{PAGE}: no {BEGIN} ... {END} markers", file=sys.stderr)
+        return 2
+    new = page[: page.index(BEGIN)] + render(write=not a.check) + page[page.index(END) + len(END):]
+    if a.check:
+        if new != page:
+            print(f"{PAGE} differs from the committed comparisons: run python scripts/compare_page.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(new)
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
