@@ -11,6 +11,12 @@ from pathlib import Path
 
 import pytest
 
+# OpenMP threads that wait by sleeping, not spinning: two pytest workers (and the processes they start) each run torch
+# with as many threads as there are CPUs, and a spinning waiter then holds a core the other worker needs. Measured
+# (docs/results/README.md#test-suite-time): 2-7x slower small-model tests under `-n 2`, none alone. Set before torch
+# loads (the OpenMP runtime reads it once); inherited by every process a test starts; an explicit setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
