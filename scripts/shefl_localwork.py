@@ -63,8 +63,10 @@ def table() -> str:
             fmt = (lambda v: f"{statistics.mean(v):.2f} ± {statistics.stdev(v):.2f}" if len(v) > 1 else f"{v[0]:.2f}")
             to75 = [_round_to(m["rounds"], 0.75) for _, m in runs]
             to80 = [_round_to(m["rounds"], 0.80) for _, m in runs]
-            dis = runs[0][1]["rounds"]
-            d = [dis[i].get("disagreement") if i < len(dis) else None for i in (1, 5, 10, 20)]
+            d = []  # the mean over the seeds that recorded it
+            for i in (1, 5, 10, 20):
+                xs = [m["rounds"][i].get("disagreement") for _, m in runs if i < len(m["rounds"])]
+                d.append(statistics.mean(xs) if xs and all(x is not None for x in xs) else None)
             dtext = " / ".join(f"{x:.3f}" for x in d) if all(x is not None for x in d) else "(one model)"
             out.append(f"| {ep} | {label} | {','.join(str(s) for s, _ in runs)} | {fmt(finals)} | {fmt(bests)} | "
                        f"{', '.join(str(x) if x else '>20' for x in to75)} | {', '.join(str(x) if x else '>20' for x in to80)} | "
