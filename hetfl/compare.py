@@ -184,6 +184,51 @@ def _write(path: Path, metrics: dict[str, Any]) -> None:
     path.write_text(json.dumps(metrics, indent=1))
 
 
+def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | None = None,
+                 reuse: Path | None = None) -> dict[str, Any]:
+    """`plan`'s tuning study (seed 0, the preset's budget, a grid over its space) and the values it chose: the study
+    committed in `keep` if its spec is the same, else `reuse`'s of the same training (clocked here), else run (and
+    copied to `keep`); :func:`run_plan` says more."""
+    from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
+
+    nodes = int(plan.config["min-available-nodes"])
+    spec = TuneSpec(base={**plan.config, "seed": 0}, space=tuple(parse_space(plan.space)),
+                    trials=preset["tune"]["trials"], rounds=preset["tune"]["rounds"], nodes=nodes, sampler="grid",
+                    seed=0, prune=False)
+    study = out / plan.method / "tune"
+    said = json.dumps({"base": spec.base, "space": plan.space, "trials": spec.trials, "rounds": spec.rounds,
+                       "sampler": spec.sampler, "seed": spec.seed, "nodes": nodes}, indent=1, sort_keys=True)
+    kept = keep / plan.method / "tune" if keep else None
+    other = reuse / plan.method / "tune" if reuse else None
+    if kept and (kept / "spec.json").exists() and (kept / "spec.json").read_text() == said:
+        values = json.loads((kept / "summary.json").read_text())["best"]["values"]
+        log.info("%s: the committed study in %s chose %s", plan.method, kept, values)
+    elif other and (other / "spec.json").exists() and _but_fleet(other / "spec.json") == _but_fleet(said):
+        for f in sorted(other.glob("trials/t*/metrics.json")):  # the same trials, clocked on this fleet
+            _write(study / f.relative_to(other), reclock(json.loads(f.read_text()), Path(plan.config["fleet"])))
+        shutil.copy2(other / "summary.json", study / "summary.json")
+        (study / "spec.json").write_text(said)
+        values = json.loads((study / "summary.json").read_text())["best"]["values"]
+        log.info("%s: the study in %s (a fleet of the same profiles) chose %s", plan.method, other, values)
+        if kept:
+            _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
+                  study, kept)
+    else:
+        try:
+            values = tune(spec, study, final=False)["best"]["values"]
+        except StudyMismatch:  # the preset changed since: that study is kept aside, and this one starts afresh
+            k = 0
+            while study.with_name(f"tune.replaced-{k}").exists():
+                k += 1
+            study.rename(study.with_name(f"tune.replaced-{k}"))
+            values = tune(spec, study, final=False)["best"]["values"]
+        if kept:
+            (study / "spec.json").write_text(said)
+            _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
+                  study, kept)
+    return values
+
+
 def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], keep: Path | None = None,
              reuse: Path | None = None) -> dict[str, Any]:
     """Tune `plan` once (seed 0, the preset's budget), then run the chosen values at every seed; finished runs are
@@ -198,45 +243,9 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
     finished runs are this comparison's too, their clock recomputed (:func:`reclock`): nothing is trained twice."""
     from hetfl.common.results import NoClientSucceeded
     from hetfl.inprocess import finished_run, run_in_process
-    from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
 
     nodes = int(plan.config["min-available-nodes"])
-    values: dict[str, Any] = {}
-    if plan.space:
-        spec = TuneSpec(base={**plan.config, "seed": 0}, space=tuple(parse_space(plan.space)),
-                        trials=preset["tune"]["trials"], rounds=preset["tune"]["rounds"], nodes=nodes, sampler="grid",
-                        seed=0, prune=False)
-        study = out / plan.method / "tune"
-        said = json.dumps({"base": spec.base, "space": plan.space, "trials": spec.trials, "rounds": spec.rounds,
-                           "sampler": spec.sampler, "seed": spec.seed, "nodes": nodes}, indent=1, sort_keys=True)
-        kept = keep / plan.method / "tune" if keep else None
-        other = reuse / plan.method / "tune" if reuse else None
-        if kept and (kept / "spec.json").exists() and (kept / "spec.json").read_text() == said:
-            values = json.loads((kept / "summary.json").read_text())["best"]["values"]
-            log.info("%s: the committed study in %s chose %s", plan.method, kept, values)
-        elif other and (other / "spec.json").exists() and _but_fleet(other / "spec.json") == _but_fleet(said):
-            for f in sorted(other.glob("trials/t*/metrics.json")):  # the same trials, clocked on this fleet
-                _write(study / f.relative_to(other), reclock(json.loads(f.read_text()), Path(plan.config["fleet"])))
-            shutil.copy2(other / "summary.json", study / "summary.json")
-            (study / "spec.json").write_text(said)
-            values = json.loads((study / "summary.json").read_text())["best"]["values"]
-            log.info("%s: the study in %s (a fleet of the same profiles) chose %s", plan.method, other, values)
-            if kept:
-                _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
-                      study, kept)
-        else:
-            try:
-                values = tune(spec, study, final=False)["best"]["values"]
-            except StudyMismatch:  # the preset changed since: that study is kept aside, and this one starts afresh
-                k = 0
-                while study.with_name(f"tune.replaced-{k}").exists():
-                    k += 1
-                study.rename(study.with_name(f"tune.replaced-{k}"))
-                values = tune(spec, study, final=False)["best"]["values"]
-            if kept:
-                (study / "spec.json").write_text(said)
-                _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
-                      study, kept)
+    values = tuned_values(plan, preset, out, keep, reuse) if plan.space else {}
     runs, failed = {}, {}
     for seed in seeds:
         cfg = {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}
