@@ -167,12 +167,11 @@ def reclock(metrics: dict[str, Any], fleet_path: Path) -> dict[str, Any]:
     availability, so the same training): the config names this fleet and every round's simulated seconds are
     recomputed from the round's per-client bytes and FLOPs at this fleet's speeds. A fleet whose profiles differ is
     one CompareError line."""
-    from hetfl.common.fleet import load_fleet, simulated_round_seconds
+    from hetfl.common.fleet import simulated_round_seconds, tiers_of
 
     same_profiles(metrics["config"]["fleet"], fleet_path, "--reuse: a run there")
-    fleet = load_fleet(fleet_path)
     cfg = {**metrics["config"], "fleet": str(fleet_path.resolve())}
-    tiers = fleet.assign(int(cfg["num-clients"]), cfg["seed"])
+    tiers = tiers_of(cfg)  # as the run's rows would have had them on this fleet
     rows = [{**r, "sim_round_s": simulated_round_seconds(tiers, r["bytes_down_by_client"], r["bytes_up_by_client"],
                                                          r["flops_by_client"])} if "sim_round_s" in r else r
             for r in metrics["rounds"]]
@@ -203,16 +202,14 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
     if kept and (kept / "spec.json").exists() and (kept / "spec.json").read_text() == said:
         values = json.loads((kept / "summary.json").read_text())["best"]["values"]
         log.info("%s: the committed study in %s chose %s", plan.method, kept, values)
-    elif other and (other / "spec.json").exists() and _but_fleet(other / "spec.json") == _but_fleet(said):
+        return values
+    if other and (other / "spec.json").exists() and _but_fleet(other / "spec.json") == _but_fleet(said):
         for f in sorted(other.glob("trials/t*/metrics.json")):  # the same trials, clocked on this fleet
             _write(study / f.relative_to(other), reclock(json.loads(f.read_text()), Path(plan.config["fleet"])))
         shutil.copy2(other / "summary.json", study / "summary.json")
         (study / "spec.json").write_text(said)
         values = json.loads((study / "summary.json").read_text())["best"]["values"]
         log.info("%s: the study in %s (a fleet of the same profiles) chose %s", plan.method, other, values)
-        if kept:
-            _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
-                  study, kept)
     else:
         try:
             values = tune(spec, study, final=False)["best"]["values"]
@@ -224,8 +221,8 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
             values = tune(spec, study, final=False)["best"]["values"]
         if kept:
             (study / "spec.json").write_text(said)
-            _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))],
-                  study, kept)
+    if kept:
+        _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))], study, kept)
     return values
 
 

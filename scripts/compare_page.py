@@ -34,7 +34,7 @@ def kept_results(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str
     why), and the comparison's fleet and preset (from its summary.json)."""
     summary = json.loads((folder / "summary.json").read_text())
     fleet, preset = ROOT / summary["fleet"], ROOT / summary["preset"]
-    results, skipped = {}, {}
+    results, skipped, missing = {}, {}, []
     for plan in plans(fleet, load_preset(preset), preset):
         if plan.skipped:
             skipped[plan.method] = plan.skipped
@@ -49,8 +49,7 @@ def kept_results(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str
             results[plan.method] = {"values": json.loads(tune.read_text())["best"]["values"], "runs": runs, "failed": {},
                                     "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
         else:
-            results.setdefault("_missing", []).append(plan.method)  # type: ignore[union-attr]
-    missing = results.pop("_missing", [])
+            missing.append(plan.method)
     return results, {**skipped, **{m: "not committed yet" for m in missing}}, fleet, preset
 
 
