@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetfl.common.results import copy_files
+
 log = logging.getLogger("hetfl")
 
 METHODS = ("fedavg", "shefl", "fens", "adaptivefl", "heterofl", "all-large")
@@ -146,12 +148,6 @@ def accuracy_at(c: dict[str, list[float]], cost: str, budget: float) -> float | 
     return within[-1] if within else None
 
 
-def _copy(files: list[Path], src: Path, dst: Path) -> None:
-    for f in files:
-        (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, dst / f.relative_to(src))
-
-
 def same_profiles(ran_on: str | Path, fleet_path: Path, what: str) -> None:
     """One CompareError line unless the fleet `what` ran on has `fleet_path`'s profiles (Fleet.profiles)."""
     from hetfl.common.fleet import load_fleet
@@ -222,7 +218,7 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
         if kept:
             (study / "spec.json").write_text(said)
     if kept:
-        _copy([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))], study, kept)
+        copy_files([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))], study, kept)
     return values
 
 
@@ -248,7 +244,7 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
         cfg = {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}
         local = out / plan.method / f"s{seed}" / "metrics.json"
         if keep and (keep / plan.method / f"s{seed}" / "metrics.json").exists() and not local.exists():
-            _copy([keep / plan.method / f"s{seed}" / "metrics.json"], keep, out)  # committed: judged as a local one
+            copy_files([keep / plan.method / f"s{seed}" / "metrics.json"], keep, out)  # committed: judged as a local one
         if reuse and (reuse / plan.method / f"s{seed}" / "metrics.json").exists() and not local.exists():
             ran = json.loads((reuse / plan.method / f"s{seed}" / "metrics.json").read_text())
             if ran["summary"].get("rounds_completed") == cfg["num-server-rounds"]:  # finished there: clocked here
@@ -259,7 +255,7 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
         except NoClientSucceeded as err:  # a diverged run: recorded, the comparison goes on
             failed[seed] = str(err).splitlines()[0]
         if keep and seed in runs:
-            _copy([out / plan.method / f"s{seed}" / "metrics.json"], out, keep)
+            copy_files([out / plan.method / f"s{seed}" / "metrics.json"], out, keep)
     return {"values": values, "runs": runs, "failed": failed,
             "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
 
@@ -367,7 +363,7 @@ def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], me
                            for m, r in results.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if keep:
-        _copy([out / "table.md", out / "pareto.png", out / "summary.json"], out, keep)
+        copy_files([out / "table.md", out / "pareto.png", out / "summary.json"], out, keep)
     return summary
 
 

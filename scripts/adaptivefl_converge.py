@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hetfl.common.results import copy_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results/adaptivefl-converge"
@@ -79,10 +80,7 @@ def step_converge(method: str, min_rounds: int, chunk: int, max_rounds: int) -> 
 
 
 def keep(src: Path, dst: Path, patterns: list[str]) -> None:
-    for pattern in patterns:
-        for f in src.glob(pattern):
-            (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst / f.relative_to(src))
+    copy_files([f for pattern in patterns for f in sorted(src.glob(pattern))], src, dst)
 
 
 def table() -> str:

@@ -4,8 +4,9 @@ client FLOPs and simulated time, mean ± std over the committed seeds), its Pare
 each budget, by how much, against the seed spread. Nothing is trained: a method or seed not yet committed is listed
 as missing.
 
-    python scripts/compare_page.py           # rewrite the page's results (between its markers) and each folder's table
-    python scripts/compare_page.py --check   # exit 1 if the page differs from what the committed runs give
+    python scripts/compare_page.py           # rewrite the page's results and README's winner lines (between their
+                                             # markers) and each folder's table
+    python scripts/compare_page.py --check   # exit 1 if either differs from what the committed runs give
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from hetfl.methods import title  # noqa: E402
 KEPT = ROOT / "docs/results/compare"
 PAGE = ROOT / "docs/compare.md"
 BEGIN, END = "<!-- results: scripts/compare_page.py -->", "<!-- end results -->"
+README = ROOT / "README.md"
+README_BEGIN, README_END = "<!-- fleet winners: scripts/compare_page.py -->", "<!-- end fleet winners -->"
 COLUMNS = {"final": "final accuracy", **{k: f"accuracy at equal {v.split(' (')[0]}" for k, v in COSTS.items()}}
 
 
@@ -53,9 +56,9 @@ def kept_results(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str
     return results, {**skipped, **{m: "not committed yet" for m in missing}}, fleet, preset
 
 
-def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> list[str]:
-    """Per column: the leading method's mean, its margin over the next, and whether the margin exceeds the seed
-    spread (the larger std of the two; one seed: no spread, said so)."""
+def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> list[dict[str, Any]]:
+    """Per column: the leading method, its mean, the runner-up, the margin and whether it exceeds the seed spread (the
+    larger std of the two; one seed: no spread, said so)."""
     out = []
     for col, label in COLUMNS.items():
         per = {}
@@ -76,9 +79,31 @@ def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> lis
             verdict = f"beyond the seed spread ({max(spreads):.2f})"
         else:
             verdict = f"within the seed spread ({max(spreads):.2f}): a tie"
-        out.append(f"{label}: **{title(a)}** {statistics.mean(per[a]):.2f}%, {margin:.2f} points over {title(b)} "
-                   f"({verdict})")
+        out.append({"column": col, "label": label, "leader": a, "mean": statistics.mean(per[a]), "next": b,
+                    "margin": margin, "verdict": verdict, "tie": bool(spreads) and margin <= max(spreads)})
     return out
+
+
+def lead_line(x: dict[str, Any]) -> str:
+    return (f"{x['label']}: **{title(x['leader'])}** {x['mean']:.2f}%, {x['margin']:.2f} points over {title(x['next'])} "
+            f"({x['verdict']})")
+
+
+def winner_line(folder: Path) -> str:
+    """README's one line for one comparison: who leads at each budget, by how much, with the seed spread."""
+    results, skipped, fleet, preset = kept_results(folder)
+    budget = table(results, skipped)[1]
+    seeds = sorted({s for r in results.values() for s in r["runs"]})
+    short = {"final": "final accuracy", "client_bytes": "equal bytes", "client_flops": "equal FLOPs",
+             "sim_s": "equal simulated time"}
+    lead = leaders(results, budget)
+    parts = [f"{short[x['column']]}: {title(x['leader'])} by {x['margin']:.2f} over {title(x['next'])}"
+             + ("" if x["verdict"].startswith("one seed") else f" ({x['verdict']})") for x in lead]
+    missing = [title(m) for m, why in skipped.items() if why == "not committed yet"]
+    tail = "; one seed: no spread yet" if any(x["verdict"].startswith("one seed") for x in lead) else ""
+    tail += f"; not yet committed: {', '.join(missing)}" if missing else ""
+    return (f"- **{fleet.stem}** ({preset.stem}, seeds {', '.join(map(str, seeds))}): " + "; ".join(parts)
+            + f" (points of test accuracy{tail}; [table](docs/compare.md))")
 
 
 def section(folder: Path, write: bool = True) -> str:
@@ -98,7 +123,7 @@ def section(folder: Path, write: bool = True) -> str:
              f"![accuracy against each cost]({rel}/pareto.png)", ""]
     lead = leaders(results, budget)
     if lead:
-        lines += ["Who leads, among the methods listed:", "", *[f"- {x}" for x in lead], ""]
+        lines += ["Who leads, among the methods listed:", "", *[f"- {lead_line(x)}" for x in lead], ""]
     return "\n".join(lines)
 
 
@@ -108,22 +133,36 @@ def render(write: bool = True) -> str:
     return f"{BEGIN}\n{body}{END}"
 
 
+def render_readme() -> str:
+    folders = sorted(f.parent for f in KEPT.glob("*/summary.json"))
+    body = "\n".join(winner_line(f) for f in folders) if folders else "No comparison is committed yet."
+    return f"{README_BEGIN}\n{body}\n{README_END}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if docs/compare.md differs from the committed runs")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if docs/compare.md or README.md's winner lines differ from the committed runs")
     a = p.parse_args(argv)
-    page = PAGE.read_text()
-    if BEGIN not in page or END not in page:
-        print(f"{PAGE}: no {BEGIN} ... {END} markers", file=sys.stderr)
-        return 2
-    new = page[: page.index(BEGIN)] + render(write=not a.check) + page[page.index(END) + len(END):]
-    if a.check:
-        if new != page:
-            print(f"{PAGE} differs from the committed comparisons: run python scripts/compare_page.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(new)
-    print(f"wrote {PAGE}")
+    targets = [(PAGE, BEGIN, END, lambda: render(write=not a.check)), (README, README_BEGIN, README_END, render_readme)]
+    stale = []
+    for path, begin, end, make in targets:
+        text = path.read_text()
+        if begin not in text or end not in text:
+            print(f"{path}: no {begin} ... {end} markers", file=sys.stderr)
+            return 2
+        new = text[: text.index(begin)] + make() + text[text.index(end) + len(end):]
+        if new == text:
+            continue
+        if a.check:
+            stale.append(path.name)
+        else:
+            path.write_text(new)
+            print(f"wrote {path}")
+    if stale:
+        print(f"{', '.join(stale)} differ(s) from the committed comparisons: run python scripts/compare_page.py",
+              file=sys.stderr)
+        return 1
     return 0
 
 

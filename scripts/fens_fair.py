@@ -32,6 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hetfl.common.results import copy_files  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 20
 
@@ -144,17 +146,12 @@ def _finished(f: Path) -> bool:
 def keep(out: Path, alpha: str) -> None:
     """Copy what a finished step measured (metrics.json, summary.json, upper.json) under docs/results/fens-fair/:
     runs that completed their rounds and the trials their studies count, nothing half done."""
-    import shutil
-
-    dst = DOCS / f"dir{alpha}"
-    for f in [out / "base/metrics.json", out / "upper.json", out / "tune-agg/summary.json",
-              out / "tune-agg/chosen/metrics.json", out / "tune-agg/chosen-r1000/metrics.json",
-              *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
-              *sorted(out.glob("complete-e*/metrics.json")), *sorted(out.glob("iter-*/summary.json")),
-              *sorted(out.glob("iter-*/trials/t*/metrics.json")), *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]:
-        if f.exists() and _finished(f):
-            (dst / f.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst / f.relative_to(out))
+    files = [out / "base/metrics.json", out / "upper.json", out / "tune-agg/summary.json",
+             out / "tune-agg/chosen/metrics.json", out / "tune-agg/chosen-r1000/metrics.json",
+             *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
+             *sorted(out.glob("complete-e*/metrics.json")), *sorted(out.glob("iter-*/summary.json")),
+             *sorted(out.glob("iter-*/trials/t*/metrics.json")), *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]
+    copy_files([f for f in files if f.exists() and _finished(f)], out, DOCS / f"dir{alpha}")
 
 
 def complete_runs(d: Path, seed: int = 0) -> list[Path]:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hetfl.common.results import copy_files  # noqa: E402
+
 NAME = "shefl-localwork-fmnist-dir0.6-r20"
 RUNS = ROOT / "docs/results" / NAME / "runs"
 PAGE = ROOT / "docs/results/shefl-localwork.md"
@@ -53,11 +56,9 @@ def intervene(seeds: list[int]) -> None:
 
 
 def _keep() -> None:
-    for src in (ROOT / "results/reproduce" / NAME / "runs").glob("*/metrics.json"):
-        m = json.loads(src.read_text())
-        if m["summary"].get("rounds_completed") == 20:
-            (RUNS / src.parent.name).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, RUNS / src.parent.name / "metrics.json")
+    src = ROOT / "results/reproduce" / NAME / "runs"
+    copy_files([f for f in sorted(src.glob("*/metrics.json"))
+                if json.loads(f.read_text())["summary"].get("rounds_completed") == 20], src, RUNS)
 
 
 def _run(method: str, ep: int, seed: int, suffix: str = "") -> dict | None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hetfl.common.results import RunRecorder, convergence_round, machine_info
+from hetfl.common.results import RunRecorder, convergence_round, copy_files, machine_info
 
 
 def test_convergence_round():
@@ -14,6 +14,21 @@ def test_convergence_round():
     assert convergence_round(accs, 0.8) == 2
     assert convergence_round(accs, 0.95) is None
     assert convergence_round([(0, 0.99), (1, 0.5)], 0.9) is None  # the initial model does not count
+
+
+def test_copy_files_keeps_relative_paths_and_only_the_files_named(tmp_path):
+    src, dst = tmp_path / "results", tmp_path / "docs"
+    for rel, text in {"a/s0/metrics.json": "0", "a/tune/trials/t1/metrics.json": "1", "a/s0/checkpoint.pt": "x"}.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    (dst / "a/s0").mkdir(parents=True)
+    (dst / "a/s0/metrics.json").write_text("old")
+    out = copy_files(sorted(src.glob("a/**/metrics.json")), src, dst)
+    assert sorted(p.relative_to(dst).as_posix() for p in out) == ["a/s0/metrics.json", "a/tune/trials/t1/metrics.json"]
+    assert (dst / "a/s0/metrics.json").read_text() == "0" and (dst / "a/tune/trials/t1/metrics.json").read_text() == "1"
+    assert not (dst / "a/s0/checkpoint.pt").exists()
+    with pytest.raises(ValueError):  # a file outside src has no place under dst
+        copy_files([tmp_path / "elsewhere.json"], src, dst)
 
 
 def test_recorder_writes_metrics_and_plot(tmp_path):

@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,18 @@ from .rundata import dataset_threshold
 from .tracking import Trackers, write_csv
 
 log = logging.getLogger("hetfl")
+
+
+def copy_files(files: list[Path], src: Path, dst: Path) -> list[Path]:
+    """Copy each of `files` (paths under `src`) to the same relative path under `dst`, making folders; what a
+    reproduction keeps for committing (finished runs' metrics.json, study summaries). Returns the copies."""
+    out = []
+    for f in files:
+        to = dst / Path(f).relative_to(src)
+        to.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, to)
+        out.append(to)
+    return out
 
 
 def convergence_round(accuracies: list[tuple[int, float]], threshold: float) -> int | None:
