@@ -53,9 +53,10 @@ run: install data
 quickstart-shefl quickstart-fens quickstart-adaptivefl: quickstart-%: install data
 	$(BIN)/python -m hetfl.launch configs/quickstart-$*.toml
 
-# Two pytest workers (pytest-xdist): the end-to-end tests spend much of their time starting processes and
-# waiting on heartbeats, so the second core is busy while the first waits. TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
+# Three pytest workers on 2 cores (pytest-xdist): the deployment tests spend much of their time waiting on Flower's
+# 3-s polls and heartbeats, so a third worker fills those waits (measured: -n 2 1,196 s, -n 3 975 s, -n 4 1,473 s,
+# docs/results/README.md#test-suite-time). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 3
 test: install data compose-cli
 	$(BIN)/ruff check --select F,E9 hetfl tests scripts
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
