@@ -54,8 +54,8 @@ quickstart-shefl quickstart-fens quickstart-adaptivefl: quickstart-%: install da
 	$(BIN)/python -m hetfl.launch configs/quickstart-$*.toml
 
 # Three pytest workers on 2 cores (pytest-xdist): the deployment tests spend much of their time waiting on Flower's
-# 3-s polls and heartbeats, so a third worker fills those waits (measured: -n 2 1,196 s, -n 3 975 s, -n 4 1,473 s,
-# docs/results/README.md#test-suite-time). TEST_WORKERS=0 runs in one process.
+# 3-s polls and heartbeats, so a third worker fills some of those waits (measured once each: -n 2 1,196 s, -n 3 975 s,
+# -n 4 1,473 s; docs/results/README.md#test-suite-time). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 3
 test: install data compose-cli
 	$(BIN)/ruff check --select F,E9 hetfl tests scripts

@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetfl.common.results import copy_files
-
 log = logging.getLogger("hetfl")
 
 METHODS = ("fedavg", "shefl", "fens", "adaptivefl", "heterofl", "all-large")
@@ -184,6 +182,7 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
     """`plan`'s tuning study (seed 0, the preset's budget, a grid over its space) and the values it chose: the study
     committed in `keep` if its spec is the same, else `reuse`'s of the same training (clocked here), else run (and
     copied to `keep`); :func:`run_plan` says more."""
+    from hetfl.common.results import copy_files
     from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
 
     nodes = int(plan.config["min-available-nodes"])
@@ -234,7 +233,7 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
 
     With `reuse` (another fleet's kept comparison of this preset, its fleet of the same profiles), its study and its
     finished runs are this comparison's too, their clock recomputed (:func:`reclock`): nothing is trained twice."""
-    from hetfl.common.results import NoClientSucceeded
+    from hetfl.common.results import NoClientSucceeded, copy_files
     from hetfl.inprocess import finished_run, run_in_process
 
     nodes = int(plan.config["min-available-nodes"])
@@ -336,6 +335,7 @@ def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], me
     """Run (or reuse) the whole comparison and write ``out/summary.json``, ``out/table.md`` and ``out/pareto.png``
     (and into `keep`, with what finished: :func:`run_plan`)."""
     from hetfl.common.config import ConfigError
+    from hetfl.common.results import copy_files
     from hetfl.methods import validate
 
     preset = load_preset(preset_path)

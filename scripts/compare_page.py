@@ -80,7 +80,8 @@ def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> lis
         else:
             verdict = f"within the seed spread ({max(spreads):.2f}): a tie"
         out.append({"column": col, "label": label, "leader": a, "mean": statistics.mean(per[a]), "next": b,
-                    "margin": margin, "verdict": verdict, "tie": bool(spreads) and margin <= max(spreads)})
+                    "margin": margin, "verdict": verdict, "spread": max(spreads) if spreads else None,
+                    "tie": bool(spreads) and margin <= max(spreads)})
     return out
 
 
@@ -90,20 +91,33 @@ def lead_line(x: dict[str, Any]) -> str:
 
 
 def winner_line(folder: Path) -> str:
-    """README's one line for one comparison: who leads at each budget, by how much, with the seed spread."""
+    """README's one line for one comparison (:func:`winner_text` of its committed runs)."""
     results, skipped, fleet, preset = kept_results(folder)
     budget = table(results, skipped)[1]
     seeds = sorted({s for r in results.values() for s in r["runs"]})
-    short = {"final": "final accuracy", "client_bytes": "equal bytes", "client_flops": "equal FLOPs",
-             "sim_s": "equal simulated time"}
-    lead = leaders(results, budget)
-    parts = [f"{short[x['column']]}: {title(x['leader'])} by {x['margin']:.2f} over {title(x['next'])}"
-             + ("" if x["verdict"].startswith("one seed") else f" ({x['verdict']})") for x in lead]
-    missing = [title(m) for m, why in skipped.items() if why == "not committed yet"]
-    tail = "; one seed: no spread yet" if any(x["verdict"].startswith("one seed") for x in lead) else ""
-    tail += f"; not yet committed: {', '.join(missing)}" if missing else ""
-    return (f"- **{fleet.stem}** ({preset.stem}, seeds {', '.join(map(str, seeds))}): " + "; ".join(parts)
-            + f" (points of test accuracy{tail}; [table](docs/compare.md))")
+    missing = [m for m, why in skipped.items() if why == "not committed yet"]
+    return winner_text(f"{fleet.stem}** ({preset.stem}", seeds, leaders(results, budget), list(results), missing)
+
+
+def winner_text(name: str, seeds: list[int], lead: list[dict[str, Any]], committed: list[str],
+                missing: list[str]) -> str:
+    """Who leads at each budget and by how much, or who ties within the seed spread; fewer than two committed
+    methods: said so."""
+    head = f"- **{name}, seeds {', '.join(map(str, seeds)) or 'none'}): "
+    if not lead:
+        return head + f"fewer than two methods committed yet ({', '.join(map(title, committed)) or 'none'})"
+    parts = []
+    for x in lead:
+        what = "final accuracy" if x["column"] == "final" else "equal " + COSTS[x["column"]].split(" (")[0]
+        if x["tie"]:
+            parts.append(f"{what}: {title(x['leader'])} and {title(x['next'])} tie ({x['margin']:.2f} points apart, "
+                         f"seed spread {x['spread']:.2f})")
+        else:
+            spread = "" if x["spread"] is None else f", beyond the seed spread ({x['spread']:.2f})"
+            parts.append(f"{what}: {title(x['leader'])} by {x['margin']:.2f} over {title(x['next'])}{spread}")
+    tail = "; one seed: no spread yet" if any(x["spread"] is None for x in lead) else ""
+    tail += f"; not yet committed: {', '.join(map(title, missing))}" if missing else ""
+    return head + "; ".join(parts) + f" (points of test accuracy{tail}; [table](docs/compare.md))"
 
 
 def section(folder: Path, write: bool = True) -> str:
@@ -145,12 +159,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="exit 1 if docs/compare.md or README.md's winner lines differ from the committed runs")
     a = p.parse_args(argv)
     targets = [(PAGE, BEGIN, END, lambda: render(write=not a.check)), (README, README_BEGIN, README_END, render_readme)]
+    for path, begin, end, _ in targets:  # every file's markers checked before anything is written
+        if begin not in path.read_text() or end not in path.read_text():
+            print(f"{path}: no {begin} ... {end} markers", file=sys.stderr)
+            return 2
     stale = []
     for path, begin, end, make in targets:
         text = path.read_text()
-        if begin not in text or end not in text:
-            print(f"{path}: no {begin} ... {end} markers", file=sys.stderr)
-            return 2
         new = text[: text.index(begin)] + make() + text[text.index(end) + len(end):]
         if new == text:
             continue

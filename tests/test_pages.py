@@ -39,6 +39,26 @@ def test_the_comparison_page_is_generated_from_the_committed_comparisons():
         assert f"committed runs in `docs/results/compare/{folder.parent.name}/`" in text, folder.parent.name
 
 
+def test_readme_winner_lines_say_ties_leads_and_too_few_methods():
+    compare_page = _script("compare_page")
+
+    def lead(col, a, b, margin, spread):
+        return {"column": col, "leader": a, "next": b, "margin": margin, "spread": spread,
+                "tie": spread is not None and margin <= spread}
+
+    line = compare_page.winner_text("wifi** (p", [0, 1, 2], [lead("final", "fedavg", "shefl", 0.3, 0.5),
+                                                             lead("sim_s", "fens", "fedavg", 2.0, 0.5)],
+                                    ["fedavg", "shefl", "fens"], ["heterofl"])
+    assert line.startswith("- **wifi** (p, seeds 0, 1, 2): final accuracy: FedAvg and SHEFL tie (0.30 points apart, "
+                           "seed spread 0.50); equal simulated seconds: FENS by 2.00 over FedAvg, beyond the seed "
+                           "spread (0.50)"), line
+    assert "no spread yet" not in line and line.endswith("not yet committed: HeteroFL; [table](docs/compare.md))")
+    one = compare_page.winner_text("w** (p", [0], [lead("client_bytes", "fedavg", "fens", 1.0, None)], ["fedavg", "fens"], [])
+    assert "equal client bytes: FedAvg by 1.00 over FENS (points of test accuracy; one seed: no spread yet;" in one
+    assert compare_page.winner_text("w** (p", [0], [], ["fedavg"], ["fens"]).endswith(
+        "fewer than two methods committed yet (FedAvg)")
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/results/README.md",
                                   *(f"docs/results/{n}" for n in ("shefl-fmnist-r30.md", "fens-fmnist.md",
                                                                   "adaptivefl-fmnist-r30.md", "bench.md"))])
