@@ -333,9 +333,9 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
 def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], methods: list[str] | None = None,
             keep: Path | None = None, reuse: Path | None = None) -> dict[str, Any]:
     """Run (or reuse) the whole comparison and write ``out/summary.json``, ``out/table.md`` and ``out/pareto.png``
-    (and into `keep`, with what finished: :func:`run_plan`)."""
+    of this call's runs; into `keep` the finished studies and runs (:func:`run_plan`) and the same three files of
+    every run kept there (:func:`kept_runs`), so a call with some ``--methods`` or ``--seeds`` adds to them."""
     from hetfl.common.config import ConfigError
-    from hetfl.common.results import copy_files
     from hetfl.methods import validate
 
     preset = load_preset(preset_path)
@@ -352,19 +352,52 @@ def compare(fleet_path: Path, preset_path: Path, out: Path, seeds: list[int], me
         for ran_on in sorted({json.loads(f.read_text())["config"]["fleet"] for f in reuse.glob("*/s*/metrics.json")}):
             same_profiles(ran_on, fleet_path, f"--reuse {reuse}: its runs")
     results = {p.method: run_plan(p, preset, out, seeds, keep, reuse) for p in chosen if not p.skipped}
+    summary = write_comparison(out, fleet_path, preset_path, preset, results, skipped)
+    if keep:  # the kept folder's table, plot and summary cover every run kept there, not only this call's
+        failed = {m: r["failed"] for m, r in results.items() if r["failed"]}
+        write_comparison(keep, fleet_path, preset_path, preset, *kept_runs(keep, fleet_path, preset_path), failed)
+    return summary
+
+
+def write_comparison(folder: Path, fleet_path: Path, preset_path: Path, preset: dict[str, Any],
+                      results: dict[str, dict[str, Any]], skipped: dict[str, str],
+                      failed: dict[str, dict[int, str]] | None = None) -> dict[str, Any]:
+    """``table.md``, ``pareto.png`` and ``summary.json`` of `results` in `folder`."""
     text, budget = table(results, skipped)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(text + "\n")
-    plot(results, out / "pareto.png")
-    summary = {"fleet": str(fleet_path), "preset": str(preset_path), "seeds": seeds, "budget": budget,
-               "tune": preset["tune"], "skipped": skipped, "failed": {m: r["failed"] for m, r in results.items() if r["failed"]},
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "table.md").write_text(text + "\n")
+    plot(results, folder / "pareto.png")
+    failed = failed if failed is not None else {m: r["failed"] for m, r in results.items() if r["failed"]}
+    summary = {"fleet": str(fleet_path), "preset": str(preset_path),
+               "seeds": sorted({s for r in results.values() for s in r["runs"]}), "budget": budget,
+               "tune": preset["tune"], "skipped": skipped, "failed": failed,
                "methods": {m: {"values": r["values"],
                                "final_accuracy": {str(s): run["summary"]["final_accuracy"] for s, run in r["runs"].items()}}
                            for m, r in results.items()}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    if keep:
-        copy_files([out / "table.md", out / "pareto.png", out / "summary.json"], out, keep)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def kept_runs(folder: Path, fleet_path: Path, preset_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Every finished run kept in `folder` (a ``--keep`` folder, whatever calls made it), as :func:`table` takes
+    them, and the methods left out with why (a method without a kept study and run: "not committed yet")."""
+    results, skipped, missing = {}, {}, []
+    for plan in plans(fleet_path, load_preset(preset_path), preset_path):
+        if plan.skipped:
+            skipped[plan.method] = plan.skipped
+            continue
+        runs = {}
+        for f in sorted((folder / plan.method).glob("s[0-9]*/metrics.json")):
+            m = json.loads(f.read_text())
+            if m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]:
+                runs[int(f.parent.name[1:])] = m
+        tune = folder / plan.method / "tune" / "summary.json"
+        if runs and tune.exists():
+            results[plan.method] = {"values": json.loads(tune.read_text())["best"]["values"], "runs": runs, "failed": {},
+                                    "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
+        else:
+            missing.append(plan.method)
+    return results, {**skipped, **{m: "not committed yet" for m in missing}}
 
 
 def _parser(prog: str = "python -m hetfl.compare") -> argparse.ArgumentParser:

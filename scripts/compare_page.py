@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetfl.compare import COSTS, FIXED_WIDTH, accuracy_at, curve, load_preset, plans, plot, table  # noqa: E402
+from hetfl.compare import COSTS, accuracy_at, curve, kept_runs, load_preset, table, write_comparison  # noqa: E402
 from hetfl.methods import title  # noqa: E402
 
 KEPT = ROOT / "docs/results/compare"
@@ -33,27 +33,11 @@ COLUMNS = {"final": "final accuracy", **{k: f"accuracy at equal {v.split(' (')[0
 
 
 def kept_results(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], Path, Path]:
-    """The committed runs of one comparison folder as hetfl.compare.table takes them, the methods left out (and
-    why), and the comparison's fleet and preset (from its summary.json)."""
+    """The committed runs of one comparison folder (hetfl.compare.kept_runs), the methods left out (and why), and the
+    comparison's fleet and preset (from its summary.json)."""
     summary = json.loads((folder / "summary.json").read_text())
     fleet, preset = ROOT / summary["fleet"], ROOT / summary["preset"]
-    results, skipped, missing = {}, {}, []
-    for plan in plans(fleet, load_preset(preset), preset):
-        if plan.skipped:
-            skipped[plan.method] = plan.skipped
-            continue
-        runs = {}
-        for f in sorted((folder / plan.method).glob("s[0-9]*/metrics.json")):
-            m = json.loads(f.read_text())
-            if m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]:
-                runs[int(f.parent.name[1:])] = m
-        tune = folder / plan.method / "tune" / "summary.json"
-        if runs and tune.exists():
-            results[plan.method] = {"values": json.loads(tune.read_text())["best"]["values"], "runs": runs, "failed": {},
-                                    "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
-        else:
-            missing.append(plan.method)
-    return results, {**skipped, **{m: "not committed yet" for m in missing}}, fleet, preset
+    return *kept_runs(folder, fleet, preset), fleet, preset
 
 
 def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> list[dict[str, Any]]:
@@ -121,12 +105,14 @@ def winner_text(name: str, seeds: list[int], lead: list[dict[str, Any]], committ
 
 
 def section(folder: Path, write: bool = True) -> str:
-    """One comparison's part of the page; with `write`, its folder's table.md and pareto.png of the same runs."""
+    """One comparison's part of the page; with `write`, its folder's table.md, pareto.png and summary.json of the same
+    runs (hetfl.compare.write_comparison, with the paths as the summary gives them)."""
     results, skipped, fleet, preset = kept_results(folder)
     text, budget = table(results, skipped)
     if write:
-        (folder / "table.md").write_text(text + "\n")
-        plot(results, folder / "pareto.png")
+        said = json.loads((folder / "summary.json").read_text())
+        write_comparison(folder, Path(said["fleet"]), Path(said["preset"]), load_preset(preset), results, skipped,
+                         said.get("failed", {}))
     rel = folder.relative_to(ROOT / "docs")
     seeds = sorted({s for r in results.values() for s in r["runs"]})
     lines = [f"### {fleet.stem} x {preset.stem}", "",

@@ -168,6 +168,9 @@ def test_a_tiny_comparison_runs_end_to_end_and_reuses_its_runs(tmp_path, task_id
     again = tmp_path / "fresh-clone"
     assert main([str(fleet), str(preset), "--out", str(again), "--keep", str(kept), "--methods", "fedavg"]) == 0
     assert json.loads((again / "summary.json").read_text())["methods"]["fedavg"] == summary["methods"]["fedavg"]
+    # the kept summary still covers every kept method, though this call compared one
+    assert json.loads((kept / "summary.json").read_text())["methods"] == summary["methods"]
+    assert set(json.loads((again / "summary.json").read_text())["methods"]) == {"fedavg"}
     # a committed run of another config is not reused: here the preset's lr grid changed, so the study runs again
     preset.write_text(PRESET.replace('[method.fedavg]\nspace = "lr=0.05,0.1"', '[method.fedavg]\nspace = "lr=0.05,0.2"'))
     with pytest.raises(AssertionError, match="trained again"):
