@@ -56,9 +56,11 @@ def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> lis
         ranked = sorted(per, key=lambda m: -statistics.mean(per[m]))
         a, b = ranked[0], ranked[1]
         margin = statistics.mean(per[a]) - statistics.mean(per[b])
-        spreads = [statistics.stdev(per[m]) for m in (a, b) if len(per[m]) > 1]
+        # a spread only where both have several seeds: one method's spread says nothing of the other's
+        spreads = [statistics.stdev(per[m]) for m in (a, b)] if min(len(per[a]), len(per[b])) > 1 else []
         if not spreads:
-            verdict = "one seed each: no spread yet"
+            verdict = "one seed each: no spread yet" if max(len(per[a]), len(per[b])) == 1 else \
+                f"{title(a if len(per[a]) == 1 else b)} has one seed: no spread yet"
         elif margin > max(spreads):
             verdict = f"beyond the seed spread ({max(spreads):.2f})"
         else:
@@ -99,7 +101,7 @@ def winner_text(name: str, seeds: list[int], lead: list[dict[str, Any]], committ
         else:
             spread = "" if x["spread"] is None else f", beyond the seed spread ({x['spread']:.2f})"
             parts.append(f"{what}: {title(x['leader'])} by {x['margin']:.2f} over {title(x['next'])}{spread}")
-    tail = "; one seed: no spread yet" if any(x["spread"] is None for x in lead) else ""
+    tail = "; no seed spread yet where a method has one seed" if any(x["spread"] is None for x in lead) else ""
     tail += f"; not yet committed: {', '.join(map(title, missing))}" if missing else ""
     return head + "; ".join(parts) + f" (points of test accuracy{tail}; [table](docs/compare.md))"
 

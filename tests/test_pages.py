@@ -52,9 +52,9 @@ def test_readme_winner_lines_say_ties_leads_and_too_few_methods():
     assert line.startswith("- **wifi** (p, seeds 0, 1, 2): final accuracy: FedAvg and SHEFL tie (0.30 points apart, "
                            "seed spread 0.50); equal simulated seconds: FENS by 2.00 over FedAvg, beyond the seed "
                            "spread (0.50)"), line
-    assert "no spread yet" not in line and line.endswith("not yet committed: HeteroFL; [table](docs/compare.md))")
+    assert "spread yet" not in line and line.endswith("not yet committed: HeteroFL; [table](docs/compare.md))")
     one = compare_page.winner_text("w** (p", [0], [lead("client_bytes", "fedavg", "fens", 1.0, None)], ["fedavg", "fens"], [])
-    assert "equal client bytes: FedAvg by 1.00 over FENS (points of test accuracy; one seed: no spread yet;" in one
+    assert "equal client bytes: FedAvg by 1.00 over FENS (points of test accuracy; no seed spread yet where a method has one seed;" in one
     assert compare_page.winner_text("w** (p", [0], [], ["fedavg"], ["fens"]).endswith(
         "fewer than two methods committed yet (FedAvg)")
 
