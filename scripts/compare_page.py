@@ -119,7 +119,7 @@ def section(folder: Path, write: bool = True) -> str:
     seeds = sorted({s for r in results.values() for s in r["runs"]})
     lines = [f"### {fleet.stem} x {preset.stem}", "",
              f"Fleet `{fleet.relative_to(ROOT)}`, preset `{preset.relative_to(ROOT)}`; committed runs in `docs/{rel}/` "
-             f"(seeds {', '.join(map(str, seeds))}). Equal budgets (the least any listed method spent): "
+             f"(seeds {', '.join(map(str, seeds))}). Equal budgets (the least any listed method needed for all its seeds): "
              f"{budget['client_bytes'] / 1e9:.3g} GB of client traffic, {budget['client_flops'] / 1e15:.3g} PFLOP of "
              f"client compute, {budget['sim_s'] / 3600:.3g} simulated hours.", "", text, "",
              f"![accuracy against each cost]({rel}/pareto.png)", ""]

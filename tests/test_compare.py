@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hetfl.common.fleet import available, load_fleet, simulated_round_seconds
-from hetfl.compare import CompareError, accuracy_at, curve, load_preset, main, plans
+from hetfl.compare import CompareError, accuracy_at, curve, load_preset, main, plans, table
 
 from .inprocess import run_in_process
 
@@ -340,3 +340,19 @@ def test_a_fleet_of_the_same_profiles_reuses_the_runs_with_its_own_clock(tmp_pat
         from hetfl.compare import compare
         compare(scarce, preset, tmp_path / "scarce", [0], ["fedavg"], reuse=kept)
     assert not (tmp_path / "scarce").exists()
+
+
+def test_equal_budgets_let_the_cheapest_method_score_every_seed():
+    """The budget is the least any method needed for all its seeds (its costliest seed), not the cheapest single run:
+    FENS-like seeds costing 10 and 20 simulated seconds set a 20-s budget, at which both of its seeds count."""
+    def run(*rows):  # (accuracy, simulated seconds of the round)
+        return {"rounds": [{"accuracy": a, "sim_round_s": t, "cum_bytes_down": 1, "cum_bytes_up": 1, "client_flops": 1}
+                           for a, t in rows]}
+
+    results = {"fens": {"values": {}, "width": 0.5, "runs": {0: run((0.8, 10.0)), 1: run((0.9, 20.0))}},
+               "fedavg": {"values": {}, "width": 0.5, "runs": {0: run((0.5, 15.0), (0.85, 15.0))}}}
+    text, budget = table(results, {})
+    assert budget["sim_s"] == 20.0
+    fens = next(x for x in text.splitlines() if x.startswith("| FENS "))
+    fedavg = next(x for x in text.splitlines() if x.startswith("| FedAvg "))
+    assert fens.split(" | ")[7] == "85.00 ± 7.07" and fedavg.split(" | ")[7] == "50.00", (fens, fedavg)
