@@ -32,12 +32,16 @@ README_BEGIN, README_END = "<!-- fleet winners: scripts/compare_page.py -->", "<
 COLUMNS = {"final": "final accuracy", **{k: f"accuracy at equal {v.split(' (')[0]}" for k, v in COSTS.items()}}
 
 
-def kept_results(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], Path, Path]:
-    """The committed runs of one comparison folder (hetfl.compare.kept_runs), the methods left out (and why), and the
-    comparison's fleet and preset (from its summary.json)."""
-    summary = json.loads((folder / "summary.json").read_text())
-    fleet, preset = ROOT / summary["fleet"], ROOT / summary["preset"]
-    return *kept_runs(folder, fleet, preset), fleet, preset
+def kept_results(folder: Path) -> dict[str, Any]:
+    """One comparison folder, read once: its committed runs (hetfl.compare.kept_runs), the methods left out (and
+    why), its summary.json with the fleet and preset it names, and the table, budgets and leads of those runs."""
+    said = json.loads((folder / "summary.json").read_text())
+    fleet, preset = ROOT / said["fleet"], ROOT / said["preset"]
+    results, skipped = kept_runs(folder, fleet, preset)
+    text, budget = table(results, skipped)
+    return {"folder": folder, "results": results, "skipped": skipped, "fleet": fleet, "preset": preset, "said": said,
+            "text": text, "budget": budget, "lead": leaders(results, budget),
+            "seeds": sorted({s for r in results.values() for s in r["runs"]})}
 
 
 def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> list[dict[str, Any]]:
@@ -76,13 +80,10 @@ def lead_line(x: dict[str, Any]) -> str:
             f"({x['verdict']})")
 
 
-def winner_line(folder: Path) -> str:
+def winner_line(c: dict[str, Any]) -> str:
     """README's one line for one comparison (:func:`winner_text` of its committed runs)."""
-    results, skipped, fleet, preset = kept_results(folder)
-    budget = table(results, skipped)[1]
-    seeds = sorted({s for r in results.values() for s in r["runs"]})
-    missing = [m for m, why in skipped.items() if why == "not committed yet"]
-    return winner_text(f"{fleet.stem}** ({preset.stem}", seeds, leaders(results, budget), list(results), missing)
+    missing = [m for m, why in c["skipped"].items() if why == "not committed yet"]
+    return winner_text(f"{c['fleet'].stem}** ({c['preset'].stem}", c["seeds"], c["lead"], list(c["results"]), missing)
 
 
 def winner_text(name: str, seeds: list[int], lead: list[dict[str, Any]], committed: list[str],
@@ -106,38 +107,32 @@ def winner_text(name: str, seeds: list[int], lead: list[dict[str, Any]], committ
     return head + "; ".join(parts) + f" (points of test accuracy{tail}; [table](docs/compare.md))"
 
 
-def section(folder: Path, write: bool = True) -> str:
+def section(c: dict[str, Any], write: bool = True) -> str:
     """One comparison's part of the page; with `write`, its folder's table.md, pareto.png and summary.json of the same
     runs (hetfl.compare.write_comparison, with the paths as the summary gives them)."""
-    results, skipped, fleet, preset = kept_results(folder)
-    text, budget = table(results, skipped)
+    folder, fleet, preset, budget, said = c["folder"], c["fleet"], c["preset"], c["budget"], c["said"]
     if write:
-        said = json.loads((folder / "summary.json").read_text())
-        write_comparison(folder, Path(said["fleet"]), Path(said["preset"]), load_preset(preset), results, skipped,
-                         said.get("failed", {}))
+        write_comparison(folder, Path(said["fleet"]), Path(said["preset"]), load_preset(preset), c["results"],
+                         c["skipped"], said.get("failed", {}))
     rel = folder.relative_to(ROOT / "docs")
-    seeds = sorted({s for r in results.values() for s in r["runs"]})
     lines = [f"### {fleet.stem} x {preset.stem}", "",
              f"Fleet `{fleet.relative_to(ROOT)}`, preset `{preset.relative_to(ROOT)}`; committed runs in `docs/{rel}/` "
-             f"(seeds {', '.join(map(str, seeds))}). Equal budgets (the least any listed method needed for all its seeds): "
+             f"(seeds {', '.join(map(str, c['seeds']))}). Equal budgets (the least any listed method needed for all its seeds): "
              f"{budget['client_bytes'] / 1e9:.3g} GB of client traffic, {budget['client_flops'] / 1e15:.3g} PFLOP of "
-             f"client compute, {budget['sim_s'] / 3600:.3g} simulated hours.", "", text, "",
+             f"client compute, {budget['sim_s'] / 3600:.3g} simulated hours.", "", c["text"], "",
              f"![accuracy against each cost]({rel}/pareto.png)", ""]
-    lead = leaders(results, budget)
-    if lead:
-        lines += ["Who leads, among the methods listed:", "", *[f"- {lead_line(x)}" for x in lead], ""]
+    if c["lead"]:
+        lines += ["Who leads, among the methods listed:", "", *[f"- {lead_line(x)}" for x in c["lead"]], ""]
     return "\n".join(lines)
 
 
-def render(write: bool = True) -> str:
-    folders = sorted(f.parent for f in KEPT.glob("*/summary.json"))
-    body = "\n".join(section(f, write) for f in folders) if folders else "No comparison is committed yet.\n"
+def render(comparisons: list[dict[str, Any]], write: bool = True) -> str:
+    body = "\n".join(section(c, write) for c in comparisons) if comparisons else "No comparison is committed yet.\n"
     return f"{BEGIN}\n{body}{END}"
 
 
-def render_readme() -> str:
-    folders = sorted(f.parent for f in KEPT.glob("*/summary.json"))
-    body = "\n".join(winner_line(f) for f in folders) if folders else "No comparison is committed yet."
+def render_readme(comparisons: list[dict[str, Any]]) -> str:
+    body = "\n".join(winner_line(c) for c in comparisons) if comparisons else "No comparison is committed yet."
     return f"{README_BEGIN}\n{body}\n{README_END}"
 
 
@@ -146,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true",
                    help="exit 1 if docs/compare.md or README.md's winner lines differ from the committed runs")
     a = p.parse_args(argv)
-    targets = [(PAGE, BEGIN, END, lambda: render(write=not a.check)), (README, README_BEGIN, README_END, render_readme)]
+    comparisons = [kept_results(f.parent) for f in sorted(KEPT.glob("*/summary.json"))]  # each folder read once
+    targets = [(PAGE, BEGIN, END, lambda: render(comparisons, write=not a.check)),
+               (README, README_BEGIN, README_END, lambda: render_readme(comparisons))]
     for path, begin, end, _ in targets:  # every file's markers checked before anything is written
         if begin not in path.read_text() or end not in path.read_text():
             print(f"{path}: no {begin} ... {end} markers", file=sys.stderr)
