@@ -3,10 +3,12 @@
 The hosts are Linux network namespaces on this machine (tests/netns.py): ``head`` (10.78.0.1) runs the Ray head and
 the launcher (SuperLink, ServerApp, aggregation, evaluation), ``worker`` (10.78.0.2) runs a Ray worker that joins
 it; each Ray node offers one CPU, so each hosts one ClientApp actor (two hosts, not three: the namespaces share this
-machine's two cores). A short FedAvg and a short SHEFL run on the two hosts must complete with ClientApp work done
-on both (each round's ``hosts``: replies per Ray node address, named by the ClientApps themselves) and the same
-per-round accuracy, loss, bytes and clients as the same runs in one process (the in-process engine: the same code
-and seeds; tests/test_e2e.py shows the Simulation Engine on one host gives those numbers too).
+machine's two cores). A short SHEFL run (two models, HPC and LPC roles: the richest messages of the three methods)
+on the two hosts must complete with ClientApp work done on both (each round's ``hosts``: replies per Ray node
+address, named by the ClientApps themselves) and the same per-round accuracy, loss, bytes and clients as the same
+run in one process (the in-process engine: the same code and seeds; tests/test_e2e.py shows the Simulation Engine on
+one host gives those numbers too). Until 2026-11-28 a FedAvg run came first: it added a launch (~40 s alone, the
+test's longest phase under load) and nothing Ray-specific, since every method crosses Ray the same way.
 Every process the test started is killed by PID (``ray stop`` would stop every Ray process of the machine, other
 users' too), and the namespaces are deleted, on failure as well. Skipped, with the reason, where namespaces cannot be
 made or Ray's nodes cannot start.
@@ -39,8 +41,7 @@ HEAD = f"{HOSTS['head']}:6379"
 SUPERNODES = 4
 COMMON = {"num-server-rounds": 2, "min-available-nodes": SUPERNODES, "fraction-train": 1.0, "local-steps": 3,
           "max-test-samples": 300, "seed": 0, "checkpoint": False}
-RUNS = {  # short runs of the quickstart preset (Fashion-MNIST, Dir(0.6), CNN)
-    "fedavg": {},
+RUNS = {  # a short run of the quickstart preset (Fashion-MNIST, Dir(0.6), CNN)
     "shefl": {"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 1},
 }
 RAY = str(Path(sys.executable).parent / "ray")
@@ -147,7 +148,7 @@ def _hosts_of(m: dict) -> list[dict[str, int]]:
 
 
 @pytest.mark.slow
-def test_fedavg_and_shefl_on_a_ray_cluster_of_two_hosts_match_one_process(tmp_path, task_identity):
+def test_shefl_on_a_ray_cluster_of_two_hosts_matches_one_process(tmp_path, task_identity):
     from .inprocess import run_in_process
 
     require_namespaces()
