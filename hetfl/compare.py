@@ -181,7 +181,8 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
                  reuse: Path | None = None) -> dict[str, Any]:
     """`plan`'s tuning study (seed 0, the preset's budget, a grid over its space) and the values it chose: the study
     committed in `keep` if its spec is the same, else `reuse`'s of the same training (clocked here), else run (and
-    copied to `keep`); :func:`run_plan` says more."""
+    copied to `keep`), taking each trial that an earlier study (committed in `keep`, or set aside here) ran with the
+    same config from there; :func:`run_plan` says more."""
     from hetfl.common.results import copy_files
     from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
 
@@ -206,14 +207,18 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
         values = json.loads((study / "summary.json").read_text())["best"]["values"]
         log.info("%s: the study in %s (a fleet of the same profiles) chose %s", plan.method, other, values)
     else:
+        # a study of another spec (a grid grown by a value, say), committed or local, lends the trials whose runs
+        # are the same (hetfl.tune.earlier_trial): only what is new trains
+        earlier = tuple(p for p in (kept, *sorted(study.parent.glob("tune.replaced-*")))
+                        if p and p.exists() and p.resolve() != study.resolve())
         try:
-            values = tune(spec, study, final=False)["best"]["values"]
+            values = tune(spec, study, final=False, earlier=earlier)["best"]["values"]
         except StudyMismatch:  # the preset changed since: that study is kept aside, and this one starts afresh
             k = 0
             while study.with_name(f"tune.replaced-{k}").exists():
                 k += 1
             study.rename(study.with_name(f"tune.replaced-{k}"))
-            values = tune(spec, study, final=False)["best"]["values"]
+            values = tune(spec, study, final=False, earlier=(*earlier, study.with_name(f"tune.replaced-{k}")))["best"]["values"]
         if kept:
             (study / "spec.json").write_text(said)
     if kept:

@@ -263,9 +263,50 @@ def _pruner(spec: TuneSpec):
             if spec.prune else optuna.pruners.NopPruner())
 
 
-def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, name: str) -> tuple[str, Any]:
-    """Run one trial, reporting every round to `trial` (which may prune it); its outcome: ("complete", objective),
-    ("pruned", why) or ("fail", why: the values made the run fail, e.g. it diverged). Anything else propagates."""
+def earlier_trial(spec: TuneSpec, values: dict[str, Any], earlier: tuple[Path, ...]) -> Path | None:
+    """The metrics.json of a trial with these values that already ran to its last round with this config on as many
+    nodes in one of the `earlier` study folders (``<folder>/trials/t*/``), else None: a grid grown by a value, or a
+    study whose spec changed in what its trials do not read, reruns nothing it ran (same config and seed, same run).
+    Every key of both configs counts (as validated, defaults filled), apart from :data:`hetfl.inprocess.RUN_CONTROL`."""
+    from hetfl.common.config import ConfigError
+    from hetfl.inprocess import RUN_CONTROL
+    from hetfl.methods import validate
+
+    want = validate(spec.trial_config(values, Path("."), "earlier"))
+    for path in sorted(p for folder in earlier for p in Path(folder).glob("trials/t*/metrics.json")):
+        try:
+            m = json.loads(path.read_text())
+            have = validate(m["config"])
+            ran = (m["summary"].get("rounds_completed") == spec.rounds
+                   and m.get("engine", "").startswith(f"in-process ({spec.nodes} nodes"))
+        except (ValueError, KeyError, TypeError, AttributeError, ConfigError):  # unreadable, or of another schema
+            continue
+        if ran and all(want.get(k) == have.get(k) for k in set(want) | set(have) if k not in RUN_CONTROL):
+            log.info("%s: ran before in %s, reused", values, path.parent)
+            return path
+    return None
+
+
+def _replayed(path: Path, run_dir: Path, report) -> dict[str, Any]:
+    """An earlier trial's metrics.json (`path`) as this trial's, its rounds reported as if they ran; copied to
+    `run_dir` as it is once every round was reported (a pruned replay leaves no file)."""
+    import shutil
+
+    m = json.loads(path.read_text())
+    for row in m["rounds"]:
+        if row["round"] >= 1 and row.get(OBJECTIVE) is not None:
+            report(row["round"], float(row[OBJECTIVE]))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if path.resolve() != (run_dir / "metrics.json").resolve():
+        shutil.copy2(path, run_dir / "metrics.json")
+    return m
+
+
+def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, name: str,
+             earlier: tuple[Path, ...] = ()) -> tuple[str, Any]:
+    """Run one trial (or take its run from an `earlier` study, :func:`earlier_trial`), reporting every round to
+    `trial` (which may prune it); its outcome: ("complete", objective), ("pruned", why) or ("fail", why: the values
+    made the run fail, e.g. it diverged). Anything else propagates."""
     import optuna
 
     from hetfl.common.results import NoClientSucceeded
@@ -276,7 +317,8 @@ def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, na
             raise optuna.TrialPruned(f"round {rnd}: validation accuracy {val:.4f} below the median")
 
     try:
-        m = run_trial(spec, values, trials_dir, name, report)
+        ran = earlier_trial(spec, values, earlier)
+        m = _replayed(ran, trials_dir / name, report) if ran is not None else run_trial(spec, values, trials_dir, name, report)
     except optuna.TrialPruned as why:
         return "pruned", str(why)
     except (NoClientSucceeded, FloatingPointError) as why:
@@ -285,7 +327,7 @@ def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, na
 
 
 def _attempt_in_child(spec: TuneSpec, study_db: str, trial_id: int, values: dict[str, Any], trials_dir: Path,
-                      name: str) -> tuple[str, Any]:
+                      name: str, earlier: tuple[Path, ...] = ()) -> tuple[str, Any]:
     """:func:`_attempt` in a worker process (``--workers``): the trial is the study file's, reached by its id."""
     import optuna
 
@@ -294,7 +336,7 @@ def _attempt_in_child(spec: TuneSpec, study_db: str, trial_id: int, values: dict
     setup_logging()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="hetfl", storage=_storage(Path(study_db)), pruner=_pruner(spec))
-    return _attempt(spec, optuna.trial.Trial(study, trial_id), values, trials_dir, name)
+    return _attempt(spec, optuna.trial.Trial(study, trial_id), values, trials_dir, name, earlier)
 
 
 def _tell(study, trial, outcome: tuple[str, Any]) -> None:
@@ -333,11 +375,13 @@ def _next(spec: TuneSpec, study):
     return trial, values
 
 
-def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1) -> dict[str, Any]:
+def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1,
+         earlier: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Run (or resume) the study until `spec.trials` trials have finished; returns the summary (also written to
     ``<study_dir>/summary.json``). With `workers` > 1, that many trials run at once, each in its own process (a GPU
     machine's cores, or a machine with cores to spare); a grid study's trials and choice are the same at any number
-    of workers, a TPE study's later draws depend on which trials finished first."""
+    of workers, a TPE study's later draws depend on which trials finished first. A trial that already ran with the
+    same config in one of the `earlier` study folders is taken from there (:func:`earlier_trial`)."""
     import optuna
 
     check_spec(spec)
@@ -355,17 +399,18 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1) 
                 break
             trial, values = nxt
             try:
-                outcome = _attempt(spec, trial, values, trials_dir, f"t{trial.number:03d}")
+                outcome = _attempt(spec, trial, values, trials_dir, f"t{trial.number:03d}", earlier)
             except BaseException:
                 _stopped(study, trial, values)
                 raise
             _tell(study, trial, outcome)
     else:
-        _tune_parallel(spec, study, study_dir, trials_dir, workers)
+        _tune_parallel(spec, study, study_dir, trials_dir, workers, earlier)
     return summarize(spec, study, study_dir, final, time.perf_counter() - t0)
 
 
-def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, workers: int) -> None:
+def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, workers: int,
+                   earlier: tuple[Path, ...] = ()) -> None:
     """Keep `workers` trials running (one process each) until the budget is met or the grid is exhausted."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -380,7 +425,7 @@ def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, wor
                         break
                     trial, values = nxt
                     fut = pool.submit(_attempt_in_child, spec, str(study_dir / "study.db"), trial._trial_id, values,
-                                      trials_dir, f"t{trial.number:03d}")
+                                      trials_dir, f"t{trial.number:03d}", earlier)
                     running[fut] = (trial, values)
                 if not running:
                     break

@@ -124,6 +124,37 @@ def test_a_trial_whose_run_fails_uses_its_budget_and_the_study_goes_on(tmp_path,
     assert "no client update was accepted" in out["trials"][0]["error"] and out["best"]["values"] == {"lr": 0.01}
 
 
+def test_a_grown_grid_reruns_none_of_the_values_it_ran(tmp_path, monkeypatch):
+    """A grid grown by a value is a study of another spec (a new folder); each value the earlier study ran to its end
+    with the same config is taken from there (its rows reported as if run) and only the new value trains. A trial of
+    another config (more rounds) is not taken."""
+    first = T.tune(spec("lr=0.01,0.1", sampler="grid", trials=2, rounds=2, prune=False), tmp_path / "a", final=False)
+    real, ran = T.run_trial, []
+
+    def counted(spec_, values, run_dir, name, report=None):
+        ran.append(values["lr"])
+        return real(spec_, values, run_dir, name, report)
+
+    monkeypatch.setattr(T, "run_trial", counted)
+    grown = T.tune(spec("lr=0.01,0.1,0.3", sampler="grid", trials=3, rounds=2, prune=False), tmp_path / "b",
+                   final=False, earlier=(tmp_path / "a",))
+    assert ran == [0.3]  # 0.01 and 0.1 ran in the earlier study
+    assert [(t["values"], t["val_accuracy"], t["rounds"]) for t in grown["trials"][:2]] == \
+        [(t["values"], t["val_accuracy"], t["rounds"]) for t in first["trials"]]
+    for k in (0, 1):  # the earlier run's rows, as this study's trial
+        assert (json.loads((tmp_path / "b" / "trials" / f"t00{k}" / "metrics.json").read_text())["rounds"]
+                == json.loads((tmp_path / "a" / "trials" / f"t00{k}" / "metrics.json").read_text())["rounds"])
+    # not taken: a key set now and not then (momentum), set then and not now, or another number of nodes
+    ran.clear()
+    T.tune(TuneSpec(base={**BASE, "momentum": 0.5}, space=tuple(parse_space("lr=0.01")), trials=1, rounds=2, nodes=4,
+                    sampler="grid", prune=False), tmp_path / "c", final=False, earlier=(tmp_path / "a",))
+    T.tune(spec("lr=0.01", sampler="grid", trials=1, rounds=2, prune=False), tmp_path / "d", final=False,
+           earlier=(tmp_path / "c",))
+    T.tune(spec("lr=0.01", sampler="grid", trials=1, rounds=2, nodes=5, prune=False), tmp_path / "e", final=False,
+           earlier=(tmp_path / "a",))
+    assert ran == [0.01, 0.01, 0.01]
+
+
 def test_a_grid_study_with_parallel_workers_runs_and_chooses_as_the_serial_one(tmp_path):
     """--workers 2: the trials run two at a time in their own processes, reporting to the one study file; every
     trial's validation accuracy, its rounds and the choice equal the serial study's (same seed, same run)."""
