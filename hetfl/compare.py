@@ -226,6 +226,11 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
     return values
 
 
+def seed_config(plan: Plan, values: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The run config of `plan`'s final run at `seed` with the study's chosen `values`."""
+    return {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}
+
+
 def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], keep: Path | None = None,
              reuse: Path | None = None) -> dict[str, Any]:
     """Tune `plan` once (seed 0, the preset's budget), then run the chosen values at every seed; finished runs are
@@ -245,7 +250,7 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
     values = tuned_values(plan, preset, out, keep, reuse) if plan.space else {}
     runs, failed = {}, {}
     for seed in seeds:
-        cfg = {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}
+        cfg = seed_config(plan, values, seed)
         local = out / plan.method / f"s{seed}" / "metrics.json"
         if keep and (keep / plan.method / f"s{seed}" / "metrics.json").exists() and not local.exists():
             copy_files([keep / plan.method / f"s{seed}" / "metrics.json"], keep, out)  # committed: judged as a local one
@@ -385,21 +390,28 @@ def write_comparison(folder: Path, fleet_path: Path, preset_path: Path, preset: 
 
 
 def kept_runs(folder: Path, fleet_path: Path, preset_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Every finished run kept in `folder` (a ``--keep`` folder, whatever calls made it), as :func:`table` takes
-    them, and the methods left out with why (a method without a kept study and run: "not committed yet")."""
+    """Every finished run kept in `folder` (a ``--keep`` folder, whatever calls made it) of the config the kept study
+    now chooses, as :func:`table` takes them, and the methods left out with why (a method without a kept study and
+    run of that config: "not committed yet"). A run of other values (a study since grown and choosing anew) is not
+    this comparison's and is left out. The fleet is the folder's, not compared: a kept run names the absolute path
+    of the fleet it trained on (the other fleet's, for runs taken with ``--reuse``), and a clone lives elsewhere."""
+    from hetfl.inprocess import same_config
+
     results, skipped, missing = {}, {}, []
     for plan in plans(fleet_path, load_preset(preset_path), preset_path):
         if plan.skipped:
             skipped[plan.method] = plan.skipped
             continue
-        runs = {}
-        for f in sorted((folder / plan.method).glob("s[0-9]*/metrics.json")):
-            m = json.loads(f.read_text())
-            if m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]:
-                runs[int(f.parent.name[1:])] = m
         tune = folder / plan.method / "tune" / "summary.json"
-        if runs and tune.exists():
-            results[plan.method] = {"values": json.loads(tune.read_text())["best"]["values"], "runs": runs, "failed": {},
+        values = json.loads(tune.read_text())["best"]["values"] if tune.exists() else None
+        runs = {}
+        for f in sorted((folder / plan.method).glob("s[0-9]*/metrics.json")) if values is not None else []:
+            m, seed = json.loads(f.read_text()), int(f.parent.name[1:])
+            if (m["summary"].get("rounds_completed") == m["config"]["num-server-rounds"]
+                    and same_config(m, {k: v for k, v in seed_config(plan, values, seed).items() if k != "fleet"})):
+                runs[seed] = m
+        if runs:
+            results[plan.method] = {"values": values, "runs": runs, "failed": {},
                                     "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
         else:
             missing.append(plan.method)

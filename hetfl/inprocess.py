@@ -115,11 +115,19 @@ def finished_run(run_dir: Path, run_config: dict[str, Any]) -> dict[str, Any] | 
     if not path.exists():
         return None
     metrics = json.loads(path.read_text())
-    want, have = validate(run_config), metrics.get("config", {})
-    if any(want[k] != have.get(k) for k in run_config if k not in RUN_CONTROL):
+    if not same_config(metrics, run_config):
         k = 0
         while run_dir.with_name(f"{run_dir.name}.replaced-{k}").exists():
             k += 1
         run_dir.rename(run_dir.with_name(f"{run_dir.name}.replaced-{k}"))
         return None
-    return metrics if metrics["summary"].get("rounds_completed") == want["num-server-rounds"] else None
+    return metrics if metrics["summary"].get("rounds_completed") == validate(run_config)["num-server-rounds"] else None
+
+
+def same_config(metrics: dict[str, Any], run_config: dict[str, Any]) -> bool:
+    """Whether the run of `metrics` (a metrics.json) ran with every key `run_config` sets, as validated, apart from
+    :data:`RUN_CONTROL`."""
+    from hetfl.methods import validate
+
+    want, have = validate(run_config), metrics.get("config", {})
+    return all(want[k] == have.get(k) for k in run_config if k not in RUN_CONTROL)

@@ -356,3 +356,23 @@ def test_equal_budgets_let_the_cheapest_method_score_every_seed():
     fens = next(x for x in text.splitlines() if x.startswith("| FENS "))
     fedavg = next(x for x in text.splitlines() if x.startswith("| FedAvg "))
     assert fens.split(" | ")[7] == "85.00 ± 7.07" and fedavg.split(" | ")[7] == "50.00", (fens, fedavg)
+
+
+def test_kept_runs_leave_out_a_seed_of_values_the_study_no_longer_chooses(tmp_path):
+    """A study that grew and chose anew (FENS's lr went from 0.1 to 0.3): the kept seeds run at the old value are not
+    this comparison's runs, and the page and table leave them out until they are run again; a run of the chosen
+    value counts whatever fleet path it names (a clone lives elsewhere)."""
+    from hetfl.compare import kept_runs
+
+    src = ROOT / "docs" / "results" / "compare" / "aiot-wifi-fmnist-dir0.6" / "fedavg"
+    chosen = json.loads((src / "tune" / "summary.json").read_text())["best"]["values"]["lr"]
+    m = json.loads((src / "s0" / "metrics.json").read_text())
+    (tmp_path / "fedavg" / "tune").mkdir(parents=True)
+    (tmp_path / "fedavg" / "tune" / "summary.json").write_text((src / "tune" / "summary.json").read_text())
+    for seed, lr, fleet in ((0, chosen, "/elsewhere/fleets/aiot-wifi.toml"), (1, chosen * 10, None), (2, chosen, None)):
+        run = {**m, "config": {**m["config"], "seed": seed, "lr": lr, **({"fleet": fleet} if fleet else {})}}
+        (tmp_path / "fedavg" / f"s{seed}").mkdir()
+        (tmp_path / "fedavg" / f"s{seed}" / "metrics.json").write_text(json.dumps(run))
+    results, left = kept_runs(tmp_path, ROOT / "fleets" / "aiot-wifi.toml", ROOT / "comparisons" / "fmnist-dir0.6.toml")
+    assert sorted(results["fedavg"]["runs"]) == [0, 2] and results["fedavg"]["values"] == {"lr": chosen}
+    assert left["fens"] == "not committed yet"
