@@ -251,14 +251,9 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
     runs, failed = {}, {}
     for seed in seeds:
         cfg = seed_config(plan, values, seed)
-        local = out / plan.method / f"s{seed}" / "metrics.json"
-        if keep and (keep / plan.method / f"s{seed}" / "metrics.json").exists() and not local.exists():
-            copy_files([keep / plan.method / f"s{seed}" / "metrics.json"], keep, out)  # committed: judged as a local one
-        if reuse and (reuse / plan.method / f"s{seed}" / "metrics.json").exists() and not local.exists():
-            ran = json.loads((reuse / plan.method / f"s{seed}" / "metrics.json").read_text())
-            if ran["summary"].get("rounds_completed") == cfg["num-server-rounds"]:  # finished there: clocked here
-                _write(local, reclock(ran, Path(plan.config["fleet"])))
-        done = finished_run(out / plan.method / f"s{seed}", cfg)  # reused only if run to its end with this config
+        # reused only if run to its end with this config: here (a run of another config is moved aside), else
+        # committed in `keep`, else made on `reuse`'s fleet
+        done = finished_run(out / plan.method / f"s{seed}", cfg) or _borrowed(plan, cfg, seed, out, keep, reuse)
         try:
             runs[seed] = done if done is not None else run_in_process(cfg, nodes, out / plan.method, f"s{seed}")
         except NoClientSucceeded as err:  # a diverged run: recorded, the comparison goes on
@@ -267,6 +262,29 @@ def run_plan(plan: Plan, preset: dict[str, Any], out: Path, seeds: list[int], ke
             copy_files([out / plan.method / f"s{seed}" / "metrics.json"], out, keep)
     return {"values": values, "runs": runs, "failed": failed,
             "width": plan.config["width"] if plan.method in FIXED_WIDTH else None}
+
+
+def _borrowed(plan: Plan, cfg: dict[str, Any], seed: int, out: Path, keep: Path | None,
+              reuse: Path | None) -> dict[str, Any] | None:
+    """`plan`'s run at `seed` finished with `cfg` in `keep` (copied as it is) or in `reuse` (clocked on this fleet,
+    :func:`reclock`), written to `out` as this comparison's; None where neither has one (an old value's run, say)."""
+    from hetfl.common.results import copy_files
+    from hetfl.inprocess import same_config
+
+    name = Path(plan.method) / f"s{seed}" / "metrics.json"
+    for folder, clocked in ((keep, False), (reuse, True)):
+        if folder is None or not (folder / name).exists():
+            continue
+        m = json.loads((folder / name).read_text())
+        if clocked:
+            m = reclock(m, Path(plan.config["fleet"]))
+        if m["summary"].get("rounds_completed") == cfg["num-server-rounds"] and same_config(m, cfg):
+            if clocked:
+                _write(out / name, m)
+            else:
+                copy_files([folder / name], folder, out)
+            return m
+    return None
 
 
 def _but_fleet(spec: Path | str) -> dict[str, Any]:

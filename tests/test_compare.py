@@ -318,8 +318,14 @@ def test_a_fleet_of_the_same_profiles_reuses_the_runs_with_its_own_clock(tmp_pat
     monkeypatch.setattr("hetfl.inprocess.run_in_process", trains)
     monkeypatch.setattr("hetfl.tune.tune", trains)
     out, kept_fast = tmp_path / "fast", tmp_path / "docs" / "fast"
+    # here already: a finished run of another lr (the study chose anew since): set aside, and the reused run taken
+    stale = json.loads((kept / "fedavg" / "s0" / "metrics.json").read_text())
+    stale["config"] = {**stale["config"], "lr": stale["config"]["lr"] * 3, "fleet": str(fast.resolve())}
+    (out / "fedavg" / "s0").mkdir(parents=True)
+    (out / "fedavg" / "s0" / "metrics.json").write_text(json.dumps(stale))
     assert main([str(fast), str(preset), "--out", str(out), "--reuse", str(kept), "--keep", str(kept_fast),
                  "--methods", "fedavg"]) == 0
+    assert (out / "fedavg" / "s0.replaced-0" / "metrics.json").exists()
     before, after = (json.loads((d / "fedavg" / "s0" / "metrics.json").read_text()) for d in (kept, out))
     assert after["config"]["fleet"] == str(fast.resolve()) and before["config"]["fleet"] == str(wifi.resolve())
     tiers = load_fleet(fast).assign(6, 0)
