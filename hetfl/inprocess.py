@@ -115,19 +115,25 @@ def finished_run(run_dir: Path, run_config: dict[str, Any]) -> dict[str, Any] | 
     if not path.exists():
         return None
     metrics = json.loads(path.read_text())
-    if not same_config(metrics, run_config):
+    want = validate(run_config)
+    if not same_config(metrics, run_config, want=want):
         k = 0
         while run_dir.with_name(f"{run_dir.name}.replaced-{k}").exists():
             k += 1
         run_dir.rename(run_dir.with_name(f"{run_dir.name}.replaced-{k}"))
         return None
-    return metrics if metrics["summary"].get("rounds_completed") == validate(run_config)["num-server-rounds"] else None
+    return metrics if metrics["summary"].get("rounds_completed") == want["num-server-rounds"] else None
 
 
-def same_config(metrics: dict[str, Any], run_config: dict[str, Any]) -> bool:
+def same_config(metrics: dict[str, Any], run_config: dict[str, Any], every_key: bool = False,
+                want: dict[str, Any] | None = None) -> bool:
     """Whether the run of `metrics` (a metrics.json) ran with every key `run_config` sets, as validated, apart from
-    :data:`RUN_CONTROL`."""
+    :data:`RUN_CONTROL`; with `every_key`, every key of either config (the stored one validated too, its defaults
+    filled), so a key the run set and `run_config` leaves to its default counts as well. `want`: `run_config`
+    validated already."""
     from hetfl.methods import validate
 
-    want, have = validate(run_config), metrics.get("config", {})
-    return all(want[k] == have.get(k) for k in run_config if k not in RUN_CONTROL)
+    want = validate(run_config) if want is None else want
+    have = validate(metrics.get("config", {})) if every_key else metrics.get("config", {})
+    keys = set(want) | set(have) if every_key else set(run_config)
+    return all(want.get(k) == have.get(k) for k in keys if k not in RUN_CONTROL)

