@@ -272,18 +272,34 @@ def superlink(home: Path, host: str = "127.0.0.1", port: int | None = None, tls:
         yield link
 
 
+RUNTIME_PORT = 9094  # a SuperNode's Runtime API (its SuperExec's side), on 127.0.0.1: Flower's default
+
+
 def supernode_command(superlink_address: str, node_config: dict[str, Any], root_certificates: Path | None = None,
-                      auth_key: Path | None = None, port: int | None = None, max_retries: int | None = None) -> list[str]:
-    """The flower-supernode command line of one SuperNode (no `root_certificates`: plain text)."""
+                      auth_key: Path | None = None, port: int | None = None, max_retries: int | None = None,
+                      warm: bool = True) -> list[str]:
+    """The flower-supernode command line of one SuperNode (no `root_certificates`: plain text). `warm`: its
+    ClientApps are started by :func:`superexec_command`'s SuperExec (Flower's process isolation), else by Flower's."""
     cmd = [launch._bin("flower-supernode"), "--superlink", superlink_address, "--node-config", node_config_arg(node_config)]
     cmd += ["--root-certificates", str(root_certificates)] if root_certificates else ["--insecure"]
     if auth_key:
         cmd += ["--auth-supernode-private-key", str(auth_key)]
-    if port:
-        cmd += ["--port", str(port)]
+    if warm:
+        cmd += ["--isolation", "process"]
+    cmd += ["--port", str(port or RUNTIME_PORT)]
     if max_retries is not None:
         cmd += ["--max-retries", str(max_retries)]
     return cmd
+
+
+def superexec_command(supernode: list[str], supernode_pid: int) -> list[str] | None:
+    """The warm SuperExec (:mod:`hetfl.superexec`) of the SuperNode started with `supernode` as `supernode_pid`
+    (it exits with it); None for a SuperNode that starts its own (Flower's subprocess isolation)."""
+    if "--isolation" not in supernode or supernode[supernode.index("--isolation") + 1] != "process":
+        return None
+    port = supernode[supernode.index("--port") + 1]
+    return [sys.executable, "-m", "hetfl.superexec", "--runtime-api-address", f"127.0.0.1:{port}", "--insecure",
+            "--parent-pid", str(supernode_pid)]
 
 
 # --- role local: a SuperLink and N SuperNodes on this machine -------------------------------------------------------
@@ -294,15 +310,24 @@ class Cluster:
 
     link: launch.SuperLink
     nodes: dict[int, subprocess.Popen] = field(default_factory=dict)  # partition id -> SuperNode process
+    execs: dict[int, subprocess.Popen] = field(default_factory=dict)  # partition id -> its warm SuperExec
     configs: dict[int, dict[str, Any]] = field(default_factory=dict)
     tls: bool = False
     commands: dict[int, tuple[list[str], dict[str, str], Path]] = field(default_factory=dict)  # argv, env, log
 
     def start_node(self, i: int, cmd: list[str], env: dict[str, str], log_file: Path) -> None:
-        """Start SuperNode `i` (its own process session, so that stopping it stops its ClientApps)."""
+        """Start SuperNode `i` and its warm SuperExec, if it has one (each in its own process session, so that
+        stopping them stops their ClientApps), both logging to `log_file`."""
         self.commands[i] = (cmd, env, log_file)
         with open(log_file, "ab") as out:
             self.nodes[i] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            exec_cmd = superexec_command(cmd, self.nodes[i].pid)
+            if exec_cmd:
+                self.execs[i] = subprocess.Popen(exec_cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                 start_new_session=True)
+
+    def _node(self, i: int) -> list[subprocess.Popen]:
+        return [self.nodes[i], *([self.execs[i]] if i in self.execs else [])]
 
     def restart_node(self, i: int, graceful: bool = True) -> None:
         """Stop SuperNode `i` and start it again with the same node config (same client ids, new node id).
@@ -313,35 +338,37 @@ class Cluster:
         missed for HEARTBEAT_PATIENCE x 30 s (Flower 1.41), or at the round timeout.
         """
         if graceful:
-            launch.stop_tree([self.nodes[i]], timeout=10.0)
+            launch.stop_tree(self._node(i), timeout=10.0)
         else:
             self.kill_node(i)
         self.start_node(i, *self.commands[i])
 
     def kill_node(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        """Kill SuperNode `pid` and its ClientApp processes (fault-injection)."""
-        proc = self.nodes[pid]
-        for p in launch.process_tree({proc.pid}):
+        """Kill SuperNode `pid`, its SuperExec and its ClientApp processes (fault-injection: a device's crash)."""
+        procs = self._node(pid)
+        for p in launch.process_tree({proc.pid for proc in procs}):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
 
     def stop(self) -> None:
-        """Stop every SuperNode (whole process trees), then the SuperLink."""
-        launch.stop_tree(list(self.nodes.values()), timeout=10.0)
+        """Stop every SuperNode and SuperExec (whole process trees), then the SuperLink."""
+        launch.stop_tree([*self.nodes.values(), *self.execs.values()], timeout=10.0)
         self.link.stop()
 
     def pids(self) -> list[int]:
         """Every live process of the cluster (for leak checks)."""
-        return launch.process_tree({self.link.proc.pid} | {p.pid for p in self.nodes.values()})
+        return launch.process_tree({self.link.proc.pid} | {p.pid for p in (*self.nodes.values(), *self.execs.values())})
 
 
 @contextlib.contextmanager
 def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, auth: bool = False,
                   configs: list[dict[str, Any]] | None = None, wait: bool = True, host: str = "127.0.0.1",
-                  port: int | None = None, sans: Sequence[str] = ()) -> Iterator[Cluster]:
+                  port: int | None = None, sans: Sequence[str] = (), warm: bool = True) -> Iterator[Cluster]:
     """Start a SuperLink (deployment, not simulation) on `host` and `num_nodes` SuperNodes here; stop all on exit.
+    `warm` (the default): each SuperNode's ClientApps start warm (:mod:`hetfl.superexec`), else as Flower starts them.
 
     The node configs are checked (:func:`check_node_config`) before anything starts.
     """
@@ -361,11 +388,11 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
         try:
             for i, cfg in enumerate(configs):
                 cmd = supernode_command(link.address, cfg, home / "certs" / "ca.crt" if tls else None, keys[i],
-                                        port=launch.free_port(), max_retries=50)
+                                        port=launch.free_port(), max_retries=50, warm=warm)
                 cluster.start_node(i, cmd, launch.flwr_env(home), home / f"supernode-{i}.log")
                 cluster.configs[i] = cfg
             time.sleep(1.0)
-            dead = [i for i, p in cluster.nodes.items() if p.poll() is not None]
+            dead = sorted({i for procs in (cluster.nodes, cluster.execs) for i, p in procs.items() if p.poll() is not None})
             if dead:
                 raise RuntimeError(f"SuperNodes {dead} exited at start; see {home}/supernode-<i>.log")
             yield cluster
@@ -619,10 +646,11 @@ def _run_supernode(a: argparse.Namespace, plan: dict[str, Any]) -> int:
     cmd = supernode_command(a.superlink, plan["node_config"], plan.get("ca"), plan.get("key"))
     print(f"SuperNode of {a.superlink} (FLWR_HOME={home}): {' '.join(cmd[1:])}", flush=True)
     proc = subprocess.Popen(cmd, env=launch.flwr_env(home), start_new_session=True)
+    procs = [proc, subprocess.Popen(superexec_command(cmd, proc.pid), env=launch.flwr_env(home), start_new_session=True)]
     try:
         return proc.wait()
     finally:
-        launch.stop_tree([proc], timeout=10.0)
+        launch.stop_tree(procs, timeout=10.0)
 
 
 if __name__ == "__main__":

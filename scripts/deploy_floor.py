@@ -5,15 +5,18 @@ On that cluster, in turn:
 
 * ``floor``: a minimal Flower app whose ClientApp returns at once (imports only Flower): what any app pays a round;
 * ``floor+torch``: the same ClientApp importing torch first (what any PyTorch app pays);
-* ``floor, fast pull``: the floor app, its server pulling replies after 0.2 s, then waits growing by half up to 1 s
+* ``floor, fast pull`` (with ``--fast-pull``): the floor app, its server pulling replies after 0.2 s, then waits growing by half up to 1 s
   (starting over after each pull that brought a reply), instead of Flower's ``send_and_receive`` (a pull every 3 s):
   whether a ServerApp that polls faster makes a round shorter (it does not: docs/deployment.md#round-cost);
 * ``hetfl``: the quickstart preset (FedAvg, CNN, Fashion-MNIST) with ``local-steps`` 2 and full participation.
 
+Then, on a second cluster whose SuperNodes start their ClientApps from hetfl's warm SuperExec (``hetfl.superexec``:
+forked from a process with PyTorch loaded), ``floor`` and ``hetfl`` again.
+
 Each runs `--rounds` rounds; the table gives every round's seconds (round 1 included; the median of rounds >= 2 is
 the steady state). Run it alone on the machine.
 
-    python scripts/deploy_floor.py [--nodes 3] [--rounds 4] [--out docs/results/deploy-floor.json]
+    python scripts/deploy_floor.py [--nodes 3] [--rounds 4] [--fast-pull] [--out docs/results/deploy-floor.json]
 """
 
 from __future__ import annotations
@@ -149,21 +152,26 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--out", default="docs/results/deploy-floor.json")
+    p.add_argument("--fast-pull", action="store_true", help="also the floor app with a server that pulls sooner")
     a = p.parse_args()
     from hetfl.common.results import machine_info
 
     result: dict = {"machine": machine_info(), "nodes": a.nodes, "rounds": a.rounds}
-    with tempfile.TemporaryDirectory() as d, cluster.local_cluster(a.nodes, Path(d) / "flwr") as c:
-        tmp = Path(d)
-        for name, fn in (("floor", lambda: run_floor(c, False, a.nodes, a.rounds, tmp)),
-                         ("floor, fast pull", lambda: run_floor(c, False, a.nodes, a.rounds, tmp, poll=True)),
-                         ("floor+torch", lambda: run_floor(c, True, a.nodes, a.rounds, tmp)),
-                         ("hetfl", lambda: run_hetfl(c, a.nodes, a.rounds, tmp))):
-            t0 = time.perf_counter()
-            rows = fn()
-            result[name] = {"rounds": rows, "run_s": time.perf_counter() - t0,
-                            "steady_median_s": statistics.median(r["round_s"] for r in rows[1:])}
-            print(f"{name:>20}: " + " ".join(f"{r['round_s']:.1f}" for r in rows) + " s a round", flush=True)
+    cases = {False: [("floor", lambda c, tmp: run_floor(c, False, a.nodes, a.rounds, tmp)),
+                     *([("floor, fast pull", lambda c, tmp: run_floor(c, False, a.nodes, a.rounds, tmp, poll=True))]
+                       if a.fast_pull else []),
+                     ("floor+torch", lambda c, tmp: run_floor(c, True, a.nodes, a.rounds, tmp)),
+                     ("hetfl", lambda c, tmp: run_hetfl(c, a.nodes, a.rounds, tmp))],
+             True: [("floor, warm SuperExec", lambda c, tmp: run_floor(c, False, a.nodes, a.rounds, tmp)),
+                    ("hetfl, warm SuperExec", lambda c, tmp: run_hetfl(c, a.nodes, a.rounds, tmp))]}
+    for warm, runs in cases.items():  # Flower's SuperExec, then hetfl.superexec: one cluster each
+        with tempfile.TemporaryDirectory() as d, cluster.local_cluster(a.nodes, Path(d) / "flwr", warm=warm) as c:
+            for name, fn in runs:
+                t0 = time.perf_counter()
+                rows = fn(c, Path(d))
+                result[name] = {"rounds": rows, "run_s": time.perf_counter() - t0,
+                                "steady_median_s": statistics.median(r["round_s"] for r in rows[1:])}
+                print(f"{name:>22}: " + " ".join(f"{r['round_s']:.1f}" for r in rows) + " s a round", flush=True)
     Path(a.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {a.out}")
     return 0

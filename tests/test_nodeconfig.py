@@ -195,15 +195,18 @@ def test_supernode_role_runs_flower_supernode_with_the_checked_config(tmp_path, 
         assert cluster.main(["supernode", "--superlink", "10.0.0.5:8000", "--root-certificates", str(certs / "ca.crt"),
                              "--auth-key", str(key), "--home", str(tmp_path / "home"), "--node-config",
                              'partition-id=2 num-partitions=3 device-class="lpc" capacity=300000']) == 0
-        cmd, env = started[-1]
+        (cmd, env), (exe, exe_env) = started[-2:]  # the SuperNode, then its warm SuperExec on its Runtime API
         assert cmd[0].endswith("flower-supernode") and env["FLWR_HOME"] == str(tmp_path / "home")
+        assert cmd[cmd.index("--isolation") + 1] == "process" and exe_env["FLWR_HOME"] == env["FLWR_HOME"]
+        assert exe[1:3] == ["-m", "hetfl.superexec"]
+        assert exe[exe.index("--runtime-api-address") + 1] == f"127.0.0.1:{cmd[cmd.index('--port') + 1]}"
         assert cmd[cmd.index("--node-config") + 1] == 'partition-id=2 num-partitions=3 device-class="lpc" capacity=300000'
         assert cmd[cmd.index("--root-certificates") + 1] == str(certs / "ca.crt")
         assert cmd[cmd.index("--auth-supernode-private-key") + 1] == str(key) and "--insecure" not in cmd
     assert "warning" not in capsys.readouterr().err  # the profile is declared
     assert cluster.main(["supernode", "--superlink", "10.0.0.5:8000", "--insecure", "--home", str(tmp_path / "home"),
                          "--node-config", "partition-id=0 num-partitions=3"]) == 0
-    assert "--insecure" in started[-1][0] and "--auth-supernode-private-key" not in started[-1][0]
+    assert "--insecure" in started[-2][0] and "--auth-supernode-private-key" not in started[-2][0]
     err = capsys.readouterr().err
     assert "warning: --insecure" in err and "no 'device-class'" in err and "no 'capacity'" in err
 

@@ -1,0 +1,128 @@
+"""A SuperExec for SuperNodes that starts each ClientApp warm: forked from a process that has PyTorch loaded.
+
+Flower 1.41's SuperNode runs a ClientApp in a fresh process per message, started by its SuperExec (``flower-superexec``,
+``flwr-clientapp``). For a PyTorch app most of that process's cost is imports the app did not choose: Flower, PyTorch,
+and ``torch._dynamo``, which an optimizer's first step and ``FlopCounterMode`` import (docs/deployment.md#round-cost).
+This SuperExec pays them once: it imports them, then serves the SuperNode's tasks as Flower's does, except that each
+ClientApp task runs in a child forked from it (Flower's own ``run_clientapp``, so the same pulls, heartbeats, FAB
+install, exit codes and reply) instead of a new interpreter. Other task types go to Flower's subprocess executor.
+
+The app's own package is never taken from this process: the child drops every ``hetfl`` module before the ClientApp
+loads, so the code that runs is the submitted app's (its FAB), as with Flower's executor. A SuperNode uses it with
+Flower's process isolation::
+
+    flower-supernode --superlink HOST:9092 --isolation process --port 9094 ... &
+    python -m hetfl.superexec --runtime-api-address 127.0.0.1:9094 --insecure --parent-pid $!
+
+(``hetfl.cluster`` starts both for every SuperNode it runs.) Its flags are ``flower-superexec``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+# asked for a task this often (Flower's SuperExec: 1 s; the SuperNode itself polls its SuperLink every 3 s)
+POLL_S = "0.2"
+
+
+def warm_up() -> None:
+    """Import what every ClientApp process of this app would import, once (the forked children share it)."""
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (an optimizer's first step and FlopCounterMode import it)
+    import torch.utils.flop_counter  # noqa: F401
+    import flwr.clientapp  # noqa: F401
+    import flwr.supernode.runtime.run_clientapp  # noqa: F401
+
+
+def _forget_app_modules() -> None:
+    """Drop the ``hetfl`` modules this process imported, so the child imports the submitted app's own."""
+    for name in [m for m in sys.modules if m == "hetfl" or m.startswith("hetfl.")]:
+        del sys.modules[name]
+
+
+class WarmExecutor:
+    """Flower's SuperExec executor (``flwr.supercore.superexec.executor.types.Executor``) that forks ClientApps."""
+
+    def __init__(self) -> None:
+        from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
+
+        self.other = SubprocessExecutor()  # any task type but a ClientApp
+        self.children: set[int] = set()
+
+    def get_eligible_capacity(self, supported_task_types: set, **kw: Any) -> tuple[set, set[str]]:
+        return self.other.get_eligible_capacity(supported_task_types, **kw)
+
+    def wait_for_capacity(self, task_type: Any = None, **kw: Any) -> None:
+        self.other.wait_for_capacity(task_type, **kw)
+
+    def launch(self, spec: Any) -> Any:
+        from flwr.supercore.constant import TaskType
+        from flwr.supercore.superexec.executor.types import LaunchResult
+
+        if spec.task_type != TaskType.CLIENT_APP:
+            return self.other.launch(spec)
+        pid = os.fork()
+        if pid == 0:  # the child never returns
+            _run_client_app(spec)
+        self.children.add(pid)
+        print(f"hetfl.superexec: task {spec.task_id}: ClientApp in warm process {pid}", flush=True)
+        return LaunchResult.accepted()
+
+    def reconcile(self) -> None:
+        """Reap finished children (called by Flower's SuperExec loop before each poll)."""
+        for pid in list(self.children):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                self.children.discard(pid)
+
+    def close(self) -> None:
+        self.other.close()
+
+
+def _run_client_app(spec: Any) -> None:
+    """In the forked child: Flower's ``flwr-clientapp`` for `spec`'s token, then exit with its code."""
+    code = 1
+    try:
+        from flwr.supercore.exit import exit_handler
+        from flwr.supercore.tls import validate_and_resolve_root_certificates
+        from flwr.supernode.runtime.run_clientapp import run_clientapp
+
+        exit_handler.registered_exit_handlers.clear()  # the parent's (its Runtime API client, this executor)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        _forget_app_modules()
+        run_clientapp(runtime_api_address=spec.runtime_api_address, token=spec.token, insecure=spec.insecure,
+                      certificates=validate_and_resolve_root_certificates(spec.root_certificates_path, spec.insecure),
+                      parent_pid=spec.parent_pid, runtime_dependency_install=spec.runtime_dependency_install)
+        code = 0
+    except SystemExit as e:  # flwr_exit's way out
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001  (a child must not return into the parent's loop)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``flower-superexec`` with :class:`WarmExecutor` (same flags; the executor flags are ignored)."""
+    import importlib
+
+    rs = importlib.import_module("flwr.supercore.superexec.run_superexec")
+    cli = importlib.import_module("flwr.supercore.cli.flower_superexec")  # the module (its package exports the function)
+
+    os.environ.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", POLL_S)
+    warm_up()
+    rs.get_executor = lambda *a, **k: WarmExecutor()  # Flower's loop, this executor
+    sys.argv = [sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
+    cli.flower_superexec()
+
+
+if __name__ == "__main__":
+    main()
