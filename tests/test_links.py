@@ -81,8 +81,10 @@ def test_a_slow_device_and_a_dropping_device_on_real_links(tmp_path):
             for host, client in CLIENT.items():
                 node = (f"partition-id={client} num-partitions=3 client-id={client} "
                         f"device-class=\"{'hpc' if host == 'fast' else 'lpc'}\"")
-                cmd = [launch._bin("flower-supernode"), "--superlink", f"{HOSTS['server']}:{PORT}", "--insecure",
-                       "--node-config", node]
+                # each device as docs/deployment.md starts one: a SuperNode and its warm SuperExec (the multi-host
+                # test runs plain flower-supernode too)
+                cmd = [sys.executable, "-m", "hetfl.cluster", "supernode", "--superlink", f"{HOSTS['server']}:{PORT}",
+                       "--insecure", "--home", str(tmp_path / host), "--node-config", node]
                 procs.append(_start(ns[host], cmd, {**env, "FLWR_HOME": str(tmp_path / host)}, tmp_path / f"{host}.log"))
             results = tmp_path / "results"
             app = launch.stage_app(ROOT, tmp_path / "app")  # what `flwr run .` packs: the project without .venv
