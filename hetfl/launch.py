@@ -410,6 +410,24 @@ def uses_cuda(cfg: dict[str, Any]) -> bool:
     return torch.cuda.is_available()
 
 
+def write_app(root: Path, package: str, server: str, client: str, config: dict[str, Any]) -> Path:
+    """A minimal Flower App at `root` (for measuring Flower itself, scripts/deploy_floor.py, and probing where its
+    processes run, tests/test_superexec.py): package `package` whose modules `server` and `client` (their sources)
+    each define `app`, and the run config `config` (strings, numbers, booleans) as its defaults."""
+    import json
+
+    (root / package).mkdir(parents=True)
+    (root / "pyproject.toml").write_text("\n".join([
+        '[build-system]', 'requires = ["setuptools>=68"]', 'build-backend = "setuptools.build_meta"', '',
+        '[project]', f'name = "{package}"', 'version = "0.0.1"', 'dependencies = []', '',
+        '[tool.setuptools.packages.find]', f'include = ["{package}*"]', '', '[tool.flwr.app]', f'publisher = "{package}"',
+        '', '[tool.flwr.app.components]', f'serverapp = "{package}.server:app"', f'clientapp = "{package}.client:app"',
+        '', '[tool.flwr.app.config]', *(f"{k} = {json.dumps(v)}" for k, v in config.items()), '']))
+    for name, text in (("__init__", ""), ("server", server), ("client", client)):
+        (root / package / f"{name}.py").write_text(text)
+    return root
+
+
 def stage_app(app_dir: Path, dest: Path) -> Path:
     """`app_dir` without its git-ignored files and directories (hard links, a copy across file systems) at `dest`.
 

@@ -33,33 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl import cluster, launch  # noqa: E402
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "floorapp"
-version = "0.0.1"
-dependencies = []
-
-[tool.setuptools.packages.find]
-include = ["floorapp*"]
-
-[tool.flwr.app]
-publisher = "floor"
-
-[tool.flwr.app.components]
-serverapp = "floorapp.server:app"
-clientapp = "floorapp.client:app"
-
-[tool.flwr.app.config]
-rounds = 4
-nodes = 3
-out = ""
-poll = false
-"""
-
 SERVER = """\
 import json
 import time
@@ -118,13 +91,8 @@ def train(msg: Message, context: Context) -> Message:
 
 
 def floor_app(root: Path, torch: bool) -> Path:
-    pkg = root / "floorapp"
-    pkg.mkdir(parents=True)
-    (root / "pyproject.toml").write_text(PYPROJECT)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "server.py").write_text(SERVER)
-    (pkg / "client.py").write_text(CLIENT.format(imports="import torch  # noqa: F401\n" if torch else ""))
-    return root
+    return launch.write_app(root, "floorapp", SERVER, CLIENT.format(imports="import torch  # noqa: F401\n" if torch else ""),
+                            {"rounds": 4, "nodes": 3, "out": "", "poll": False})
 
 
 def run_floor(c: cluster.Cluster, torch: bool, nodes: int, rounds: int, tmp: Path, poll: bool = False) -> list[dict]:

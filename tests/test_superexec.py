@@ -10,32 +10,7 @@ import pytest
 from hetfl import cluster, launch
 
 # A probe app whose package is also called `hetfl`: if the warm process's own `hetfl` modules were used, its
-# ClientApp module would not be found (the installed hetfl has no `probe_client`) and every reply would be an error.
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "probe"
-version = "0.0.1"
-dependencies = []
-
-[tool.setuptools.packages.find]
-include = ["hetfl*"]
-
-[tool.flwr.app]
-publisher = "probe"
-
-[tool.flwr.app.components]
-serverapp = "hetfl.probe_server:app"
-clientapp = "hetfl.probe_client:app"
-
-[tool.flwr.app.config]
-nodes = 2
-out = ""
-"""
-
+# ClientApp would be the project's (hetfl.client_app is not hetfl.client) and every reply would be an error.
 SERVER = """\
 import json
 import time
@@ -82,12 +57,7 @@ def train(msg: Message, context: Context) -> Message:
 
 @pytest.mark.slow
 def test_clientapps_start_warm_from_the_superexec_and_run_the_submitted_apps_code(tmp_path):
-    app = tmp_path / "probe"
-    (app / "hetfl").mkdir(parents=True)
-    (app / "pyproject.toml").write_text(PYPROJECT)
-    (app / "hetfl" / "__init__.py").write_text("")
-    (app / "hetfl" / "probe_server.py").write_text(SERVER)
-    (app / "hetfl" / "probe_client.py").write_text(CLIENT)
+    app = launch.write_app(tmp_path / "probe", "hetfl", SERVER, CLIENT, {"nodes": 2, "out": ""})
     out = tmp_path / "replies.json"
     with cluster.local_cluster(2, tmp_path / "flwr") as c:
         assert set(c.execs) == {0, 1}
