@@ -122,3 +122,29 @@ def test_metered_grid_tallies_replies_per_host_and_counts_no_byte_of_the_tag(tas
     host_name.cache_clear()
     reply = tag_host(Message(RecordDict({}), reply_to=msgs()[0]))
     assert reply.content[HOST][HOST] == host_name() == socket.gethostname()
+
+
+class FailingGrid(FakeGrid):
+    """FakeGrid where node 2's reply is the SuperLink's stand-in for a node that missed its heartbeats and node 3's
+    ClientApp raised."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error
+        from flwr.common.constant import ErrorCode
+
+        codes = {2: ErrorCode.NODE_UNAVAILABLE, 3: ErrorCode.CLIENT_APP_RAISED_EXCEPTION}
+        return [Message(Error(codes[m.metadata.dst_node_id], "x"), reply_to=m) if m.metadata.dst_node_id in codes
+                else r for m, r in zip(messages, super().send_and_receive(messages))]
+
+
+def test_metered_grid_names_each_failure_by_flowers_error_code(task_identity):
+    """A round's failures carry their reasons (the ``errors`` column): an unavailable node is told apart from a
+    ClientApp that raised, and periods fold them together."""
+    grid = MeteredGrid(FailingGrid())
+    msgs = [Message(RecordDict(), dst_node_id=n, message_type="train") for n in (1, 2, 3)]
+    grid.send_and_receive(msgs)
+    t = grid.take()
+    assert (t.replies, t.failures) == (1, 2)
+    assert dict(t.errors) == {"NODE_UNAVAILABLE": 1, "CLIENT_APP_RAISED_EXCEPTION": 1}
+    grid.send_and_receive(msgs[1:2])
+    assert dict(t.add(grid.take()).errors) == {"NODE_UNAVAILABLE": 2, "CLIENT_APP_RAISED_EXCEPTION": 1}

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 try:  # the object tree Flower 1.41 puts on the wire
@@ -93,6 +94,13 @@ def message_nbytes(msg: Message, content_nbytes: int | None = None) -> int:
     return content_nbytes + _metadata_nbytes(msg)
 
 
+def error_name(code: int) -> str:
+    """Flower's name for a reply's error code (``NODE_UNAVAILABLE``: the SuperLink's stand-in reply for a node that
+    missed its heartbeats), or the number where Flower has none."""
+    names = {v: k for k, v in vars(ErrorCode).items() if k.isupper() and isinstance(v, int)}
+    return names.get(code, str(code))
+
+
 UNATTRIBUTED = -1
 """The :class:`Traffic` key of bytes no client can be named for (an ensemble saved before per-client counts)."""
 
@@ -108,11 +116,12 @@ class Traffic:
     comm_s: float = 0.0  # wall time spent inside send_and_receive
     hosts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # host -> replies from ClientApps there
     flops: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # client -> FLOPs its replies report
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # Flower error code name -> failures
 
     def add(self, other: Traffic) -> Traffic:
         """Fold another period into this one (e.g. several phases reported as one round)."""
         for mine, theirs in ((self.down, other.down), (self.up, other.up), (self.hosts, other.hosts),
-                             (self.flops, other.flops)):
+                             (self.flops, other.flops), (self.errors, other.errors)):
             for node, b in theirs.items():
                 mine[node] = mine.get(node, 0) + b
         self.replies += other.replies
@@ -174,6 +183,7 @@ class MeteredGrid(Grid):
                 self.current.up[_client_or_node(to, r.metadata.src_node_id)] += nbytes
                 if r.has_error():
                     self.current.failures += 1
+                    self.current.errors[error_name(r.error.code)] += 1
                 else:
                     self.current.replies += 1
                     flops = reported_flops(r)

@@ -105,7 +105,7 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
 
     ``evaluate_fn(round, arrays)`` returns ``accuracy``, ``loss`` and any method-specific columns
     (member or level accuracies). The row adds the evaluation's seconds, the round's bytes, replies,
-    failures and rejected replies (:class:`~hetfl.common.comm.MeteredGrid`), the replies per host that
+    failures (``errors``: {Flower error code name: count}) and rejected replies (:class:`~hetfl.common.comm.MeteredGrid`), the replies per host that
     computed them (``hosts``: {host: replies}, docs/ray-cluster.md), and after round 0 the bytes up and down per
     client (``bytes_up_by_client``, ``bytes_down_by_client``), the FLOPs each client reported computing
     (``flops_by_client``, their sum ``client_flops``; hetfl.common.costs), with a ``fleet`` the round's simulated
@@ -123,6 +123,7 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
     own = strategy.round_metrics(traffic) if server_round and strategy is not None else {}
     acc, loss = metrics.pop("accuracy"), metrics.pop("loss")
     columns = {"eval_s": eval_s, "comm_s": traffic.comm_s, "replies": traffic.replies, "failures": traffic.failures,
+               "errors": dict(sorted(traffic.errors.items())),
                "rejected": strategy.rejected if server_round and strategy is not None else 0,
                "hosts": dict(sorted(traffic.hosts.items())), **metrics, **own}
     if server_round or traffic.flops:  # who answered, what each sent, got and computed (FENS's phase 1: round 0)
