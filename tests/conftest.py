@@ -19,6 +19,23 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
+# HETFL_TEST_TIMELINE=<file>: each test appends "worker start end nodeid" (wall clock) there, to see how the workers
+# shared the suite (docs/results/README.md#test-suite-time; scripts/test_timeline.py reads it)
+_TIMELINE = os.environ.get("HETFL_TEST_TIMELINE")
+_STARTED: dict[str, float] = {}
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _TIMELINE:
+        _STARTED[nodeid] = time.time()
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if _TIMELINE and nodeid in _STARTED:
+        with open(_TIMELINE, "a") as f:
+            f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {_STARTED.pop(nodeid):.2f} {time.time():.2f} "
+                    f"{nodeid}\n")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
