@@ -94,11 +94,13 @@ def message_nbytes(msg: Message, content_nbytes: int | None = None) -> int:
     return content_nbytes + _metadata_nbytes(msg)
 
 
+_ERROR_NAMES = {v: k for k, v in vars(ErrorCode).items() if k.isupper() and isinstance(v, int)}
+
+
 def error_name(code: int) -> str:
     """Flower's name for a reply's error code (``NODE_UNAVAILABLE``: the SuperLink's stand-in reply for a node that
     missed its heartbeats), or the number where Flower has none."""
-    names = {v: k for k, v in vars(ErrorCode).items() if k.isupper() and isinstance(v, int)}
-    return names.get(code, str(code))
+    return _ERROR_NAMES.get(code, str(code))
 
 
 UNATTRIBUTED = -1
