@@ -184,7 +184,7 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
     copied to `keep`), taking each trial that an earlier study (committed in `keep`, or set aside here) ran with the
     same config from there; :func:`run_plan` says more."""
     from hetfl.common.results import copy_files
-    from hetfl.tune import StudyMismatch, TuneSpec, parse_space, tune
+    from hetfl.tune import StudyMismatch, TuneSpec, finished_trials, parse_space, tune
 
     nodes = int(plan.config["min-available-nodes"])
     spec = TuneSpec(base={**plan.config, "seed": 0}, space=tuple(parse_space(plan.space)),
@@ -200,7 +200,7 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
         log.info("%s: the committed study in %s chose %s", plan.method, kept, values)
         return values
     if other and (other / "spec.json").exists() and _but_fleet(other / "spec.json") == _but_fleet(said):
-        for f in sorted(other.glob("trials/t*/metrics.json")):  # the same trials, clocked on this fleet
+        for f in finished_trials(other):  # the same trials, clocked on this fleet
             _write(study / f.relative_to(other), reclock(json.loads(f.read_text()), Path(plan.config["fleet"])))
         shutil.copy2(other / "summary.json", study / "summary.json")
         (study / "spec.json").write_text(said)
@@ -222,8 +222,9 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
         if kept:
             (study / "spec.json").write_text(said)
     if kept:
-        copy_files([study / "spec.json", study / "summary.json", *sorted(study.glob("trials/t*/metrics.json"))], study, kept)
+        copy_files([study / "spec.json", study / "summary.json", *finished_trials(study)], study, kept)
     return values
+
 
 
 def seed_config(plan: Plan, values: dict[str, Any], seed: int) -> dict[str, Any]:

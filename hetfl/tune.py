@@ -263,6 +263,14 @@ def _pruner(spec: TuneSpec):
             if spec.prune else optuna.pruners.NopPruner())
 
 
+def finished_trials(study: Path) -> list[Path]:
+    """The metrics.json of each trial the study's summary.json lists: those that used budget (complete, pruned, or
+    failed by their run). A trial left by a stopped process keeps a partial metrics.json in its folder and is not
+    listed: not a result, never kept (its values were queued again)."""
+    summary = json.loads((study / "summary.json").read_text())
+    return [study / "trials" / f"t{t['number']:03d}" / "metrics.json" for t in summary["trials"]]
+
+
 def earlier_trial(spec: TuneSpec, values: dict[str, Any], earlier: tuple[Path, ...]) -> Path | None:
     """The metrics.json of a trial with these values that already ran to its last round with this config on as many
     nodes in one of the `earlier` study folders (``<folder>/trials/t*/``), else None: a grid grown by a value, or a

@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hetfl.common.results import copy_files  # noqa: E402
+from hetfl.tune import finished_trials  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 20
@@ -148,9 +149,10 @@ def keep(out: Path, alpha: str) -> None:
     runs that completed their rounds and the trials their studies count, nothing half done."""
     files = [out / "base/metrics.json", out / "upper.json", out / "tune-agg/summary.json",
              out / "tune-agg/chosen/metrics.json", out / "tune-agg/chosen-r1000/metrics.json",
-             *sorted((out / "tune-agg/trials").glob("t*/metrics.json")),
+             *(finished_trials(out / "tune-agg") if (out / "tune-agg/summary.json").exists() else []),
              *sorted(out.glob("complete-e*/metrics.json")), *sorted(out.glob("iter-*/summary.json")),
-             *sorted(out.glob("iter-*/trials/t*/metrics.json")), *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]
+             *(f for d in sorted(out.glob("iter-*")) if (d / "summary.json").exists() for f in finished_trials(d)),
+             *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]
     copy_files([f for f in files if f.exists() and _finished(f)], out, DOCS / f"dir{alpha}")
 
 

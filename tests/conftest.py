@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -19,22 +20,36 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
-# HETFL_TEST_TIMELINE=<file>: each test appends "worker start end nodeid" (wall clock) there, to see how the workers
-# shared the suite (docs/results/README.md#test-suite-time; scripts/test_timeline.py reads it)
+# HETFL_TEST_TIMELINE=<file>: each test appends "worker start end cpu nodeid" there (wall clock, and the CPU seconds
+# of the worker and of the processes it started and reaped), to see how the workers shared the suite and which tests
+# use the cores rather than wait (docs/results/README.md#test-suite-time; scripts/test_timeline.py reads it). Under
+# xdist only the workers write: the controller sees the same tests relayed.
 _TIMELINE = os.environ.get("HETFL_TEST_TIMELINE")
-_STARTED: dict[str, float] = {}
+_STARTED: dict[str, tuple[float, float]] = {}
+
+
+def _cpu_seconds() -> float:
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+def pytest_configure(config):
+    global _TIMELINE
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        _TIMELINE = None  # the xdist controller
 
 
 def pytest_runtest_logstart(nodeid, location):
     if _TIMELINE:
-        _STARTED[nodeid] = time.time()
+        _STARTED[nodeid] = (time.time(), _cpu_seconds())
 
 
 def pytest_runtest_logfinish(nodeid, location):
     if _TIMELINE and nodeid in _STARTED:
+        start, cpu = _STARTED.pop(nodeid)
         with open(_TIMELINE, "a") as f:
-            f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {_STARTED.pop(nodeid):.2f} {time.time():.2f} "
-                    f"{nodeid}\n")
+            f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {start:.2f} {time.time():.2f} "
+                    f"{_cpu_seconds() - cpu:.2f} {nodeid}\n")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,7 +11,6 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from .conftest import require_fmnist
-from hetfl import launch
 from hetfl.adaptivefl_app import core
 from hetfl.adaptivefl_app.core import ClientSelector, SubmodelPool, aggregate_submodels, slice_state
 from hetfl.adaptivefl_app.strategy import LEVELS, AdaptiveFL
@@ -534,14 +533,20 @@ def test_resume_after_round_2_equals_uninterrupted_run(tmp_path, task_identity):
 
 @pytest.mark.slow
 def test_adaptivefl_fmnist_end_to_end(tmp_path):
+    """AdaptiveFL on FMNIST through the real ServerApp and ClientApp code on the in-process grid (10 nodes, 4:3:3
+    tiers): the pool, the per-member counts and accuracies, pruning on weak devices, and learning. The engines add
+    nothing method-specific: AdaptiveFL runs on real SuperNodes in tests/test_multihost.py, and the Simulation
+    Engine itself is tested with FedAvg (tests/test_e2e.py, tests/test_flwr_run.py)."""
+    from .inprocess import run_in_process
+
     require_fmnist()
     over = {
         **ADAPTIVE_FL, "data-source": "local", "dirichlet-alpha": 1.0, "fraction-train": 0.5, "min-available-nodes": 10,
         "local-steps": 20, "batch-size": 32, "lr": 0.05, "momentum": 0.9, "max-test-samples": 2000,
         "num-server-rounds": 3, "adaptivefl-tier-proportions": "4:3:3",
     }
-    run_dir = launch.run(None, over, num_supernodes=10, results_dir=tmp_path, timeout=900)
-    m = json.loads((run_dir / "metrics.json").read_text())
+    m = run_in_process(over, 10, tmp_path, "adaptivefl")
+    run_dir = tmp_path / "adaptivefl"
     rows = m["rounds"]
     assert [p["name"] for p in m["pool"]] == ["S2", "S1", "M2", "M1", "L1"]
     assert rows[-1]["accuracy"] > 0.3 and rows[-1]["acc_avg"] > 0.25, rows[-1]  # chance: 0.1

@@ -382,3 +382,18 @@ def test_kept_runs_leave_out_a_seed_of_values_the_study_no_longer_chooses(tmp_pa
     results, left = kept_runs(tmp_path, ROOT / "fleets" / "aiot-wifi.toml", ROOT / "comparisons" / "fmnist-dir0.6.toml")
     assert sorted(results["fedavg"]["runs"]) == [0, 2] and results["fedavg"]["values"] == {"lr": chosen}
     assert left["fens"] == "not committed yet"
+
+
+def test_only_trials_the_summary_lists_are_kept(tmp_path):
+    """A trial left by a stopped process (its folder has a partial metrics.json; the study's summary lists only the
+    trials that used budget) is not a result: never kept."""
+    import json
+
+    from hetfl.tune import finished_trials
+
+    for n in (0, 1, 2, 3):
+        (tmp_path / "trials" / f"t{n:03d}").mkdir(parents=True)
+        (tmp_path / "trials" / f"t{n:03d}" / "metrics.json").write_text("{}")
+    (tmp_path / "summary.json").write_text(json.dumps({"trials": [  # t001 was stopped: not listed
+        {"number": 0, "state": "complete"}, {"number": 2, "state": "pruned"}, {"number": 3, "state": "fail"}]}))
+    assert finished_trials(tmp_path) == [tmp_path / "trials" / f"t{n:03d}" / "metrics.json" for n in (0, 2, 3)]

@@ -114,9 +114,11 @@ def test_make_reproduce_oneshot_runs_the_four_baselines_and_tabulates_them_with_
 @pytest.mark.slow
 def test_shefl_quickstart_runs_end_to_end_in_process(tmp_path, task_identity):
     """The SHEFL quickstart preset as written, through the real ServerApp and ClientApp code on the in-process grid
-    (the launcher's Simulation Engine adds only process start-up): every round trains 2 HPC clusters on all 3 models
-    and 4 LPC clusters on one each, and the ensemble learns. ~40 CPU-seconds (94 s of wall time on 2 cores shared
-    with other work)."""
+    (the launcher's Simulation Engine adds only process start-up; SHEFL on Ray: tests/test_ray_cluster.py, on
+    SuperNodes: tests/test_multihost.py): 10 nodes, 4 HPCs and 4 LPCs sampled a round. Every round trains
+    C_h = 2 HPC clusters on all M = 3 models and C_l = 4 LPC clusters on one each, spread over the models by the
+    balanced schedule (2/1/1), with top-k sparse uploads, and the ensemble learns. ~40 CPU-seconds (94 s of wall
+    time on 2 cores shared with other work)."""
     from .inprocess import run_in_process
 
     require_fmnist()
@@ -127,7 +129,15 @@ def test_shefl_quickstart_runs_end_to_end_in_process(tmp_path, task_identity):
     assert m["roles"]["C_h"] == 2 and m["roles"]["C_l"] == 4
     for r in rows[1:]:
         assert r["replies"] == 6 and r["failures"] == 0 and r["rejected"] == 0
-        assert all(r[f"H_m{j}"] == 2 for j in range(3)) and sum(r[f"L_m{j}"] for j in range(3)) == 4
+        # HPCs receive all M = 3 models, LPCs one
+        assert r["bytes_down_hpc_mean"] == pytest.approx(3 * r["bytes_down_lpc_mean"], rel=0.01)
+        # every model: both HPCs; the 4 LPC slots spread over 3 models as 2/1/1 (balanced)
+        assert all(r[f"H_m{j}"] == 2 for j in range(3)) and sorted(r[f"L_m{j}"] for j in range(3)) == [1, 1, 2]
+        # sparse upload, k = 0.1 for both roles (k_h = 0.1 * 3.0 / 3): <= 0.2 of the dense models sent
+        assert r["bytes_up"] <= 0.2 * r["bytes_down"]
+        # members from distinct inits disagree somewhere; if they disagreed everywhere no two could be right at once
+        assert 0.0 < r["disagreement"] < 1.0, r["disagreement"]
+    assert all(f"acc_m{j}" in rows[-1] for j in range(3))
     assert rows[-1]["accuracy"] > 0.3, [r["accuracy"] for r in rows]  # chance: 0.1
 
 
