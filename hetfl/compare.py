@@ -226,7 +226,6 @@ def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | Non
     return values
 
 
-
 def seed_config(plan: Plan, values: dict[str, Any], seed: int) -> dict[str, Any]:
     """The run config of `plan`'s final run at `seed` with the study's chosen `values`."""
     return {**plan.config, **values, "seed": seed, "checkpoint": True, "resume": True, "eval-split": "test-half"}

@@ -266,7 +266,9 @@ def _pruner(spec: TuneSpec):
 def finished_trials(study: Path) -> list[Path]:
     """The metrics.json of each trial the study's summary.json lists: those that used budget (complete, pruned, or
     failed by their run). A trial left by a stopped process keeps a partial metrics.json in its folder and is not
-    listed: not a result, never kept (its values were queued again)."""
+    listed: not a result, never kept (its values were queued again). A study without a summary has none."""
+    if not (study / "summary.json").exists():
+        return []
     summary = json.loads((study / "summary.json").read_text())
     return [study / "trials" / f"t{t['number']:03d}" / "metrics.json" for t in summary["trials"]]
 

@@ -149,9 +149,9 @@ def keep(out: Path, alpha: str) -> None:
     runs that completed their rounds and the trials their studies count, nothing half done."""
     files = [out / "base/metrics.json", out / "upper.json", out / "tune-agg/summary.json",
              out / "tune-agg/chosen/metrics.json", out / "tune-agg/chosen-r1000/metrics.json",
-             *(finished_trials(out / "tune-agg") if (out / "tune-agg/summary.json").exists() else []),
+             *finished_trials(out / "tune-agg"),
              *sorted(out.glob("complete-e*/metrics.json")), *sorted(out.glob("iter-*/summary.json")),
-             *(f for d in sorted(out.glob("iter-*")) if (d / "summary.json").exists() for f in finished_trials(d)),
+             *(f for d in sorted(out.glob("iter-*")) for f in finished_trials(d)),
              *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]
     copy_files([f for f in files if f.exists() and _finished(f)], out, DOCS / f"dir{alpha}")
 

@@ -17,13 +17,14 @@ import argparse
 import heapq
 import os
 from collections import defaultdict
+from pathlib import Path
 
 
 def read(path: str) -> list[tuple[str, float, float, float, str]]:
     """(worker, start, end, cpu, nodeid) of every test; cpu is nan in timelines written before it was recorded, and
     lines of an xdist controller (worker "main" beside gwN lines) are left out."""
     rows = []
-    for line in open(path).read().splitlines():
+    for line in Path(path).read_text().splitlines():
         if not line.strip():
             continue
         w, a, b, rest = line.split(" ", 3)

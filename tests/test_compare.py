@@ -397,3 +397,5 @@ def test_only_trials_the_summary_lists_are_kept(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"trials": [  # t001 was stopped: not listed
         {"number": 0, "state": "complete"}, {"number": 2, "state": "pruned"}, {"number": 3, "state": "fail"}]}))
     assert finished_trials(tmp_path) == [tmp_path / "trials" / f"t{n:03d}" / "metrics.json" for n in (0, 2, 3)]
+    (tmp_path / "summary.json").unlink()  # a study that never finished a trial
+    assert finished_trials(tmp_path) == []

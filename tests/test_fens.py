@@ -87,9 +87,9 @@ def test_cached_logits_equal_recomputed():
 def test_fens_nn_aggregator_beats_averaging_on_non_iid_data(tmp_path):
     """The quickstart FENS preset (Dir(0.05)) on scikit-learn's digits through the real ServerApp and ClientApp code
     on the in-process grid (FENS on real SuperNodes: tests/test_multihost.py): one-shot training, INT8 ensemble,
-    20 FedAdam rounds of the NN aggregator. Measured at seed 0: NN 72.2% against 27.2%
-    for averaging (digits: 1,437 training images, so the run takes ~7 s here, against ~38 s in the Simulation
-    Engine; on FMNIST phase 1 and the logits took ~3 min of the suite)."""
+    20 FedAdam rounds of the NN aggregator. Measured at seed 0: NN 72.2% against 27.2% for averaging (digits: 1,437
+    training images, so the run takes ~7 s here, against ~38 s in the Simulation Engine; on FMNIST phase 1 and the
+    logits took ~3 min of the suite)."""
     from .inprocess import run_in_process
 
     over = {"dataset": "digits", "max-test-samples": 0, "local-steps": 0, "local-epochs": 10, "num-server-rounds": 20,

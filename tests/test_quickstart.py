@@ -138,7 +138,9 @@ def test_shefl_quickstart_runs_end_to_end_in_process(tmp_path, task_identity):
         # members from distinct inits disagree somewhere; if they disagreed everywhere no two could be right at once
         assert 0.0 < r["disagreement"] < 1.0, r["disagreement"]
     assert all(f"acc_m{j}" in rows[-1] for j in range(3))
-    assert rows[-1]["accuracy"] > 0.3, [r["accuracy"] for r in rows]  # chance: 0.1
+    # chance: 0.1; the run ends at 49.15% (the README's table); 0.45 is the bound of the SHEFL end-to-end test
+    # whose checks moved here
+    assert rows[-1]["accuracy"] > 0.45, [r["accuracy"] for r in rows]
 
 
 def test_make_run_away_from_debian_fails_at_preflight_naming_both_ways_to_get_the_data(tmp_path):

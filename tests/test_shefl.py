@@ -1,4 +1,3 @@
-
 import numpy as np
 import pytest
 
@@ -150,7 +149,6 @@ def test_pack_unpack_models():
     assert "bn1.num_batches_tracked" not in layout.keys and "bn1.running_mean" in layout.keys
     v = layout.flatten(states[0])
     assert all(np.array_equal(x, states[0][k]) for k, x in layout.unflatten(v, states[0]).items())
-
 
 
 # --- per-role local work (straggler study, Fig. 7) ------------------------------------------------
