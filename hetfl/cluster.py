@@ -259,8 +259,9 @@ def register_node(link: launch.SuperLink, public_key: Path) -> None:
 
 @contextlib.contextmanager
 def superlink(home: Path, host: str = "127.0.0.1", port: int | None = None, tls: bool = False, auth: bool = False,
-              sans: Sequence[str] = ()) -> Iterator[launch.SuperLink]:
-    """A deployment SuperLink on `host`:`port`; with `tls`, a certificate for `host` and `sans` in `<home>/certs`."""
+              sans: Sequence[str] = (), state_file: bool = True) -> Iterator[launch.SuperLink]:
+    """A deployment SuperLink on `host`:`port`; with `tls`, a certificate for `host` and `sans` in `<home>/certs`.
+    `state_file`: its state in `<home>/state.db` (it survives a restart), else in memory."""
     args: list[str] = []
     if tls or auth:
         certs = certificates(home / "certs", [host, *sans])
@@ -268,7 +269,8 @@ def superlink(home: Path, host: str = "127.0.0.1", port: int | None = None, tls:
                 "--ssl-keyfile", str(certs / "server.key")]
     if auth:
         args.append("--enable-supernode-auth")
-    with launch.superlink(home, simulation=False, extra_args=args, tls=bool(args), host=host, port=port) as link:
+    with launch.superlink(home, simulation=False, extra_args=args, tls=bool(args), host=host, port=port,
+                          state_file=state_file) as link:
         yield link
 
 
@@ -310,21 +312,34 @@ class Cluster:
 
     link: launch.SuperLink
     nodes: dict[int, subprocess.Popen] = field(default_factory=dict)  # partition id -> SuperNode process
-    execs: dict[int, subprocess.Popen] = field(default_factory=dict)  # partition id -> its warm SuperExec
+    execs: dict[int, Any] = field(default_factory=dict)  # partition id -> its warm SuperExec (Popen or ForkedProcess)
+    pool: Any = None  # the hetfl.superexec.Pool that forks the SuperExecs (None: each is a process of its own)
     configs: dict[int, dict[str, Any]] = field(default_factory=dict)
     tls: bool = False
     commands: dict[int, tuple[list[str], dict[str, str], Path]] = field(default_factory=dict)  # argv, env, log
 
-    def start_node(self, i: int, cmd: list[str], env: dict[str, str], log_file: Path) -> None:
-        """Start SuperNode `i` and its warm SuperExec, if it has one (each in its own process session, so that
-        stopping them stops their ClientApps), both logging to `log_file`."""
+    def start_node(self, i: int, cmd: list[str], env: dict[str, str], log_file: Path, superexec: bool = True) -> None:
+        """Start SuperNode `i` and (`superexec`) its warm SuperExec, if it has one (each in its own process session,
+        so that stopping them stops their ClientApps), both logging to `log_file`. The SuperExec is forked by the
+        cluster's :class:`~hetfl.superexec.Pool` when it has one, else started as a process of its own."""
         self.commands[i] = (cmd, env, log_file)
         with open(log_file, "ab") as out:
             self.nodes[i] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            exec_cmd = superexec_command(cmd, self.nodes[i].pid)
-            if exec_cmd:
-                self.execs[i] = subprocess.Popen(exec_cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                 start_new_session=True)
+        if superexec:
+            self.start_superexec(i)
+
+    def start_superexec(self, i: int) -> None:
+        """The warm SuperExec of SuperNode `i` (none for a node that starts its own ClientApps)."""
+        cmd, env, log_file = self.commands[i]
+        exec_cmd = superexec_command(cmd, self.nodes[i].pid)
+        if not exec_cmd:
+            return
+        if self.pool is not None:
+            self.execs[i] = self.pool.start(exec_cmd[3:], log_file)  # its flags: after python -m hetfl.superexec
+            return
+        with open(log_file, "ab") as out:
+            self.execs[i] = subprocess.Popen(exec_cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
 
     def _node(self, i: int) -> list[subprocess.Popen]:
         return [self.nodes[i], *([self.execs[i]] if i in self.execs else [])]
@@ -354,21 +369,27 @@ class Cluster:
                 proc.wait(10)
 
     def stop(self) -> None:
-        """Stop every SuperNode and SuperExec (whole process trees), then the SuperLink."""
-        launch.stop_tree([*self.nodes.values(), *self.execs.values()], timeout=10.0)
+        """Stop every SuperNode and SuperExec (whole process trees) and the SuperExec pool, then the SuperLink."""
+        launch.stop_tree([*self.nodes.values(), *self.execs.values(), *([self.pool.proc] if self.pool else [])],
+                         timeout=10.0)
+        if self.pool:
+            self.pool.close()
         self.link.stop()
 
     def pids(self) -> list[int]:
         """Every live process of the cluster (for leak checks)."""
-        return launch.process_tree({self.link.proc.pid} | {p.pid for p in (*self.nodes.values(), *self.execs.values())})
+        return launch.process_tree({self.link.proc.pid} | {p.pid for p in (*self.nodes.values(), *self.execs.values())}
+                                   | ({self.pool.proc.pid} if self.pool else set()))
 
 
 @contextlib.contextmanager
 def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, auth: bool = False,
                   configs: list[dict[str, Any]] | None = None, wait: bool = True, host: str = "127.0.0.1",
-                  port: int | None = None, sans: Sequence[str] = (), warm: bool = True) -> Iterator[Cluster]:
+                  port: int | None = None, sans: Sequence[str] = (), warm: bool = True,
+                  state_file: bool = True) -> Iterator[Cluster]:
     """Start a SuperLink (deployment, not simulation) on `host` and `num_nodes` SuperNodes here; stop all on exit.
     `warm` (the default): each SuperNode's ClientApps start warm (:mod:`hetfl.superexec`), else as Flower starts them.
+    `state_file` (the default): the SuperLink keeps its state in `<home>/state.db`, else in memory (:func:`superlink`).
 
     The node configs are checked (:func:`check_node_config`) before anything starts.
     """
@@ -378,7 +399,7 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
     home.mkdir(parents=True, exist_ok=True)
     configs = [check_node_config(c) for c in configs or [node_profile(i, num_nodes) for i in range(num_nodes)]]
     tls = tls or auth
-    with superlink(home, host, port, tls=tls, auth=auth, sans=sans) as link:
+    with superlink(home, host, port, tls=tls, auth=auth, sans=sans, state_file=state_file) as link:
         cluster = Cluster(link, tls=tls)
         keys: list[Path | None] = [None] * len(configs)
         if auth:
@@ -386,11 +407,17 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
             for key in keys:  # admitted before the nodes connect
                 register_node(link, key.with_suffix(".pub"))
         try:
+            if warm and len(configs) > 1:  # one warm-up for all nodes' SuperExecs (docs/deployment.md#warm-superexec)
+                from hetfl.superexec import Pool
+
+                cluster.pool = Pool(launch.flwr_env(home), home / "superexec-pool.log")
             for i, cfg in enumerate(configs):
                 cmd = supernode_command(link.address, cfg, home / "certs" / "ca.crt" if tls else None, keys[i],
                                         port=launch.free_port(), max_retries=50, warm=warm)
-                cluster.start_node(i, cmd, launch.flwr_env(home), home / f"supernode-{i}.log")
+                cluster.start_node(i, cmd, launch.flwr_env(home), home / f"supernode-{i}.log", superexec=False)
                 cluster.configs[i] = cfg
+            for i in cluster.nodes:  # the pool warms up while the SuperNodes start
+                cluster.start_superexec(i)
             time.sleep(1.0)
             dead = sorted({i for procs in (cluster.nodes, cluster.execs) for i, p in procs.items() if p.poll() is not None})
             if dead:
@@ -460,6 +487,10 @@ def _parser(prog: str = "python -m hetfl.cluster") -> argparse.ArgumentParser:
     s.add_argument("--auth", action="store_true", help="loopback: TLS + SuperNode authentication")
     s.add_argument("--insecure", action="store_true", help="no TLS and no SuperNode authentication (warns off loopback)")
     s.add_argument("--no-auth", action="store_true", help="TLS, but admit any SuperNode (warns off loopback)")
+    s.add_argument("--state", choices=("file", "memory"),
+                   help="file (default): the SuperLink's state (runs, registered keys, messages) in <home>/state.db, "
+                        "kept across a restart; memory: in RAM, lost when it stops, and about a third of the "
+                        "SuperLink's CPU per model it passes on (docs/deployment.md#superlink-state)")
     lo = p.add_argument_group("role local")
     lo.add_argument("--nodes", type=int, default=4, help="SuperNodes to start here (default 4)")
     lo.add_argument("--submit", metavar="PRESET", help="run this preset to the end, then stop the cluster")
@@ -531,7 +562,7 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
                     "supernode": Path.home() / ".flwr"}[a.role]  # a device: Flower's own default, as flower-supernode
     plan: dict[str, Any] = {"home": Path(a.home or default_home).expanduser().resolve()}
     if a.role == "supernode":
-        for flag in ("--submit", "--set", "--address", "--port", "--san", "--tls", "--auth"):
+        for flag in ("--submit", "--set", "--address", "--port", "--san", "--tls", "--auth", "--state"):
             if getattr(a, flag[2:].replace("-", "_")) not in (None, [], False, "127.0.0.1"):
                 raise ArgError(f"{flag} is for the SuperLink roles; a supernode takes --superlink, --root-certificates, "
                                "--auth-key and --node-config")
@@ -569,7 +600,7 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
     if plan["tls"] and _is_wildcard(host) and not sans:
         raise ArgError(f"--address {host} serves every interface; name the addresses devices use for the server "
                        "certificate with --san (e.g. --san 10.0.0.5 --san server.lan)")
-    plan["host"], plan["sans"] = host, sans
+    plan["host"], plan["sans"], plan["state_file"] = host, sans, a.state != "memory"
     if plan["tls"]:  # issued (or checked) now, so that a certificate problem is one line before anything starts
         certificates(plan["home"] / "certs", [host, *sans])
     plan["port"] = a.port or (None if is_loopback(host) else DEFAULT_PORT)
@@ -596,7 +627,7 @@ def _connection_help(link: launch.SuperLink, plan: dict[str, Any]) -> tuple[str,
 
 def _run_local(a: argparse.Namespace, plan: dict[str, Any]) -> int:
     with local_cluster(a.nodes, plan["home"], tls=plan["tls"], auth=plan["auth"], host=plan["host"], port=plan["port"],
-                       sans=plan["sans"]) as cluster:
+                       sans=plan["sans"], state_file=plan["state_file"]) as cluster:
         print(f"SuperLink {cluster.link.address} (FLWR_HOME={plan['home']}, connection '{cluster.link.connection}'"
               f"{', TLS' if plan['tls'] else ''}{', SuperNode authentication' if plan['auth'] else ''}), "
               f"{len(cluster.nodes)} SuperNodes:")
@@ -619,11 +650,13 @@ def _run_local(a: argparse.Namespace, plan: dict[str, Any]) -> int:
 
 
 def _run_superlink(a: argparse.Namespace, plan: dict[str, Any]) -> int:
-    with superlink(plan["home"], plan["host"], plan["port"], tls=plan["tls"], auth=plan["auth"], sans=plan["sans"]) as link:
+    with superlink(plan["home"], plan["host"], plan["port"], tls=plan["tls"], auth=plan["auth"], sans=plan["sans"],
+                   state_file=plan["state_file"]) as link:
         block, address = _connection_help(link, plan)
         certs = plan["home"] / "certs"
         print(f"SuperLink serving on {plan['host']}:{link.address.rsplit(':', 1)[1]} (pid {link.proc.pid}; "
-              f"{'TLS' if plan['tls'] else 'plain text'}, SuperNode authentication {'on' if plan['auth'] else 'off'}); "
+              f"{'TLS' if plan['tls'] else 'plain text'}, SuperNode authentication {'on' if plan['auth'] else 'off'}, "
+              f"state {plan['home'] / 'state.db' if plan['state_file'] else 'in memory'}); "
               f"log {plan['home'] / 'superlink.log'}", flush=True)
         if plan["tls"]:
             print(f"  copy {certs / 'ca.crt'} to every device and to your laptop", flush=True)

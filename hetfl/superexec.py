@@ -15,6 +15,10 @@ Flower's process isolation::
     python -m hetfl.superexec --runtime-api-address 127.0.0.1:9094 --insecure --parent-pid $!
 
 (``hetfl.cluster`` starts both for every SuperNode it runs.) Its flags are ``flower-superexec``'s.
+
+Several SuperNodes on one machine (``hetfl.cluster``'s local role) share one :class:`Pool`: a process that pays the
+imports once and forks each node's SuperExec from them (``python -m hetfl.superexec --pool``), instead of one warm-up
+per node.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 # asked for a task this often (Flower's SuperExec: 1 s; the SuperNode itself polls its SuperLink every 3 s; 0.2 s
@@ -111,6 +116,122 @@ def _run_client_app(spec: Any) -> None:
         os._exit(code)
 
 
+class Pool:
+    """The SuperExecs of several SuperNodes on one machine, forked from one warm process (``--pool``).
+
+    The pool reads one request per line on its stdin (JSON: the SuperExec's flags and its log file) and answers
+    with the pid of the SuperExec it forked for it (in a process session of its own, logging to that file); it
+    exits when its stdin closes. A pipe, not a socket: only the process that started the pool can ask it for a
+    SuperExec. Each SuperExec exits with its SuperNode (``--parent-pid``), as a stand-alone one does.
+    """
+
+    def __init__(self, env: dict[str, str] | None = None, log_file: Path | None = None) -> None:
+        import subprocess
+        import threading
+
+        out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115  (the pool's own log)
+        self.proc = subprocess.Popen([sys.executable, "-m", "hetfl.superexec", "--pool"], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, start_new_session=True)
+        if log_file:
+            out.close()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the pipes (the pool exits at the end of its stdin, if it still runs)."""
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                f.close()
+
+    def start(self, argv: list[str], log_file: Path) -> ForkedProcess:
+        """A SuperExec with `argv` (``flower-superexec``'s flags), forked from the pool once it is warm."""
+        import json
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self._lock:
+            self.proc.stdin.write((json.dumps({"argv": argv, "log": str(log_file)}) + "\n").encode())
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        if not line.strip().isdigit():
+            raise RuntimeError(f"the SuperExec pool (pid {self.proc.pid}) did not start a SuperExec: {line!r}")
+        return ForkedProcess(int(line))
+
+
+class ForkedProcess:
+    """A process forked by a :class:`Pool` (its parent reaps it): the part of ``subprocess.Popen`` that
+    ``hetfl.cluster`` uses (``pid``, ``poll``, ``wait``). Its exit code is not known here: ``poll`` gives -1 once
+    it is gone."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        import psutil
+
+        if self.returncode is None:
+            try:
+                gone = psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.1)
+        return -1
+
+
+def _serve_pool() -> None:
+    """The pool's side of :class:`Pool`: warm up, then fork one SuperExec per request line until stdin closes."""
+    import json
+
+    warm_up()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the SuperExecs: no zombies
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    for line in stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _run_superexec(req["argv"], req["log"])
+        stdout.write(f"{pid}\n".encode())
+        stdout.flush()
+
+
+def _run_superexec(argv: list[str], log_file: str) -> None:
+    """In a child of the pool: a SuperExec of its own session, its output in `log_file`; exit with its code."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for its own ClientApps
+        os.setsid()
+        fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.close(null)
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001  (a child must not return into the pool's loop)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``flower-superexec`` with :class:`WarmExecutor` (same flags; the executor flags are ignored)."""
     import importlib
@@ -126,4 +247,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--pool"]:
+        _serve_pool()
+    else:
+        main()

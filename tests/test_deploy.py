@@ -120,7 +120,7 @@ def test_secured_deployment_runs_the_profile_methods_on_four_supernodes(tmp_path
         "shefl": {"method": "shefl", "fraction-train": 1.0, "local-steps": 30, "shefl-models": 2, "shefl-hpc-per-round": 1},
         "adaptivefl": {"method": "adaptivefl", "fraction-train": 1.0, "local-steps": 30},
     }  # FENS (and every method) also runs secured across hosts in tests/test_multihost.py
-    with cluster.local_cluster(4, tmp_path / "flwr", auth=True) as c:
+    with cluster.local_cluster(4, tmp_path / "flwr", auth=True, state_file=False) as c:
         assert c.tls and (tmp_path / "flwr" / "certs" / "ca.crt").exists()
         assert [cfg["capacity"] for cfg in c.configs.values()] == ["weak", "weak", "medium", "strong"]
         for name, over in runs.items():
@@ -153,11 +153,13 @@ def test_killed_supernode_mid_run_the_run_completes(tmp_path):
     require_fmnist()
     over = {**FMNIST, "method": "fedavg", "fraction-train": 1.0, "local-steps": 30, "num-server-rounds": 1,
             "round-timeout": 150.0, "run-name": "kill"}
-    with cluster.local_cluster(4, tmp_path / "flwr") as c:
+    # the SuperLink's state in memory: nothing here restarts it (the SuperLink-restart test keeps its state file)
+    with cluster.local_cluster(4, tmp_path / "flwr", state_file=False) as c:
         # once discovery found all 4 nodes (round 0's row): round 1 is starting
         t, killed = after_round(tmp_path / "kill" / "metrics.json", lambda: c.kill_node(3), rounds=0)
         run_dir = cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
         t.join()
+        assert not (tmp_path / "flwr" / "state.db").exists()
     m = json.loads((run_dir / "metrics.json").read_text())
     rows = m["rounds"]
     assert "at" in killed and m["summary"]["rounds_completed"] == 1
@@ -185,7 +187,7 @@ def test_restarted_supernode_is_sampled_again_by_fedavg_and_shefl(tmp_path):
         "fedavg": {"method": "fedavg"},
         "shefl": {"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 1},
     }  # AdaptiveFL samples through the same client map (ClientMap.online), and runs restarted nowhere else
-    with cluster.local_cluster(3, tmp_path / "flwr") as c:
+    with cluster.local_cluster(3, tmp_path / "flwr", state_file=False) as c:
         for name, over in runs.items():
             t, restarted = after_round(tmp_path / name / "metrics.json", lambda: c.restart_node(2), rounds=0)  # client 2
             run_dir = cluster.submit(c, None, {**FMNIST, **over, "fraction-train": 1.0, "local-steps": 2,
@@ -230,7 +232,7 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     over = {"dataset": f"dir:{server}", "server-data-path": str(server), "model": "cnn", "batch-size": 16,
             "lr": 0.05, "momentum": 0.9, "fraction-train": 1.0, "local-steps": 60, "num-server-rounds": 1,
             "round-timeout": 300.0, "run-name": "own"}
-    with cluster.local_cluster(5, tmp_path / "flwr", configs=configs) as c:
+    with cluster.local_cluster(5, tmp_path / "flwr", configs=configs, state_file=False) as c:
         run_dir = cluster.submit(c, None, {**over, "min-available-nodes": 5}, results_dir=tmp_path, timeout=600)
         # the refused devices' SuperNodes stay up: their ClientApp failed the query, not the SuperNode (each answers
         # every later run's discovery the same way)
@@ -266,7 +268,7 @@ def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_
         with pytest.raises(RuntimeError) as err:
             cluster.submit(c, None, over, results_dir=tmp_path, timeout=600)
         t.join()
-        assert "at" in restarted
+        assert "at" in restarted and (tmp_path / "flwr" / "state.db").is_file()  # what the restart kept
         line = str(err.value)
         # the last checkpointed round: 2, or 1 when the restart came between round 2's row and its checkpoint
         done = json.loads((tmp_path / "r" / "checkpoint.json").read_text())["state"]["round"]

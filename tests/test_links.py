@@ -81,7 +81,7 @@ def test_a_slow_device_and_a_dropping_device_on_real_links(tmp_path):
                 pytest.skip(f"no tbf qdisc here (tc: {shaped.stderr.strip() or shaped.returncode})")
             link_home = tmp_path / "server"
             link = [sys.executable, "-m", "hetfl.cluster", "superlink", "--address", HOSTS["server"], "--port",
-                    str(PORT), "--insecure", "--home", str(link_home)]
+                    str(PORT), "--insecure", "--state", "memory", "--home", str(link_home)]
             procs.append(_start(ns["server"], link, env, tmp_path / "superlink.log"))
             deadline = time.monotonic() + 120
             while "SuperLink serving on" not in (tmp_path / "superlink.log").read_text(errors="replace"):

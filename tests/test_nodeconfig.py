@@ -149,6 +149,7 @@ def nothing_starts(monkeypatch):
     (["supernode", "--superlink", "10.0.0.5:8000", "--node-config", "partition-id=0 num-partitions=3",
       "--root-certificates", "/nonexistent/ca.crt"], ["'/nonexistent/ca.crt' does not exist"]),
     (["supernode", "--superlink", "10.0.0.5:8000", "--address", "10.0.0.6"], ["--address is for the SuperLink roles"]),
+    (["supernode", "--superlink", "10.0.0.5:8000", "--state", "memory"], ["--state is for the SuperLink roles"]),
     (["--node-config", "partition-id=0"], ["--node-config is for the supernode role"]),
 ])
 def test_bad_arguments_are_one_line_and_nothing_starts(argv, words, capsys, nothing_starts, tmp_path):

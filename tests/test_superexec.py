@@ -59,7 +59,7 @@ def train(msg: Message, context: Context) -> Message:
 def test_clientapps_start_warm_from_the_superexec_and_run_the_submitted_apps_code(tmp_path):
     app = launch.write_app(tmp_path / "probe", "hetfl", SERVER, CLIENT, {"nodes": 2, "out": ""})
     out = tmp_path / "replies.json"
-    with cluster.local_cluster(2, tmp_path / "flwr") as c:
+    with cluster.local_cluster(2, tmp_path / "flwr", state_file=False) as c:
         assert set(c.execs) == {0, 1}
         rc = launch.flwr_run(c.link, app, None, {"nodes": 2, "out": str(out)}, None, timeout=300)
         assert rc == 0 and out.exists(), (rc, (tmp_path / "flwr" / "supernode-0.log").read_text()[-3000:])
