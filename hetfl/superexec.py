@@ -194,7 +194,9 @@ def _serve_pool() -> None:
     import json
 
     warm_up()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the SuperExecs: no zombies
+    # reap each SuperExec as it exits (a wait, not SIG_IGN: so that its CPU time counts as this process's children's,
+    # and so, once the pool is reaped, as its starter's, as with a SuperExec started as a process of its own)
+    signal.signal(signal.SIGCHLD, _reap)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     for line in stdin:
         req = json.loads(line)
@@ -203,6 +205,17 @@ def _serve_pool() -> None:
             _run_superexec(req["argv"], req["log"])
         stdout.write(f"{pid}\n".encode())
         stdout.flush()
+
+
+def _reap(*_: Any) -> None:
+    """Reap every child of the pool that has exited (SIGCHLD handler)."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _run_superexec(argv: list[str], log_file: str) -> None:
