@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +89,29 @@ class WarmExecutor:
         self.other.close()
 
 
-def _run_client_app(spec: Any) -> None:
-    """In the forked child: Flower's ``flwr-clientapp`` for `spec`'s token, then exit with its code."""
+def _exit_with(body: Callable[[], None]) -> None:
+    """In a forked child: run `body`, then exit with its code (Flower's ``flwr_exit`` raises SystemExit), never
+    returning into the parent's loop."""
     code = 1
     try:
+        body()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_client_app(spec: Any) -> None:
+    """In the forked child: Flower's ``flwr-clientapp`` for `spec`'s token, then exit with its code."""
+
+    def body() -> None:
         from flwr.supercore.exit import exit_handler
         from flwr.supercore.tls import validate_and_resolve_root_certificates
         from flwr.supernode.runtime.run_clientapp import run_clientapp
@@ -103,17 +123,8 @@ def _run_client_app(spec: Any) -> None:
         run_clientapp(runtime_api_address=spec.runtime_api_address, token=spec.token, insecure=spec.insecure,
                       certificates=validate_and_resolve_root_certificates(spec.root_certificates_path, spec.insecure),
                       parent_pid=spec.parent_pid, runtime_dependency_install=spec.runtime_dependency_install)
-        code = 0
-    except SystemExit as e:  # flwr_exit's way out
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001  (a child must not return into the parent's loop)
-        import traceback
 
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    _exit_with(body)
 
 
 class Pool:
@@ -220,29 +231,19 @@ def _reap(*_: Any) -> None:
 
 def _run_superexec(argv: list[str], log_file: str) -> None:
     """In a child of the pool: a SuperExec of its own session, its output in `log_file`; exit with its code."""
-    code = 1
-    try:
+
+    def body() -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for its own ClientApps
         os.setsid()
         fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
+        for src, dst in ((null, 0), (fd, 1), (fd, 2)):
+            os.dup2(src, dst)
         os.close(fd)
         os.close(null)
         main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001  (a child must not return into the pool's loop)
-        import traceback
 
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    _exit_with(body)
 
 
 def main(argv: list[str] | None = None) -> None:
