@@ -493,9 +493,13 @@ def flwr_run(link: SuperLink, app_dir: Path, config_file: str | None, overrides:
 
 
 def setup_signals() -> None:
-    """Turn SIGTERM and SIGINT into KeyboardInterrupt so that context managers stop what they started
-    (SIGINT is ignored by default in processes started in the background by a shell)."""
+    """Turn the first SIGTERM or SIGINT into KeyboardInterrupt so that context managers stop what they started
+    (SIGINT is ignored by default in processes started in the background by a shell), and ignore the ones after it:
+    a second Ctrl-C, or `timeout` passing on the SIGTERM it got, must not cut that clean-up short and orphan the
+    SuperNodes (each stop is bounded: SIGKILL after its timeout)."""
     def _raise(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _raise)

@@ -53,6 +53,32 @@ def test_presets_name_what_each_runs(capsys):
     assert "configs/fens/fmnist-dir0.1.toml\n    FENS" in out and "configs/shefl/" not in out
 
 
+SECOND_SIGNAL = """
+import os, signal, time
+from hetfl import launch
+launch.setup_signals()
+done = []
+try:
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # a stop request: the run's clean-up starts
+        time.sleep(30)
+    finally:
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while cleaning up
+        os.kill(os.getpid(), signal.SIGTERM)  # and `timeout` passing on its SIGTERM
+        time.sleep(0.2)
+        done.append("cleaned up")
+except KeyboardInterrupt:
+    print("stopped", done)
+"""
+
+
+def test_a_second_signal_does_not_cut_the_clean_up_short():
+    """The first SIGTERM/SIGINT stops a run (hetfl.launch, hetfl.cluster); the ones after it are ignored, so the
+    clean-up that stops the SuperNodes runs to its end instead of leaving them orphaned."""
+    out = subprocess.run([sys.executable, "-c", SECOND_SIGNAL], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "stopped ['cleaned up']", (out.stdout, out.stderr[-2000:])
+
+
 @pytest.mark.slow
 def test_a_real_run_through_the_console_command_and_sigterm_stops_its_whole_process_tree(tmp_path):
     """`hetfl run` with Flower's --run-config string (strings quoted) starts a simulation that writes its metrics.json
