@@ -321,7 +321,7 @@ class Cluster:
     def start_node(self, i: int, cmd: list[str], env: dict[str, str], log_file: Path, superexec: bool = True) -> None:
         """Start SuperNode `i` and (`superexec`) its warm SuperExec, if it has one (each in its own process session,
         so that stopping them stops their ClientApps), both logging to `log_file`. The SuperExec is forked by the
-        cluster's :class:`~hetfl.superexec.Pool` when it has one, else started as a process of its own."""
+        cluster's :class:`~hetfl.superexec.Pool`."""
         self.commands[i] = (cmd, env, log_file)
         with open(log_file, "ab") as out:
             self.nodes[i] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -329,20 +329,20 @@ class Cluster:
             self.start_superexec(i)
 
     def start_superexec(self, i: int) -> None:
-        """The warm SuperExec of SuperNode `i` (none for a node that starts its own ClientApps)."""
-        cmd, env, log_file = self.commands[i]
+        """The warm SuperExec of SuperNode `i`, forked by the cluster's pool (none for a node that starts its own
+        ClientApps)."""
+        cmd, _env, log_file = self.commands[i]
         exec_cmd = superexec_command(cmd, self.nodes[i].pid)
-        if not exec_cmd:
-            return
-        if self.pool is not None:
-            self.execs[i] = self.pool.start(exec_cmd[3:], log_file)  # its flags: after python -m hetfl.superexec
-            return
-        with open(log_file, "ab") as out:
-            self.execs[i] = subprocess.Popen(exec_cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                             start_new_session=True)
+        if exec_cmd:
+            assert self.pool is not None, "a warm SuperNode needs the cluster's SuperExec pool"
+            self.execs[i] = self.pool.start(exec_cmd[exec_cmd.index("hetfl.superexec") + 1:], log_file)
 
-    def _node(self, i: int) -> list[subprocess.Popen]:
-        return [self.nodes[i], *([self.execs[i]] if i in self.execs else [])]
+    def _live_execs(self) -> list[Any]:
+        """The SuperExecs still running (a gone one's pid may be another process's by now)."""
+        return [p for p in self.execs.values() if p.poll() is None]
+
+    def _node(self, i: int) -> list[Any]:
+        return [self.nodes[i], *([self.execs[i]] if i in self.execs and self.execs[i].poll() is None else [])]
 
     def restart_node(self, i: int, graceful: bool = True) -> None:
         """Stop SuperNode `i` and start it again with the same node config (same client ids, new node id).
@@ -370,7 +370,7 @@ class Cluster:
 
     def stop(self) -> None:
         """Stop every SuperNode and SuperExec (whole process trees) and the SuperExec pool, then the SuperLink."""
-        launch.stop_tree([*self.nodes.values(), *self.execs.values(), *([self.pool.proc] if self.pool else [])],
+        launch.stop_tree([*self.nodes.values(), *self._live_execs(), *([self.pool.proc] if self.pool else [])],
                          timeout=10.0)
         if self.pool:
             self.pool.close()
@@ -378,7 +378,7 @@ class Cluster:
 
     def pids(self) -> list[int]:
         """Every live process of the cluster (for leak checks)."""
-        return launch.process_tree({self.link.proc.pid} | {p.pid for p in (*self.nodes.values(), *self.execs.values())}
+        return launch.process_tree({self.link.proc.pid} | {p.pid for p in (*self.nodes.values(), *self._live_execs())}
                                    | ({self.pool.proc.pid} if self.pool else set()))
 
 
@@ -407,7 +407,7 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
             for key in keys:  # admitted before the nodes connect
                 register_node(link, key.with_suffix(".pub"))
         try:
-            if warm and len(configs) > 1:  # one warm-up for all nodes' SuperExecs (docs/deployment.md#warm-superexec)
+            if warm:  # one warm-up for all nodes' SuperExecs (docs/deployment.md#warm-superexec)
                 from hetfl.superexec import Pool
 
                 cluster.pool = Pool(launch.flwr_env(home), home / "superexec-pool.log")

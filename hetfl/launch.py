@@ -497,9 +497,12 @@ def setup_signals() -> None:
     (SIGINT is ignored by default in processes started in the background by a shell), and ignore the ones after it:
     a second Ctrl-C, or `timeout` passing on the SIGTERM it got, must not cut that clean-up short and orphan the
     SuperNodes (each stop is bounded: SIGKILL after its timeout)."""
+    def _ignore(signum, frame):  # a handler, not SIG_IGN: a process started during the clean-up must not inherit it
+        pass
+
     def _raise(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _ignore)
+        signal.signal(signal.SIGINT, _ignore)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _raise)

@@ -97,15 +97,17 @@ def _exit_with(body: Callable[[], None]) -> None:
         body()
         code = 0
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001
         import traceback
 
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def _run_client_app(spec: Any) -> None:
@@ -141,10 +143,13 @@ class Pool:
         import threading
 
         out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115  (the pool's own log)
-        self.proc = subprocess.Popen([sys.executable, "-m", "hetfl.superexec", "--pool"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, start_new_session=True)
-        if log_file:
-            out.close()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "hetfl.superexec", "--pool"], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
+                                         start_new_session=True)
+        finally:
+            if log_file:
+                out.close()
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -170,18 +175,25 @@ class Pool:
 class ForkedProcess:
     """A process forked by a :class:`Pool` (its parent reaps it): the part of ``subprocess.Popen`` that
     ``hetfl.cluster`` uses (``pid``, ``poll``, ``wait``). Its exit code is not known here: ``poll`` gives -1 once
-    it is gone."""
+    it is gone. Gone means gone for good: its pid, once free, may be another process's (psutil compares start
+    times)."""
 
     def __init__(self, pid: int) -> None:
+        import psutil
+
         self.pid = pid
         self.returncode: int | None = None
+        try:
+            self._proc: Any = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._proc, self.returncode = None, -1
 
     def poll(self) -> int | None:
         import psutil
 
         if self.returncode is None:
             try:
-                gone = psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+                gone = not self._proc.is_running() or self._proc.status() == psutil.STATUS_ZOMBIE
             except psutil.NoSuchProcess:
                 gone = True
             if gone:
@@ -204,18 +216,20 @@ def _serve_pool() -> None:
     """The pool's side of :class:`Pool`: warm up, then fork one SuperExec per request line until stdin closes."""
     import json
 
+    sys.stdout.flush()
+    reply = os.fdopen(os.dup(1), "wb", buffering=0)  # the answers' own channel: nothing printed can get into it
+    os.dup2(2, 1)  # whatever the imports or Flower print goes to the pool's log
     warm_up()
     # reap each SuperExec as it exits (a wait, not SIG_IGN: so that its CPU time counts as this process's children's,
     # and so, once the pool is reaped, as its starter's, as with a SuperExec started as a process of its own)
     signal.signal(signal.SIGCHLD, _reap)
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    for line in stdin:
+    for line in sys.stdin.buffer:
         req = json.loads(line)
         pid = os.fork()
         if pid == 0:
+            reply.close()
             _run_superexec(req["argv"], req["log"])
-        stdout.write(f"{pid}\n".encode())
-        stdout.flush()
+        reply.write(f"{pid}\n".encode())
 
 
 def _reap(*_: Any) -> None:

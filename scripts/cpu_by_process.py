@@ -1,8 +1,7 @@
 """CPU seconds a command and every process it starts spend, by kind of process (docs/results/README.md#test-suite-time).
 
-Samples every process's user + system CPU every 0.3 s while the command runs (processes that live less than that
-are missed; their CPU shows in their parent's only if it reaps them) and sums what each spent after the command
-started, grouped by its command line (``flwr-clientapp``, ``flower-superlink``, hetfl's warm SuperExec, ...).
+Samples every process's own user + system CPU every 0.3 s while the command runs (a process that lives less than
+that may be missed) and sums what each spent after the command started, grouped by its command line (``flwr-clientapp``, ``flower-superlink``, hetfl's warm SuperExec, ...).
 Processes at nice > 10 are left out (a ``nice -n 19`` run beside it). Run it alone: it measures the machine.
 
     python scripts/cpu_by_process.py -- python -m pytest -p no:xdist tests/test_deploy.py

@@ -60,7 +60,11 @@ def test_clientapps_start_warm_from_the_superexec_and_run_the_submitted_apps_cod
     app = launch.write_app(tmp_path / "probe", "hetfl", SERVER, CLIENT, {"nodes": 2, "out": ""})
     out = tmp_path / "replies.json"
     with cluster.local_cluster(2, tmp_path / "flwr", state_file=False) as c:
-        assert set(c.execs) == {0, 1}
+        import psutil
+
+        # both nodes' SuperExecs forked from the cluster's one warm pool
+        assert set(c.execs) == {0, 1} and c.pool is not None
+        assert {psutil.Process(c.execs[i].pid).ppid() for i in c.execs} == {c.pool.proc.pid}
         rc = launch.flwr_run(c.link, app, None, {"nodes": 2, "out": str(out)}, None, timeout=300)
         assert rc == 0 and out.exists(), (rc, (tmp_path / "flwr" / "supernode-0.log").read_text()[-3000:])
         warm = {c.execs[i].pid for i in c.execs}
