@@ -32,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,8 +312,8 @@ class Cluster:
 
     link: launch.SuperLink
     nodes: dict[int, subprocess.Popen] = field(default_factory=dict)  # partition id -> SuperNode process
-    execs: dict[int, Any] = field(default_factory=dict)  # partition id -> its warm SuperExec (Popen or ForkedProcess)
-    pool: Any = None  # the hetfl.superexec.Pool that forks the SuperExecs (None: each is a process of its own)
+    execs: dict[int, Any] = field(default_factory=dict)  # partition id -> its warm SuperExec (a ForkedProcess)
+    pool: Any = None  # the hetfl.superexec.Pool that forks the SuperExecs (None: SuperNodes without warm SuperExecs)
     configs: dict[int, dict[str, Any]] = field(default_factory=dict)
     tls: bool = False
     commands: dict[int, tuple[list[str], dict[str, str], Path]] = field(default_factory=dict)  # argv, env, log
@@ -337,12 +337,14 @@ class Cluster:
             assert self.pool is not None, "a warm SuperNode needs the cluster's SuperExec pool"
             self.execs[i] = self.pool.start(exec_cmd[exec_cmd.index("hetfl.superexec") + 1:], log_file)
 
-    def _live_execs(self) -> list[Any]:
-        """The SuperExecs still running (a gone one's pid may be another process's by now)."""
-        return [p for p in self.execs.values() if p.poll() is None]
+    def _live_execs(self, ids: Iterable[int] | None = None) -> list[Any]:
+        """The SuperExecs (of nodes `ids`, default all) still running (a gone one's pid may be another process's by
+        now)."""
+        return [self.execs[i] for i in (self.execs if ids is None else ids)
+                if i in self.execs and self.execs[i].poll() is None]
 
     def _node(self, i: int) -> list[Any]:
-        return [self.nodes[i], *([self.execs[i]] if i in self.execs and self.execs[i].poll() is None else [])]
+        return [self.nodes[i], *self._live_execs([i])]
 
     def restart_node(self, i: int, graceful: bool = True) -> None:
         """Stop SuperNode `i` and start it again with the same node config (same client ids, new node id).

@@ -9,11 +9,12 @@ Processes at nice > 10 are left out (a ``nice -n 19`` run beside it). Run it alo
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from collections import defaultdict
+
+import psutil
 
 KINDS = [("flwr-clientapp", "flwr-clientapp"), ("hetfl.superexec", "hetfl.superexec (warm SuperExec, its ClientApps)"),
          ("flower-supernode", "flower-supernode"), ("hetfl.cluster supernode", "hetfl.cluster supernode"),
@@ -25,23 +26,18 @@ def kind(cmd: str) -> str:
     return next((name for pattern, name in KINDS if pattern in cmd), cmd[:60])
 
 
-def scan(seen: dict[tuple[str, str], list], tick: int) -> None:
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
+def scan(seen: dict[tuple[int, float], list]) -> None:
+    """Record every process's command line (once) and its CPU seconds now, keyed by pid and start time (a reused
+    pid is another process)."""
+    for p in psutil.process_iter(["cmdline", "nice", "cpu_times", "create_time"]):
+        info = p.info
+        if info["cpu_times"] is None or info["nice"] is None or info["nice"] > 10:  # gone, or a niced process
             continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[16]) > 10:  # a niced process: not the command's
-                continue
-            cpu = (int(fields[11]) + int(fields[12])) / tick
-            key = (p, fields[19])  # pid and start time: a reused pid is another process
-            if key not in seen:
-                with open(f"/proc/{p}/cmdline") as f:
-                    seen[key] = [f.read().replace("\0", " "), cpu, cpu]
-            seen[key][2] = cpu
-        except (OSError, IndexError, ValueError):
-            continue
+        cpu = info["cpu_times"].user + info["cpu_times"].system
+        key = (p.pid, info["create_time"])
+        if key not in seen:
+            seen[key] = [" ".join(info["cmdline"] or []), cpu, cpu]
+        seen[key][2] = cpu
 
 
 def main(argv: list[str]) -> int:
@@ -50,16 +46,15 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
-    tick = os.sysconf("SC_CLK_TCK")
-    before: dict[tuple[str, str], list] = {}
-    scan(before, tick)
+    before: dict[tuple[int, float], list] = {}
+    scan(before)
     seen = {k: [v[0], v[2], v[2]] for k, v in before.items()}  # what ran before counts from now
     t0 = time.monotonic()
     proc = subprocess.Popen(argv)
     while proc.poll() is None:
-        scan(seen, tick)
+        scan(seen)
         time.sleep(0.3)
-    scan(seen, tick)
+    scan(seen)
     wall = time.monotonic() - t0
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)

@@ -11,11 +11,12 @@ Run it alone on the machine.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -26,9 +27,8 @@ RUN = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "batc
 
 
 def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def one(state_file: bool, nodes: int, rounds: int) -> tuple[float, float]:
