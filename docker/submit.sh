@@ -4,11 +4,18 @@
 # `flwr run --stream` exits 0 even when a run fails (Flower 1.41), so this asks the SuperLink for the run's status
 # and exits 0 only when it is finished:completed.
 #
-# Usage: hetfl-submit PRESET [key=value ...]
-#   e.g. hetfl-submit configs/quickstart.toml num-server-rounds=2 min-available-nodes=4 fraction-train=1.0
+# Usage: hetfl-submit [--check] PRESET [key=value ...]
+#   Values are TOML, as in Flower's `flwr run --run-config`: numbers and booleans bare, strings in double quotes,
+#   which the shell must pass through (single-quote the pair):
+#     hetfl-submit configs/quickstart.toml num-server-rounds=2 lr=0.05 fraction-train=1.0 \
+#         'run-name="my-run"' 'model="cnn"' drop-last=true
+#   --check: print the merged run config after its checks and exit (0), without submitting.
 # Environment: HETFL_CONNECTION (default docker; docker-tls with the TLS overlays), HETFL_APP (default /app).
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: hetfl-submit PRESET [key=value ...]" >&2; exit 2; }
+usage='usage: hetfl-submit [--check] PRESET [key=value ...]   (TOML values: strings quoted, e.g. '"'"'run-name="my-run"'"'"')'
+check=0
+[ "${1:-}" = --check ] && { check=1; shift; }
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 conn="${HETFL_CONNECTION:-docker}"
 app="${HETFL_APP:-/app}"
 work="$(mktemp -d)"
@@ -29,6 +36,7 @@ with config_errors():
     validate({**load_preset(preset), **overrides})
     write_run_config(Path(out), preset, overrides)
 PY
+if [ "$check" = 1 ]; then cat "$work/run.toml"; exit 0; fi
 
 flwr run "$app" "$conn" --stream --run-config "$work/run.toml" 2>&1 | tee "$work/run.log"
 run_id="$(grep -oE 'Successfully started run [0-9]+' "$work/run.log" | grep -oE '[0-9]+$' | tail -n 1 || true)"

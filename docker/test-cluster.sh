@@ -142,7 +142,7 @@ say "docker-compose up: SuperLink + $NODES SuperNodes ($SECURITY; SuperLink on 1
 run_name="docker-test-$(date +%Y%m%d-%H%M%S)"
 say "running $ROUNDS rounds of $PRESET on the cluster (run-name $run_name)"
 timeout "$RUN_TIMEOUT" "${C[@]}" run --rm -T -e HETFL_CONNECTION="$conn" cli hetfl-submit "$PRESET" \
-    num-server-rounds="$ROUNDS" min-available-nodes="$NODES" fraction-train=1.0 run-name="$run_name" \
+    "num-server-rounds=$ROUNDS" "min-available-nodes=$NODES" fraction-train=1.0 "run-name=\"$run_name\"" \
   || die "the run did not complete (exit $?)"
 python3 - "$HETFL_RESULTS/$run_name/metrics.json" "$ROUNDS" "$NODES" <<'PY' || die "metrics.json check failed"
 import json, sys

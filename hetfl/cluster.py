@@ -475,7 +475,8 @@ def _parser(prog: str = "python -m hetfl.cluster") -> argparse.ArgumentParser:
                    help="local: SuperLink + --nodes SuperNodes here (default); superlink: the server alone; "
                         "supernode: one device of a remote SuperLink")
     p.add_argument("--home", help="FLWR_HOME of this role (logs, state, certs, keys); default: .flwr/cluster (local) "
-                                  "and .flwr/superlink in the project, ~/.flwr (supernode, as flower-supernode)")
+                                  "and .flwr/superlink in the project; supernode: ~/.flwr/supernode-<client-id> (or "
+                                  "-p<partition-id>), one per node, so that SuperNodes on one host never share one")
     p.add_argument("--debug", action="store_true", help="show tracebacks of configuration errors")
     s = p.add_argument_group("SuperLink (roles local and superlink)")
     s.add_argument("--address", default="127.0.0.1",
@@ -505,7 +506,60 @@ def _parser(prog: str = "python -m hetfl.cluster") -> argparse.ArgumentParser:
                                                      "is registered with flwr supernode register)")
     d.add_argument("--node-config", metavar="'K=V ...'", help="this device's node config, e.g. 'partition-id=0 "
                                                               "num-partitions=3 device-class=\"hpc\" capacity=\"weak\"'")
+    d.add_argument("--runtime-port", type=int, metavar="PORT",
+                   help="the port of this SuperNode's Runtime API on 127.0.0.1, where its SuperExec connects "
+                        f"(Flower's default is {RUNTIME_PORT}); default: a free port, so that several SuperNodes can "
+                        "run on one host")
     return p
+
+
+def _check_runtime_port(port: int | None) -> int:
+    """The supernode role's Runtime API port: `port` if it is free on 127.0.0.1, else a free one (None)."""
+    import socket
+
+    if port is None:
+        return launch.free_port()
+    if not 0 < port < 65536:
+        raise ArgError(f"--runtime-port {port} is not allowed; expected an int in [1, 65535]")
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise ArgError(f"--runtime-port {port}: 127.0.0.1:{port} is in use (another SuperNode on this host?); "
+                           "expected a free port, or no --runtime-port for a free one") from None
+    return port
+
+
+def default_node_home(node_config: dict[str, Any]) -> Path:
+    """A device's FLWR_HOME when --home is not given: one per node of this host, named by its client or partition id."""
+    if "client-id" in node_config:
+        return Path.home() / ".flwr" / f"supernode-{node_config['client-id']}"
+    if "partition-id" in node_config:
+        return Path.home() / ".flwr" / f"supernode-p{node_config['partition-id']}"
+    return Path.home() / ".flwr" / "supernode"
+
+
+def lock_home(home: Path) -> Any:
+    """Hold `home` for this SuperNode for as long as the returned file stays open; ArgError in one line when another
+    live SuperNode holds it (two SuperNodes in one FLWR_HOME would share Flower's installed apps and logs)."""
+    import fcntl
+
+    home.mkdir(parents=True, exist_ok=True)
+    f = open(home / "supernode.lock", "a+")  # noqa: SIM115 - held open for the process's life
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise ArgError(f"--home {str(home)!r} is in use by another SuperNode (pid {holder}); expected a home of this "
+                       "node's own (--home DIR, or a distinct client-id for the default ~/.flwr/supernode-<client-id>)"
+                       ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _check_file(flag: str, path: str | None, what: str) -> Path:
@@ -590,8 +644,12 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
             if key not in plan["node_config"]:
                 warn(f"node config has no {key!r}: {word} runs draw this device's profile from its partition id, "
                      "as in simulation (docs/deployment.md#device-profile)")
+        plan["runtime_port"] = _check_runtime_port(a.runtime_port)
+        if not a.home:
+            plan["home"] = default_node_home(plan["node_config"]).resolve()
+        plan["home_lock"] = lock_home(plan["home"])  # last: nothing after it can fail
         return plan
-    for flag in ("--superlink", "--root-certificates", "--auth-key", "--node-config"):
+    for flag in ("--superlink", "--root-certificates", "--auth-key", "--node-config", "--runtime-port"):
         if getattr(a, flag[2:].replace("-", "_")):
             raise ArgError(f"{flag} is for the supernode role (python -m hetfl.cluster supernode ...)")
     host = check_host("--address", a.address)
@@ -678,7 +736,7 @@ def _run_superlink(a: argparse.Namespace, plan: dict[str, Any]) -> int:
 def _run_supernode(a: argparse.Namespace, plan: dict[str, Any]) -> int:
     home = plan["home"]
     home.mkdir(parents=True, exist_ok=True)
-    cmd = supernode_command(a.superlink, plan["node_config"], plan.get("ca"), plan.get("key"))
+    cmd = supernode_command(a.superlink, plan["node_config"], plan.get("ca"), plan.get("key"), port=plan["runtime_port"])
     print(f"SuperNode of {a.superlink} (FLWR_HOME={home}): {' '.join(cmd[1:])}", flush=True)
     proc = subprocess.Popen(cmd, env=launch.flwr_env(home), start_new_session=True)
     procs = [proc, subprocess.Popen(superexec_command(cmd, proc.pid), env=launch.flwr_env(home), start_new_session=True)]

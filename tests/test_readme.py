@@ -72,33 +72,74 @@ def test_the_version_is_written_once():
     assert "__version__ = \"" not in (ROOT / "hetfl" / "__init__.py").read_text()  # derived, not a second copy
 
 
-COMMANDS = ("python -m hetfl.", ".venv/bin/python -m hetfl.", "hetfl run", "hetfl compare", "make ", ".venv/bin/python examples/")
+# Documented commands (every README.md and docs/*.md bash/console block): the kinds the test checks.
+KINDS = re.compile(r"(hetfl-submit|hetfl|python -m hetfl\.\w+|python examples/\S+|make|flwr run|bash docker/\S+)(?=\s|$)")
+# Test values for what the docs leave to the reader: shell variables and placeholders.
+PLACEHOLDERS = {"<superlink-host>": "127.0.0.1", "<run-id>": "1", "<i>": "0", "HEAD_IP": "127.0.0.1",
+                "WORKER_IP": "127.0.0.2", "$SERVER_IP": "127.0.0.1", "$PYTHONPATH": "", "$!": "1", "$DOCKERD_PID": "1"}
+# Commands the test cannot check, each with why (matched by prefix, after the substitutions).
+UNCHECKED = {
+    "bash docker/build.sh": "builds the ~6 GB image (minutes, a Docker engine): .ci/run runs it through make test-docker",
+    'HETFL_SANS="IP:127.0.0.1" bash docker/certs/generate.sh': "the certificate for devices on other hosts: its "
+        "paragraph in docs/deployment.md says how it was checked (127.0.0.2); the script itself runs below",
+    "python -m hetfl.launch --ray-address 127.0.0.1:6379": "a label in docs/ray-cluster.md's diagram, not a command",
+    "python -m hetfl.launch configs/quickstart.toml --ray-address 10.78.0.1:6379": "what tests/test_ray_cluster.py "
+        "runs, with its elided arguments (...); that test runs it",
+    "python -m hetfl.superexec": "Flower's flower-superexec command line (its flags are Flower's); tests/test_superexec.py "
+        "runs the warm SuperExec",
+}
+# Checked up to pre-flight that needs what an earlier documented command writes (a trained run): parsed, keys and
+# values validated against the schema, the files it names not looked for.
+PARSE_ONLY = {
+    "python -m hetfl.launch configs/fedet/fmnist-dir0.1.toml --supernodes 20 --set \"oneshot-reuse=":
+        "reuses the ensemble of the FedKD run documented right above it",
+    "flwr run . hetfl-remote --stream --run-config 'dataset=\"dir:/srv/data/test\"":
+        "a run on a remote federation: its dataset is the server's directory, read by the ServerApp there",
+}
 
 
-def _doc_commands() -> list[tuple[str, str, str | None]]:
-    """(file, command, the error line the docs show right below it, or None) of every hetfl or make command in the
-    bash blocks of the README and docs/*.md, continuation lines joined; commands with a <placeholder> are left out."""
+def _doc_blocks() -> list[tuple[str, list[str]]]:
+    """(file, lines) of every bash/sh/console/plain code block of the README and docs/*.md, continuations joined."""
     out = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        blocks, block, lang = [], None, ""
+        block, lang = None, ""
         for line in path.read_text().splitlines():
             fence = re.match(r"\s*```(\w*)", line)
             if fence and block is None:
                 block, lang = [], fence.group(1)
             elif fence:
                 if lang in ("", "bash", "sh", "console"):
-                    blocks.append("\n".join(block))
+                    text = re.sub(r"\\\n\s*", " ", "\n".join(block))
+                    out.append((path.relative_to(ROOT).as_posix(), [ln.strip().removeprefix("$ ") for ln in text.splitlines()]))
                 block = None
             elif block is not None:
                 block.append(line)
-        split = [[ln.strip().removeprefix("$ ") for ln in re.sub(r"\\\n\s*", " ", t).splitlines()] for t in blocks]
-        for k, lines in enumerate(split):
-            # the output shown below a command: its next line, or the first line of the next block
-            after = [*lines[1:], (split[k + 1][:1] or [""])[0] if k + 1 < len(split) else ""]
-            for line, below in zip(lines, after, strict=True):
-                line = re.split(r"\s+#|\s{3,}", line)[0].strip()  # a comment, or a diagram's second column
-                if line.startswith(COMMANDS) and not re.search(r"[<>$]|\.\.\.", line):
-                    out.append((path.relative_to(ROOT).as_posix(), line, below if below.startswith("error:") else None))
+    return out
+
+
+HOME = "/HOME"  # $HOME and ~ in the documented commands; the test puts a fresh directory there
+
+
+def _doc_commands(home: str = HOME, root: str = str(ROOT),
+                  lines: list[tuple[str, list[str]]] | None = None) -> list[tuple[str, str, str | None]]:
+    """(file, command, the error line the docs show right below it, or None) of every command of the kinds KINDS
+    names, in the docs' order: one command per `&&`/`;` segment, a leading `$C run --rm cli` (the compose service)
+    dropped, shell variables and placeholders replaced by test values ($PWD = the checkout, $HOME and ~ = `home`)."""
+    out = []
+    blocks = _doc_blocks() if lines is None else lines
+    for k, (where, lines) in enumerate(blocks):
+        after = [*lines[1:], (blocks[k + 1][1][:1] or [""])[0] if k + 1 < len(blocks) else ""]
+        for line, below in zip(lines, after, strict=True):
+            line = re.split(r"\s+#|\s{3,}", line)[0].strip()  # a comment, or a diagram's second column
+            for seg in re.split(r"\s*(?:&&|;)\s*", line):
+                seg = re.sub(r"^\$C run --rm (-T )?cli ", "", seg)
+                for key, value in PLACEHOLDERS.items():
+                    seg = seg.replace(key, value)
+                seg = re.sub(r"\$\{?PWD\}?", root, seg)
+                seg = re.sub(r"\$\{?HOME\}?|(?<![\w/])~(?=/)", home, seg)
+                body = re.sub(r"^(?:[A-Z_]+=\S+\s+)*", "", seg)  # env assignments before the command
+                if re.match(r"(?:\.venv/bin/)?" + KINDS.pattern, body):
+                    out.append((where, seg, below if below.startswith("error:") else None))
     return out
 
 
@@ -106,17 +147,148 @@ class _Parsed(Exception):
     """Raised by the stand-ins once a command has been parsed and its config validated: nothing runs."""
 
 
-def test_every_documented_command_parses_and_its_config_validates(monkeypatch, capsys, tmp_path):
-    """In the order the docs give them (their /tmp/ paths under a fresh directory): each `python -m hetfl.launch` /
-    `hetfl run` command parses and passes the launcher's whole pre-flight (config, data, model), or, where the docs
-    show an error below it, exits 2 with exactly that line; the same for `python -m hetfl.tune` (its space checked);
-    each `python -m hetfl.cluster` command parses; each `make` target exists; the examples' data scripts run.
-    No simulation starts."""
-    import shlex
+def _device_files(home: Path) -> None:
+    """What the deployment docs have a device hold before its SuperNode starts: the server's CA certificate and the
+    device's own ECDSA key, made here so that the supernode commands pass their real checks."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
 
-    from hetfl import cluster, launch
-    from hetfl import tune as tune_mod
+    from hetfl import cluster
+
+    (home / "data").mkdir(parents=True, exist_ok=True)  # its client-<i> of the export (only its existence is checked)
+    cluster.certificates(home / "certs", ["10.77.0.1"])
+    (home / "ca.crt").write_bytes((home / "certs" / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP384R1())
+    (home / "supernode.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                           serialization.PrivateFormat.OpenSSH,
+                                                           serialization.NoEncryption()))
+
+
+def check_doc_command(where: str, line: str, shown: str | None, tmp: Path, monkeypatch, capsys) -> str:
+    """Check one documented command (see the test below); returns the kind it was checked as."""
+    import shlex
     import subprocess
+
+    from hetfl import cli, cluster, launch, methods
+
+    argv = shlex.split(line.replace("/tmp/", f"{tmp}/").replace(HOME, str(tmp / "home")))
+    shown = shown and shown.replace("/tmp/", f"{tmp}/")
+    env = {}
+    while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):
+        k, _, v = argv.pop(0).partition("=")
+        env[k] = v
+    for k, v in env.items():
+        if k == "PYTHONPATH":
+            for entry in filter(None, v.split(":")):
+                monkeypatch.syspath_prepend(entry)
+        else:
+            monkeypatch.setenv(k, v)
+    if argv[0].startswith(".venv/bin/"):
+        argv[0] = argv[0].removeprefix(".venv/bin/")
+    if argv[:2] == ["python", "-m"]:
+        argv = ["hetfl", *argv[2:]] if argv[2] == "hetfl" else [f"hetfl.{argv[2].split('.', 1)[1]}", *argv[3:]] \
+            if argv[2].startswith("hetfl.") else argv
+    sub = {"hetfl.launch": "run", "hetfl.tune": "tune", "hetfl.compare": "compare", "hetfl.cluster": "cluster",
+           "hetfl.export": "export", "hetfl.keys": "keys"}
+    if argv[0] in sub:
+        argv = ["hetfl", sub[argv[0]], *argv[1:]]
+    parse_only = any(line.startswith(p) or line.removeprefix(".venv/bin/").startswith(p) for p in PARSE_ONLY)
+
+    def expect(call, *args):
+        """A documented error: exit 2 with exactly that line; else the stand-in is reached (_Parsed) or exit 0."""
+        if shown:
+            capsys.readouterr()
+            assert call(*args) == 2, (where, line)
+            assert capsys.readouterr().err.strip() == shown, (where, line)
+            return
+        try:
+            rc = call(*args)
+        except _Parsed:
+            return
+        assert rc == 0, f"{where}: {line}: exit {rc}: {capsys.readouterr().err[-2000:]}"
+
+    if argv[0] == "python" and argv[1].startswith("examples/"):
+        subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, check=True, capture_output=True)
+        return "example"
+    if argv[0] == "hetfl" and argv[1] == "run":
+        if parse_only:  # the schema's checks only (keys, types, ranges), not the files the config names
+            with monkeypatch.context() as m:
+                m.setattr(launch, "preflight", lambda cfg, *_a, **_k: methods.validate(cfg))
+                expect(launch.main, argv[2:])
+            return "run (parsed)"
+        expect(launch.main, argv[2:])
+        return "run"
+    if argv[0] == "hetfl" and argv[1] in ("tune", "compare", "export", "keys", "presets"):
+        expect(cli.main, argv[1:])
+        return argv[1]
+    if argv[0] == "hetfl" and argv[1] == "cluster":
+        if shown:
+            expect(cluster.main, argv[2:])
+            return "cluster"
+        a = cluster._parser().parse_args(argv[2:])
+        try:
+            plan = cluster._check_args(a)  # the whole pre-flight of the role; nothing starts
+        finally:
+            capsys.readouterr()
+        if plan.get("home_lock"):
+            plan["home_lock"].close()
+        return "cluster"
+    if argv[0] == "make":
+        targets = {t for rule in re.findall(r"^([\w][\w -]*):", (ROOT / "Makefile").read_text(), re.M)
+                   for t in rule.split()}
+        assert not {x for x in argv[1:] if "=" not in x} - targets, (where, line)
+        return "make"
+    if argv[:2] == ["flwr", "run"]:
+        # Flower's own parser for --run-config and --federation-config, then the launcher's pre-flight
+        from flwr.common.config import parse_config_args
+
+        rest, positional, opts = argv[2:], [], {}
+        while rest:
+            arg = rest.pop(0)
+            if arg in ("--run-config", "--federation-config"):
+                opts[arg] = rest.pop(0)
+            elif not arg.startswith("-"):
+                positional.append(arg)
+        assert (ROOT / positional[0] / "pyproject.toml").is_file(), (where, line)  # the app; then the federation
+        run_config = parse_config_args([opts["--run-config"]]) if "--run-config" in opts else {}
+        fed = parse_config_args([opts["--federation-config"]]) if "--federation-config" in opts else {}
+        if parse_only:
+            methods.validate(run_config)
+            return "flwr run (parsed)"
+        launch.preflight(run_config, int(fed.get("num-supernodes", 10)))
+        return "flwr run"
+    if argv[0] == "hetfl-submit":  # docker/submit.sh as the cli service runs it, stopped before it submits
+        venv = str(Path(sys.executable).parent)
+        check = [] if argv[1] == "--check" else ["--check"]
+        out = subprocess.run(["bash", str(ROOT / "docker" / "submit.sh"), *check, *argv[1:]], cwd=ROOT,
+                             capture_output=True, text=True, env={**__import__("os").environ,
+                                                                  "PATH": f"{venv}:{__import__('os').environ['PATH']}"})
+        assert out.returncode == 0, f"{where}: {line}: exit {out.returncode}: {out.stderr[-2000:]}"
+        return "hetfl-submit"
+    if argv[0] == "bash" and argv[1].startswith("docker/"):  # run on a copy of docker/, with what it writes there
+        copy = tmp / "docker-copy"
+        if not copy.exists():
+            import shutil
+
+            shutil.copytree(ROOT / "docker", copy / "docker", ignore=shutil.ignore_patterns(".cache", "out"))
+        out = subprocess.run(argv, cwd=copy, capture_output=True, text=True)
+        assert out.returncode == 0, (where, line, out.stderr[-2000:])
+        return "docker script"
+    raise AssertionError(f"{where}: {line!r} is of no kind this test checks; check it or add it to UNCHECKED")
+
+
+def test_every_documented_command_parses_and_passes_its_preflight(monkeypatch, capsys, tmp_path):
+    """Every command of the kinds KINDS names, in README.md and docs/*.md, in the docs' order (their /tmp/ paths under
+    a fresh directory; $HOME a fresh one holding the CA certificate and key the deployment docs copy to a device):
+    `hetfl run` / `python -m hetfl.launch` passes the launcher's whole pre-flight (config, data, model) or, where the
+    docs show an error below it, exits 2 with exactly that line; likewise `hetfl tune` (its space), `hetfl compare`
+    (every method's config), `hetfl export` (its pre-flight); `hetfl cluster` passes its role's pre-flight;
+    `flwr run` passes Flower's parser and the launcher's pre-flight; `hetfl-submit` passes docker/submit.sh --check;
+    `make` names targets that exist; `bash docker/*.sh` runs on a copy of docker/; the examples' scripts run.
+    Nothing trains. UNCHECKED lists what is not checked, each with why."""
+    from hetfl import cluster, export, launch
+    from hetfl import compare as compare_mod
+    from hetfl import tune as tune_mod
 
     def fake_run(config, overrides, supernodes, *args, **kwargs):
         launch.preflight({**launch.load_preset(config), **overrides}, supernodes)
@@ -126,50 +298,50 @@ def test_every_documented_command_parses_and_its_config_validates(monkeypatch, c
         tune_mod.check_spec(spec)
         raise _Parsed
 
-    monkeypatch.setattr(launch, "run", fake_run)
-    monkeypatch.setattr(tune_mod, "tune", fake_tune)
-    from hetfl import compare as compare_mod
-
-    def fake_run_plan(*_args, **_kw):
+    def stop(*_a, **_k):
         raise _Parsed
 
-    monkeypatch.setattr(compare_mod, "run_plan", fake_run_plan)
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(tune_mod, "tune", fake_tune)
+    monkeypatch.setattr(compare_mod, "run_plan", stop)
+    monkeypatch.setattr(export, "export_split", stop)
+    home = tmp_path / "home"
+    _device_files(home)
+    issued = []
+    monkeypatch.setattr(cluster, "certificates", lambda d, names: issued.append(names))  # the SuperLink roles' TLS
+    monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(ROOT)
-    targets = {t for rule in re.findall(r"^([\w][\w -]*):", (ROOT / "Makefile").read_text(), re.M) for t in rule.split()}
-    seen = {"launch": 0, "tune": 0, "compare": 0, "cluster": 0, "make": 0}
-    for where, line, shown in _doc_commands():
-        argv = shlex.split(line.removeprefix(".venv/bin/").replace("/tmp/", f"{tmp_path}/"))
-        shown = shown and shown.replace("/tmp/", f"{tmp_path}/")
-        if argv[:2] == ["python", "examples/byo/make_digits.py"]:
-            subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, check=True, capture_output=True)
+    seen: dict[str, int] = {}
+    used = set()
+    done = set()
+    for where, line, shown in _doc_commands(HOME):
+        key = line.removeprefix(".venv/bin/")
+        skip = next((u for u in UNCHECKED if key.startswith(u)), None)
+        if skip:
+            used.add(skip)
             continue
-        if argv[:3] == ["python", "-m", "hetfl.launch"] or argv[:2] == ["hetfl", "run"]:
-            rest = argv[3:] if argv[0] == "python" else argv[2:]
-            if shown:  # a documented bad input: exit 2 with the error line the docs show
-                capsys.readouterr()
-                assert launch.main(rest) == 2, (where, line)
-                assert capsys.readouterr().err.strip() == shown, (where, line)
-            else:
-                with pytest.raises(_Parsed):
-                    assert launch.main(rest) == 0, (where, line)  # a config error returns 2 instead of raising _Parsed
-            seen["launch"] += 1
-        elif argv[:3] == ["python", "-m", "hetfl.tune"]:
-            if shown:
-                capsys.readouterr()
-                assert tune_mod.main(argv[3:]) == 2, (where, line)
-                assert capsys.readouterr().err.strip() == shown, (where, line)
-            else:
-                with pytest.raises(_Parsed):
-                    tune_mod.main(argv[3:])
-            seen["tune"] += 1
-        elif argv[:3] == ["python", "-m", "hetfl.compare"] or argv[:2] == ["hetfl", "compare"]:
-            with pytest.raises(_Parsed):  # every method's config checked, then the first run stops it
-                compare_mod.main(argv[3:] if argv[0] == "python" else argv[2:])
-            seen["compare"] += 1
-        elif argv[:3] == ["python", "-m", "hetfl.cluster"]:
-            cluster._parser().parse_args(argv[3:])
-            seen["cluster"] += 1
-        elif argv[0] == "make":
-            assert not set(a for a in argv[1:] if "=" not in a) - targets, (where, line)
-            seen["make"] += 1
-    assert all(seen.values()), seen  # the docs still hold commands of each kind
+        if (line, shown) in done:
+            continue
+        done.add((line, shown))
+        kind = check_doc_command(where, line, shown, tmp_path, monkeypatch, capsys)
+        seen[kind] = seen.get(kind, 0) + 1
+    assert used == set(UNCHECKED), set(UNCHECKED) - used  # no stale entry
+    for kind in ("run", "run (parsed)", "tune", "compare", "export", "cluster", "make", "flwr run", "hetfl-submit",
+                 "docker script", "example", "keys", "presets"):
+        assert seen.get(kind), (kind, seen)  # the docs still hold commands of each kind
+
+
+def test_the_documented_commands_test_fails_on_a_string_value_left_unquoted(tmp_path, monkeypatch, capsys):
+    """The methods.md line of issue #75 as it stood (`--set oneshot-reuse=$PWD/...`, a bare string): rejected."""
+
+    monkeypatch.chdir(ROOT)
+    line = "python -m hetfl.launch configs/fedet/fmnist-dir0.1.toml --supernodes 20 --set oneshot-reuse=$PWD/results/kd"
+    (_, bad, _), = [c for c in _doc_commands(lines=[("docs/methods.md", [line])])]
+    with pytest.raises(AssertionError, match="is not a TOML value"):
+        check_doc_command("docs/methods.md", bad, None, tmp_path, monkeypatch, capsys)
+    # and the hetfl-submit call of docker/test-cluster.sh as it stood (run-name="$run_name", the shell ate the quotes)
+    with pytest.raises(AssertionError, match="is not a TOML value"):
+        check_doc_command("docker/test-cluster.sh", "hetfl-submit configs/quickstart.toml run-name=docker-test-1",
+                          None, tmp_path, monkeypatch, capsys)
+    fixed = [c for c in _doc_commands() if c[0] == "docs/methods.md" and "oneshot-reuse=" in c[1]]
+    assert len(fixed) == 1 and f'"oneshot-reuse=\\"{ROOT}/results/kd\\""' in fixed[0][1], fixed
