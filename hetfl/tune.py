@@ -12,7 +12,16 @@ half is the test set, which the tuner never reads. The objective is the validati
 * **Sampler**: Optuna's TPE seeded with ``--seed`` (``--sampler tpe``), or the full grid of ``--space`` choices in
   the order written (``--sampler grid``: every value of every key must be a list).
 * **Pruning**: after each round the trial reports its validation accuracy; Optuna's median pruner stops a trial
-  whose accuracy is below the median of earlier trials at the same round (after ``--prune-after`` rounds).
+  whose accuracy is below the median of earlier trials at the same round, only after a warm-up: at least
+  :data:`PRUNE_STARTUP` completed trials, and from round max(``--prune-after``, half the rounds) on.
+* **Brackets** (:func:`bracket`): a choice must not sit on the edge of what was searched. Once the budget is spent,
+  a numeric list whose best value is its first or last gets one more value one step past that edge (the grid's own
+  spacing: x ratio where it is multiplicative, + difference otherwise; 1 significant digit), with the other keys at
+  their best; again while the new value is best, until the best is interior or the step past it diverged (its run
+  failed, or reached under half the best's validation accuracy). A range whose best value lies within a tenth of
+  its width (log-width for ``log``) of an edge is widened past that edge by half its width and searched again
+  (``--trials`` // 2 more trials, at least 3). At most :data:`MAX_EXTENSIONS` steps a key; each one is in the
+  summary (``extensions``), with the trials it added.
 * **Resume**: the study lives in a SQLite file (``<study>/study.db``) and every trial keeps its own
   ``<study>/trials/t<k>/metrics.json``. A stopped process leaves its running trial behind: the next call marks it
   failed, queues its values again and goes on until ``--trials`` trials have finished (completed or pruned).
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -40,6 +50,8 @@ from typing import Any
 log = logging.getLogger("hetfl")
 
 OBJECTIVE = "val_accuracy"
+PRUNE_STARTUP = 3  # completed trials before the pruner may stop one
+MAX_EXTENSIONS = 4  # bracket steps past an edge, per key
 
 
 class TuneError(ValueError):
@@ -157,6 +169,7 @@ class TuneSpec:
     seed: int = 0
     prune_after: int = 1
     prune: bool = True
+    bracket: bool = True  # search past an edge the best value sits on (:func:`bracket`)
 
     def trial_config(self, values: dict[str, Any], run_dir: Path, name: str) -> dict[str, Any]:
         return {**self.base, **values, "num-server-rounds": self.rounds, "eval-split": "test-half",
@@ -258,8 +271,10 @@ def _objective(row: dict[str, Any]) -> float:
 def _pruner(spec: TuneSpec):
     import optuna
 
-    # rounds start at 1: a trial can be pruned from round prune-after on (Optuna prunes once step >= warm-up)
-    return (optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=spec.prune_after)
+    # rounds start at 1: a trial can be pruned from round max(prune-after, rounds / 2) on, once PRUNE_STARTUP trials
+    # have completed (Optuna prunes once step >= warm-up)
+    return (optuna.pruners.MedianPruner(n_startup_trials=PRUNE_STARTUP,
+                                        n_warmup_steps=max(spec.prune_after, -(-spec.rounds // 2)))
             if spec.prune else optuna.pruners.NopPruner())
 
 
@@ -270,7 +285,8 @@ def finished_trials(study: Path) -> list[Path]:
     if not (study / "summary.json").exists():
         return []
     summary = json.loads((study / "summary.json").read_text())
-    return [study / "trials" / f"t{t['number']:03d}" / "metrics.json" for t in summary["trials"]]
+    return [study / "trials" / (t["folder"] if "folder" in t else f"t{t['number']:03d}") / "metrics.json"
+            for t in summary["trials"]]
 
 
 def earlier_trial(spec: TuneSpec, values: dict[str, Any], earlier: tuple[Path, ...]) -> Path | None:
@@ -374,14 +390,15 @@ def _stopped(study, trial, values: dict[str, Any]) -> None:
     study.enqueue_trial(values, skip_if_exists=False)
 
 
-def _next(spec: TuneSpec, study):
-    """The study's next trial and its values, or None once a grid has no values left to run."""
+def _next(spec: TuneSpec, study, dims: tuple[Dim, ...] | None = None):
+    """The study's next trial and its values (over `dims`, default the spec's space), or None once a grid has no
+    values left to run."""
     import optuna
 
     if spec.sampler == "grid" and not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         return None
     trial = study.ask()
-    values = {d.key: d.suggest(trial) for d in spec.space}
+    values = {d.key: d.suggest(trial) for d in (dims or spec.space)}
     log.info("trial %d: %s", trial.number, values)
     return trial, values
 
@@ -408,16 +425,175 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1,
             if nxt is None:
                 log.info("the grid is exhausted after %d trials", len(_finished(study)))
                 break
-            trial, values = nxt
-            try:
-                outcome = _attempt(spec, trial, values, trials_dir, f"t{trial.number:03d}", earlier)
-            except BaseException:
-                _stopped(study, trial, values)
-                raise
-            _tell(study, trial, outcome)
+            _run_one(spec, study, *nxt, trials_dir, earlier)
     else:
         _tune_parallel(spec, study, study_dir, trials_dir, workers, earlier)
+    if spec.bracket:
+        bracket(spec, study, trials_dir, earlier)
     return summarize(spec, study, study_dir, final, time.perf_counter() - t0)
+
+
+def _run_one(spec: TuneSpec, study, trial, values: dict[str, Any], trials_dir: Path, earlier: tuple[Path, ...]) -> None:
+    try:
+        outcome = _attempt(spec, trial, values, trials_dir, f"t{trial.number:03d}", earlier)
+    except BaseException:
+        _stopped(study, trial, values)
+        raise
+    _tell(study, trial, outcome)
+
+
+# --- brackets: a choice on the edge of its grid or range is searched past it ------------------------------------
+
+
+def _round1(x: float) -> float:
+    """`x` to one significant digit (0.333 -> 0.3, 0.0033 -> 0.003, 20 -> 20)."""
+    if x == 0:
+        return 0.0
+    digits = -int(math.floor(math.log10(abs(x))))
+    return round(x, digits)
+
+
+def step_past(values: list[Any], high: bool) -> Any:
+    """The value one step past the high (or low) edge of a numeric list, in the list's own spacing: multiplicative
+    (the edge x edge / its neighbour, rounded to 1 significant digit) where the two edge values differ by a factor of
+    1.5 or more, all are positive and the list is not evenly spaced, else additive (edge + (edge - neighbour)); an int
+    for a list of ints."""
+    vals = sorted(set(values))
+    if len(vals) < 2:
+        raise TuneError(f"a step past the edge needs two values; got {vals}")
+    edge, nb = (vals[-1], vals[-2]) if high else (vals[0], vals[1])
+    ratio = edge / nb if nb else math.inf
+    gaps = [b - a for a, b in zip(vals, vals[1:])]
+    evenly = len(vals) >= 3 and max(gaps) - min(gaps) <= 1e-9 * max(abs(v) for v in vals)
+    if not evenly and all(v > 0 for v in vals) and (ratio >= 1.5 or ratio <= 1 / 1.5):
+        nxt = _round1(edge * ratio)
+    else:
+        nxt = edge + (edge - nb)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        nxt = int(round(nxt))
+        if nxt == edge:
+            nxt = edge + (1 if high else -1)
+    return nxt
+
+
+def _numeric_choice(d: Dim) -> bool:
+    return d.kind == "choice" and len(d.choices) >= 2 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in d.choices)
+
+
+def _valid(spec: TuneSpec, values: dict[str, Any]) -> bool:
+    from hetfl.common.config import ConfigError
+    from hetfl.methods import validate
+
+    try:
+        validate(spec.trial_config(values, Path("."), "check"))
+        return True
+    except ConfigError:
+        return False
+
+
+class _Unpruned:
+    """The trial a bracket step runs as: it reports to no study and is never pruned."""
+
+    def report(self, value: float, step: int) -> None:
+        pass
+
+    def should_prune(self) -> bool:
+        return False
+
+
+def _results(study, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every finished trial of the study and every bracket step that ran, as summary rows (in the order they ran)."""
+    from optuna.trial import TrialState
+
+    rows = [{"number": t.number, "state": t.state.name.lower(), "values": t.params, "val_accuracy": t.value,
+             "rounds": max(t.intermediate_values, default=0),
+             **({"error": t.user_attrs["run_error"]} if "run_error" in t.user_attrs else {})} for t in _finished(study)]
+    for t, row in zip(_finished(study), rows):
+        if t.state != TrialState.COMPLETE:
+            row["val_accuracy"] = None
+    rows += [{k: st[k] for k in ("folder", "state", "values", "val_accuracy", "rounds", "error") if k in st}
+             for st in steps if "folder" in st]
+    return rows
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    complete = [(k, r) for k, r in enumerate(rows) if r["state"] == "complete"]
+    return max(complete, key=lambda kr: (kr[1]["val_accuracy"], -kr[0]))[1] if complete else None
+
+
+def bracket(spec: TuneSpec, study, trials_dir: Path, earlier: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+    """Search past every edge the best value sits on (module docstring, "Brackets"); the steps taken, also kept in
+    the study file (user attribute ``extensions``), so that a resumed study repeats none."""
+    steps: list[dict[str, Any]] = list(study.user_attrs.get("extensions", []))
+
+    def results():
+        return _results(study, steps)
+    ranges = {d.key: [d.low, d.high] for d in spec.space if d.kind != "choice"}
+    for st in steps:  # a resumed study: the ranges as widened before
+        if "range" in st:
+            ranges[st["key"]] = st["range"]
+    while True:
+        best = _best(results())
+        if best is None:
+            return steps
+        done_before = len(steps)
+        for d in spec.space:
+            taken = [st for st in steps if st["key"] == d.key]
+            if len(taken) >= MAX_EXTENSIONS or (taken and taken[-1].get("stop")):
+                continue
+            if _numeric_choice(d):
+                tried = sorted({r["values"][d.key] for r in results()} | set(d.choices))
+                b = best["values"][d.key]
+                if b not in (tried[0], tried[-1]):
+                    continue
+                nxt = step_past(tried, high=b == tried[-1])
+                values = {**best["values"], d.key: nxt}
+                if not _valid(spec, values):
+                    steps.append({"key": d.key, "value": nxt, "edge": b, "stop": "outside the key's allowed range"})
+                    continue
+                # run beside the Optuna study (a categorical's choices cannot grow there), never pruned
+                name = f"e{sum('folder' in st for st in steps):03d}"
+                log.info("bracket: %s = %r is on the edge of %s; %s tries %r", d.key, b, tried, name, nxt)
+                state, value = _attempt(spec, _Unpruned(), values, trials_dir, name, earlier)
+                diverged = state != "complete" or value < 0.5 * best["val_accuracy"]
+                steps.append({"key": d.key, "value": nxt, "edge": b, "folder": name, "values": values,
+                              "state": state, "val_accuracy": value if state == "complete" else None,
+                              "rounds": spec.rounds if state == "complete" else 0,
+                              **({"error": value} if state == "fail" else {}),
+                              **({"stop": "diverged"} if diverged else {})})
+            elif d.kind in ("log", "float", "int"):
+                lo, hi = ranges[d.key]
+                b = float(best["values"][d.key])
+                width = math.log(hi / lo) if d.kind == "log" else hi - lo
+                pos = (math.log(b / lo), math.log(hi / b)) if d.kind == "log" else (b - lo, hi - b)
+                if min(pos) >= width / 10:
+                    continue
+                high = pos[1] < pos[0]
+                if d.kind == "log":
+                    new = [lo, hi * math.exp(width / 2)] if high else [lo / math.exp(width / 2), hi]
+                else:
+                    new = [lo, hi + width / 2] if high else [lo - width / 2, hi]
+                if d.kind == "int":
+                    new = [int(math.floor(new[0])), int(math.ceil(new[1]))]
+                if not _valid(spec, {**best["values"], d.key: new[1] if high else new[0]}):
+                    steps.append({"key": d.key, "range": [lo, hi], "edge": b, "stop": "outside the key's allowed range"})
+                    continue
+                ranges[d.key] = new
+                dims = tuple(Dim(x.key, x.kind, *ranges[x.key]) if x.key in ranges else x for x in spec.space)
+                extra = max(3, spec.trials // 2)
+                log.info("bracket: %s = %g lies within a tenth of the edge of [%g, %g]; %d trials over [%g, %g]",
+                         d.key, b, lo, hi, extra, *new)
+                numbers = []
+                for _ in range(extra):
+                    trial, values = _next(spec, study, dims)
+                    _run_one(spec, study, trial, values, trials_dir, earlier)
+                    numbers.append(trial.number)
+                steps.append({"key": d.key, "range": new, "edge": b, "trials": numbers})
+            study.set_user_attr("extensions", steps)
+        study.set_user_attr("extensions", steps)
+        if len(steps) == done_before:
+            return steps
 
 
 def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, workers: int,
@@ -457,28 +633,43 @@ def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, wor
             raise
 
 
+def on_edge(spec: TuneSpec, rows: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:
+    """The numeric grid keys whose best value is the lowest or highest value any finished trial tried (a failed
+    trial counts: a step past the edge that diverged brackets it), each with that value: what :func:`bracket` could
+    not move inside."""
+    out = {}
+    for d in spec.space:
+        if not _numeric_choice(d):  # a range's edges: the extensions say how it was widened
+            continue
+        tried = sorted({r["values"][d.key] for r in rows if d.key in r["values"]})
+        if len(tried) >= 2 and best["values"][d.key] in (tried[0], tried[-1]):
+            out[d.key] = best["values"][d.key]
+    return out
+
+
 def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: float) -> dict[str, Any]:
     """The study's outcome; with `final`, the chosen values run once more and their test accuracy is reported."""
-    from optuna.trial import TrialState
-
     done = _finished(study)
-    complete = [t for t in done if t.state == TrialState.COMPLETE]
-    if not complete:
-        raise TuneError(f"{study_dir}: no trial completed (all {len(done)} pruned or failed)")
-    best = max(complete, key=lambda t: (t.value, -t.number))
-    rounds_run = sum(max(t.intermediate_values, default=0) for t in done)
+    steps = study.user_attrs.get("extensions", [])
+    rows = _results(study, steps)
+    best = _best(rows)
+    if best is None:
+        raise TuneError(f"{study_dir}: no trial completed (all {len(rows)} pruned or failed)")
     out: dict[str, Any] = {
         "protocol": "hetfl.tune: objective = validation accuracy (first half of the server's evaluation set) after the "
                     "last round; the test half is read once, by the chosen values' final run",
         "budget": {"trials": spec.trials, "rounds_per_trial": spec.rounds, "trial_rounds": spec.trials * spec.rounds,
-                   "rounds_run": rounds_run},
+                   "rounds_run": sum(r["rounds"] for r in rows),
+                   "extension_trials": sum(1 for st in steps if "folder" in st) + sum(len(st.get("trials", []))
+                                                                                    for st in steps)},
         "space": {d.key: (list(d.choices) if d.kind == "choice" else f"{d.kind}:{d.low:g}:{d.high:g}") for d in spec.space},
         "sampler": spec.sampler, "seed": spec.seed, "nodes": spec.nodes,
-        "trials": [{"number": t.number, "state": t.state.name.lower(), "values": t.params, "val_accuracy": t.value,
-                    "rounds": max(t.intermediate_values, default=0),
-                    **({"error": t.user_attrs["run_error"]} if "run_error" in t.user_attrs else {})} for t in done],
-        "pruned": sum(t.state == TrialState.PRUNED for t in done),
-        "best": {"trial": best.number, "values": best.params, "val_accuracy": best.value},
+        "trials": rows,
+        "pruned": sum(r["state"] == "pruned" for r in rows),
+        "extensions": steps,
+        "on_edge": on_edge(spec, rows, best),
+        "best": {**({"trial": best["number"]} if "number" in best else {"folder": best["folder"]}),
+                 "values": best["values"], "val_accuracy": best["val_accuracy"]},
         "seconds_this_call": seconds,
         # each finished trial's own wall time, from the study file: what the study took over all its calls (trials
         # run side by side with --workers overlap, so their sum is more than the wall time)
@@ -486,13 +677,14 @@ def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: floa
                              if t.datetime_complete and t.datetime_start),
     }
     if final:
-        m = run_trial(spec, best.params, study_dir, "chosen")
+        m = run_trial(spec, best["values"], study_dir, "chosen")
         last = m["rounds"][-1]
         out["chosen"] = {"val_accuracy": _objective(last), "test_accuracy": float(last["accuracy"]),
-                         "same_as_trial": abs(_objective(last) - best.value) < 1e-9, "metrics": str(study_dir / "chosen" / "metrics.json")}
+                         "same_as_trial": abs(_objective(last) - best["val_accuracy"]) < 1e-9,
+                         "metrics": str(study_dir / "chosen" / "metrics.json")}
         if not out["chosen"]["same_as_trial"]:
-            log.warning("the chosen values' final run gave validation accuracy %.4f, trial %d gave %.4f: not the same run",
-                        _objective(last), best.number, best.value)
+            log.warning("the chosen values' final run gave validation accuracy %.4f, the best trial gave %.4f: not the "
+                        "same run", _objective(last), best["val_accuracy"])
     (study_dir / "summary.json").write_text(json.dumps(out, indent=2, default=str))
     return out
 
@@ -519,6 +711,7 @@ def _parser(prog: str = "python -m hetfl.tune") -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (the runs' seed is run-config 'seed')")
     p.add_argument("--prune-after", type=int, default=1, help="rounds before a trial can be pruned (default 1)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to its last round")
+    p.add_argument("--no-bracket", action="store_true", help="do not search past an edge the best value sits on")
     p.add_argument("--no-final", action="store_true", help="do not rerun the chosen values (no test accuracy)")
     p.add_argument("--workers", type=int, default=1, help="trials run at once, one process each (default 1; a grid "
                    "study chooses the same at any number)")
@@ -544,17 +737,20 @@ def main(argv: list[str] | None = None, prog: str = "python -m hetfl.tune") -> i
         base = {**tomllib.loads(path.read_text()), **launch.overrides_of(a)}
         spec = TuneSpec(base=base, space=tuple(parse_space(a.space)), trials=a.trials, rounds=a.rounds,
                         nodes=a.nodes or int(base.get("min-available-nodes", 2)), sampler=a.sampler, seed=a.seed,
-                        prune_after=a.prune_after, prune=not a.no_prune)
+                        prune_after=a.prune_after, prune=not a.no_prune, bracket=not a.no_bracket)
         out = tune(spec, Path(a.study), final=not a.no_final, workers=a.workers)
     except (TuneError, launch.PreflightError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     best = out["best"]
-    print(f"best of {len(out['trials'])} trials ({out['pruned']} pruned): trial {best['trial']} {best['values']} "
+    print(f"best of {len(out['trials'])} trials ({out['pruned']} pruned): {'trial ' + str(best['trial']) if 'trial' in best else best['folder']} {best['values']} "
           f"validation accuracy {best['val_accuracy']:.4f}")
     if "chosen" in out:
         print(f"chosen values rerun: validation {out['chosen']['val_accuracy']:.4f} (same run: "
               f"{out['chosen']['same_as_trial']}), test {out['chosen']['test_accuracy']:.4f}")
+    for key, value in out["on_edge"].items():
+        print(f"warning: {key} = {value!r} is on the edge of what was tried (--no-bracket, or the key's allowed range)",
+              file=sys.stderr)
     print(f"summary: {Path(a.study) / 'summary.json'}")
     return 0
 

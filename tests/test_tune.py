@@ -53,12 +53,14 @@ def test_a_range_end_outside_a_keys_range_fails_before_any_trial(tmp_path):
                         nodes=4), tmp_path / "s")
 
 
-def test_a_grid_study_prunes_the_bad_values_and_its_choice_reruns_to_the_same_result(tmp_path):
-    out = T.tune(spec("lr=0.1,0.0001,0.00001", sampler="grid"), tmp_path / "grid")
+def test_a_grid_study_runs_its_values_and_its_choice_reruns_to_the_same_result(tmp_path):
+    out = T.tune(spec("lr=0.1,0.0001,0.00001", sampler="grid", bracket=False), tmp_path / "grid")
     states = [(t["values"]["lr"], t["state"], t["rounds"]) for t in out["trials"]]
-    # the good value runs first and completes; both bad ones fall below its validation accuracy after round 1
-    assert states == [(0.1, "complete", 3), (0.0001, "pruned", 1), (0.00001, "pruned", 1)], states
-    assert out["pruned"] == 2 and out["budget"] == {"trials": 3, "rounds_per_trial": 3, "trial_rounds": 9, "rounds_run": 5}
+    # fewer than 3 completed trials before each: none may be pruned (the pruner's warm-up)
+    assert states == [(0.1, "complete", 3), (0.0001, "complete", 3), (0.00001, "complete", 3)], states
+    assert out["pruned"] == 0 and out["budget"] == {"trials": 3, "rounds_per_trial": 3, "trial_rounds": 9,
+                                                    "rounds_run": 9, "extension_trials": 0}
+    assert out["on_edge"] == {"lr": 0.1}  # not bracketed: the summary says so
     assert out["best"]["values"] == {"lr": 0.1}
     # the chosen values, run once more from scratch, give the same validation accuracy; test accuracy reported
     assert out["chosen"]["same_as_trial"] and 0.0 < out["chosen"]["test_accuracy"] <= 1.0
@@ -119,7 +121,7 @@ def test_a_trial_whose_run_fails_uses_its_budget_and_the_study_goes_on(tmp_path,
         return real(spec_, values, run_dir, name, report)
 
     monkeypatch.setattr(T, "run_trial", diverges_at_large_lr)
-    out = T.tune(spec("lr=0.1,0.01", sampler="grid", trials=2, rounds=2), tmp_path / "f", final=False)
+    out = T.tune(spec("lr=0.1,0.01", sampler="grid", trials=2, rounds=2, bracket=False), tmp_path / "f", final=False)
     assert [(t["values"]["lr"], t["state"]) for t in out["trials"]] == [(0.1, "fail"), (0.01, "complete")]
     assert "no client update was accepted" in out["trials"][0]["error"] and out["best"]["values"] == {"lr": 0.01}
 
@@ -128,7 +130,8 @@ def test_a_grown_grid_reruns_none_of_the_values_it_ran(tmp_path, monkeypatch):
     """A grid grown by a value is a study of another spec (a new folder); each value the earlier study ran to its end
     with the same config is taken from there (its rows reported as if run) and only the new value trains. A trial of
     another config (more rounds) is not taken."""
-    first = T.tune(spec("lr=0.01,0.1", sampler="grid", trials=2, rounds=2, prune=False), tmp_path / "a", final=False)
+    first = T.tune(spec("lr=0.01,0.1", sampler="grid", trials=2, rounds=2, prune=False, bracket=False), tmp_path / "a",
+                   final=False)
     real, ran = T.run_trial, []
 
     def counted(spec_, values, run_dir, name, report=None):
@@ -136,7 +139,7 @@ def test_a_grown_grid_reruns_none_of_the_values_it_ran(tmp_path, monkeypatch):
         return real(spec_, values, run_dir, name, report)
 
     monkeypatch.setattr(T, "run_trial", counted)
-    grown = T.tune(spec("lr=0.01,0.1,0.3", sampler="grid", trials=3, rounds=2, prune=False), tmp_path / "b",
+    grown = T.tune(spec("lr=0.01,0.1,0.3", sampler="grid", trials=3, rounds=2, prune=False, bracket=False), tmp_path / "b",
                    final=False, earlier=(tmp_path / "a",))
     assert ran == [0.3]  # 0.01 and 0.1 ran in the earlier study
     assert [(t["values"], t["val_accuracy"], t["rounds"]) for t in grown["trials"][:2]] == \
@@ -170,3 +173,87 @@ def test_a_grid_study_with_parallel_workers_runs_and_chooses_as_the_serial_one(t
     assert len({t["values"]["lr"] for t in parallel["trials"]}) == 3  # no value run twice, none skipped
     with pytest.raises(TuneError, match="--workers 0: must be >= 1"):
         T.tune(s, tmp_path / "zero", workers=0)
+
+
+@pytest.mark.parametrize("values,high,expected", [
+    ([0.01, 0.03, 0.1], True, 0.3),  # multiplicative: 0.1 x 0.1 / 0.03 = 0.33 -> 0.3
+    ([0.01, 0.03, 0.1], False, 0.003),
+    ([1, 5, 10], True, 20),  # ints, not evenly spaced: x 2
+    ([2, 4, 6], True, 8),  # evenly spaced: + 2
+    ([0.0, 0.5, 0.9], True, 1.3),  # holds 0: additive
+    ([1, 2], False, 0),  # ints: / 2 = 0.5 -> 0 (the schema then decides)
+])
+def test_the_step_past_an_edge_follows_the_grids_own_spacing(values, high, expected):
+    assert T.step_past(values, high) == pytest.approx(expected)
+
+
+def _synthetic(peak: float, diverge_at: float):
+    """A stand-in for a trial's run: validation accuracy 0.9 - 0.1 (log10 lr - log10 peak)^2, each round the same;
+    a run at lr >= diverge_at fails as a diverged run does."""
+    import math
+
+    from hetfl.common.results import NoClientSucceeded
+
+    def run(spec_, values, run_dir, name, report=None):
+        lr = values["lr"]
+        if lr >= diverge_at:
+            raise NoClientSucceeded("no client update was accepted in the last 2 rounds")
+        val = 0.9 - 0.1 * (math.log10(lr) - math.log10(peak)) ** 2
+        rows = [{"round": r, "val_accuracy": val, "accuracy": val} for r in range(1, spec_.rounds + 1)]
+        for row in rows:
+            if report:
+                report(row["round"], val)
+        (run_dir / name).mkdir(parents=True, exist_ok=True)
+        (run_dir / name / "metrics.json").write_text(json.dumps({"rounds": rows, "summary": {}}))
+        return {"rounds": rows}
+
+    return run
+
+
+def test_a_best_value_on_the_grids_edge_is_bracketed(tmp_path, monkeypatch):
+    """lr's best grid value 0.01 is the top edge: 0.03 and 0.09 (better each time), then 0.3 (worse): the best, 0.09,
+    is interior; the steps, their trials and the budget they added are in the summary."""
+    monkeypatch.setattr(T, "run_trial", _synthetic(peak=0.1, diverge_at=10.0))
+    out = T.tune(spec("lr=0.001,0.003,0.01", sampler="grid", trials=3, rounds=2), tmp_path / "g", final=False)
+    assert [st["value"] for st in out["extensions"]] == [0.03, 0.09, 0.3]
+    assert [st["folder"] for st in out["extensions"]] == ["e000", "e001", "e002"]
+    assert out["budget"]["extension_trials"] == 3 and out["best"]["folder"] == "e001"
+    assert [p.parent.name for p in T.finished_trials(tmp_path / "g")][-3:] == ["e000", "e001", "e002"]
+    assert out["best"]["values"] == {"lr": 0.09} and out["on_edge"] == {}
+    # a resumed study repeats no step
+    again = T.tune(spec("lr=0.001,0.003,0.01", sampler="grid", trials=3, rounds=2), tmp_path / "g", final=False)
+    assert again["extensions"] == out["extensions"] and len(again["trials"]) == 6
+
+
+def test_bracketing_stops_where_the_next_step_diverges(tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "run_trial", _synthetic(peak=10.0, diverge_at=2.0))
+    out = T.tune(spec("lr=0.1,0.3", sampler="grid", trials=2, rounds=2), tmp_path / "d", final=False)
+    assert [(st["value"], st.get("stop")) for st in out["extensions"]] == [(0.9, None), (3.0, "diverged")]
+    assert out["best"]["values"] == {"lr": 0.9} and out["on_edge"] == {}  # bracketed by the diverged step
+    no = T.tune(spec("lr=0.1,0.3", sampler="grid", trials=2, rounds=2, bracket=False), tmp_path / "n", final=False)
+    assert no["extensions"] == [] and no["on_edge"] == {"lr": 0.3}  # what the summary says without brackets
+
+
+def test_a_best_value_near_a_ranges_edge_widens_the_range(tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "run_trial", _synthetic(peak=0.2, diverge_at=10.0))
+    s = spec("lr=log:0.001:0.01", trials=4, rounds=2)
+    T.open_study(s, tmp_path / "r").enqueue_trial({"lr": 0.0095})  # the first draw: near the top edge
+    out = T.tune(s, tmp_path / "r", final=False)
+    ranges = [st["range"] for st in out["extensions"]]
+    assert ranges and ranges[0] == pytest.approx([0.001, 0.01 * 10 ** 0.5])  # past the top by half the log-width
+    assert all(b[1] > a[1] and b[0] == a[0] for a, b in zip(ranges, ranges[1:]))
+    assert out["best"]["values"]["lr"] > 0.01  # found past the first range's edge
+
+
+def test_the_pruner_waits_for_three_completed_trials_and_half_the_rounds(tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "run_trial", _synthetic(peak=0.1, diverge_at=10.0))
+    out = T.tune(spec("lr=0.001,0.0001,0.00001,0.1,0.01", sampler="grid", trials=5, rounds=4, bracket=False),
+                 tmp_path / "p", final=False)
+    states = [(t["values"]["lr"], t["state"], t["rounds"]) for t in out["trials"]]
+    # the three bad values run first and complete (no pruning before 3 completed trials); 0.1 and 0.01 are better
+    # than their median and complete too
+    assert [s[1] for s in states] == ["complete"] * 5, states
+    worse = T.tune(spec("lr=0.1,0.01,0.03,0.00001,0.000001", sampler="grid", trials=5, rounds=4, bracket=False),
+                   tmp_path / "q", final=False)
+    # the two bad values come after three completed trials: pruned at round 2 = half the rounds, not round 1
+    assert [(t["state"], t["rounds"]) for t in worse["trials"]][3:] == [("pruned", 2), ("pruned", 2)]

@@ -1,0 +1,80 @@
+"""hetfl.stats on hand-worked cases (t quantiles from tables: t(0.975; 2) = 4.302653, t(0.975; 4) = 2.776445,
+t(0.95; 4) = 2.131847) and on published power tables (G*Power's paired t test, alpha 0.05 two-sided, power 0.8:
+dz = 1 needs 10 pairs, dz = 0.5 needs 34)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hetfl.stats import (Interval, StatsError, holm, label, paired_differences, paired_interval, paired_p_value,
+                         seeds_needed, tost)
+
+SPREAD = [0.1, -0.1, 0.2, 0.0, -0.2]  # mean 0, SD sqrt(0.025) = 0.158114, SE 0.0707107
+
+
+def test_paired_interval_by_hand():
+    iv = paired_interval([1.0, 2.0, 3.0])  # mean 2, SD 1, half-width 4.302653 / sqrt(3) = 2.484138
+    assert (iv.n, iv.mean, iv.sd) == (3, 2.0, 1.0)
+    assert iv.low == pytest.approx(2 - 2.484138, abs=1e-5) and iv.high == pytest.approx(2 + 2.484138, abs=1e-5)
+    iv = paired_interval(SPREAD)  # half-width 2.776445 x 0.0707107 = 0.196324
+    assert iv.mean == pytest.approx(0.0, abs=1e-12) and iv.sd == pytest.approx(0.158114, abs=1e-6)
+    assert iv.high == pytest.approx(0.196324, abs=1e-5) and iv.low == pytest.approx(-0.196324, abs=1e-5)
+    one = paired_interval([0.7])
+    assert one.n == 1 and one.mean == 0.7 and math.isnan(one.low) and math.isnan(one.sd)
+
+
+def test_paired_differences_pair_by_seed_and_refuse_unpaired_input():
+    assert paired_differences([86.0, 85.5], [85.0, 86.0]) == [1.0, -0.5]
+    with pytest.raises(StatsError, match="same seeds"):
+        paired_differences([1.0, 2.0], [1.0])
+    with pytest.raises(StatsError, match="at least one"):
+        paired_differences([], [])
+
+
+def test_p_value_by_hand():
+    assert paired_p_value([1.0, 2.0, 3.0]) == pytest.approx(0.07418, abs=2e-4)  # t = 2 sqrt(3) = 3.4641, df 2
+    assert paired_p_value([1.0, 1.0]) == 0.0 and paired_p_value([0.0, 0.0]) == 1.0
+    assert math.isnan(paired_p_value([1.0]))
+
+
+def test_label_follows_the_rule_in_its_order():
+    assert label(paired_interval([2.0, 3.0, 4.0]), 1.0) == "held"  # [0.52, 5.48]: above 0, reaches 1
+    assert label(paired_interval([2.0, 3.0, 4.0]), 6.0) == "held, smaller than claimed"  # below the margin 6
+    assert label(paired_interval([-2.0, -3.0, -4.0]), 1.0) == "not held (reversed)"
+    assert label(paired_interval(SPREAD), 1.0) == "not held (the claimed margin is excluded)"  # [-0.20, 0.20]
+    inconclusive = label(paired_interval([1.0, 2.0, 3.0]), 2.0)  # [-0.48, 4.48] holds both 0 and the margin
+    assert inconclusive.startswith("inconclusive at 3 seeds") and f"{seeds_needed(2.0, 1.0)} needed" in inconclusive
+    assert label(paired_interval([5.0]), 1.0).startswith("inconclusive at 1 seed")
+    with pytest.raises(StatsError, match="margin"):
+        label(paired_interval([1.0, 2.0]), 0.0)
+
+
+def test_seeds_needed_matches_published_power_tables():
+    assert seeds_needed(1.0, 1.0) == 10  # G*Power: dz = 1, actual power 0.803
+    assert seeds_needed(0.5, 1.0) == 34  # dz = 0.5, actual power 0.808
+    assert seeds_needed(2.0, 4.0) == 34  # only the ratio margin / SD counts
+    assert seeds_needed(1.0, 0.0) == 2 and seeds_needed(1.0, math.nan) is None
+    assert seeds_needed(0.01, 10.0) is None  # far inside the noise: beyond the search
+
+
+def test_tost_by_hand():
+    eq = tost(SPREAD, 0.5)  # 90% interval 0 +- 2.131847 x 0.0707107 = +-0.150745, inside +-0.5
+    assert eq.equivalent and eq.low == pytest.approx(-0.150745, abs=1e-5)
+    assert eq.p == pytest.approx(0.00106, abs=5e-5)  # t = 0.5 / 0.0707107 = 7.071, df 4, one-sided
+    assert not tost(SPREAD, 0.1).equivalent  # the interval reaches past +-0.1
+    assert not tost([3.0, 3.2, 2.8], 1.0).equivalent  # a clear difference is not parity
+    with pytest.raises(StatsError, match="at least 2"):
+        tost([0.1], 1.0)
+
+
+def test_holm_by_hand():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])  # 3 x 0.01; 2 x 0.03; max(1 x 0.04, 0.06)
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    out = holm([0.02, math.nan])
+    assert out[0] == pytest.approx(0.02) and math.isnan(out[1])  # nan is not a test
+
+
+def test_interval_prints_n_and_its_ends():
+    assert str(Interval(3, 0.5, 1.0, -1.98, 2.98)) == "+0.50 [-1.98, +2.98] (n = 3)"
