@@ -300,7 +300,7 @@ def earlier_trial(spec: TuneSpec, values: dict[str, Any], earlier: tuple[Path, .
 
     cfg = spec.trial_config(values, Path("."), "earlier")
     want = validate(cfg)
-    for path in sorted(p for folder in earlier for p in Path(folder).glob("trials/t*/metrics.json")):
+    for path in sorted(p for folder in earlier for p in Path(folder).glob("trials/*/metrics.json")):
         try:
             m = json.loads(path.read_text())
             ran = (m["summary"].get("rounds_completed") == spec.rounds

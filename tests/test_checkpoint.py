@@ -248,6 +248,7 @@ class _RngStrategy(StrategyBase):
 
         self.rng = np.random.default_rng([seed, 1])
         self.map, self.sampled = ClientMap(), []
+        self.map.asked = {0}  # a discovered map (of no clients): start does not discover again
 
     def configure_train(self, server_round, arrays, config, grid):
         return []

@@ -144,3 +144,30 @@ def message_client(msg, context: Context, cfg: dict[str, Any]) -> int:
 def state_key(client: int, name: str) -> str:
     """The node-state (``Context.state``) key of a client's record `name`: each hosted client keeps its own."""
     return f"{name}@{int(client)}"
+
+
+DECLARED = ("device-class", "capacity")  # the device profile a node may declare (SHEFL, AdaptiveFL)
+
+
+def declare_clients(msg, context: Context):
+    """The discovery handler for a ClientApp of one's own (``register_discovery(app)``): this node is one client,
+    its id the node config's ``client-id`` (else ``partition-id``), with the device profile its node config declares
+    (``device-class``, ``capacity``). With it, a Strategy's ``start`` samples by these ids, so a run is the same at
+    the same seed whatever node ids Flower draws (docs/api.md#discovery)."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    from .nodes import CLIENT_IDS
+
+    answer: dict[str, Any] = {CLIENT_IDS: [node_client_id(context)]}
+    for key in DECLARED:
+        if key in context.node_config:
+            answer[key] = [context.node_config[key]]
+    return Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg)
+
+
+def register_discovery(app) -> None:
+    """Register :func:`declare_clients` on a Flower ``ClientApp`` as the answer to hetfl's discovery query."""
+    from .registry import NODE_QUERY
+
+    category, _, action = NODE_QUERY.partition(".")
+    getattr(app, category)(action)(declare_clients)

@@ -265,6 +265,31 @@ def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY
     return out
 
 
+def map_clients(grid, timeout: float = 600.0, min_nodes: int = 1, query_timeout: float = 60.0) -> ClientMap:
+    """The client map of a run that did not discover its clients (a Flower user's own ServerApp calling ``start``):
+    wait for `min_nodes` connected nodes, ask each hetfl's discovery query; a node that answers (its ClientApp
+    registers :func:`hetfl.client_app.node_query`) declares its clients and their device profiles, any other node is
+    one client, numbered after the declared ones in node-id order. Flower draws node ids at random in every run, so
+    without the discovery handler the clients sampled differ from run to run (one log line says so)."""
+    nodes = wait_for_nodes(grid, min_nodes, timeout)
+    errors: dict[int, str] = {}
+    answers = ask_nodes(grid, nodes, min(timeout, query_timeout), errors=errors)
+    cmap = ClientMap(answers)
+    cmap.min_nodes = min_nodes
+    plain = [n for n in nodes if n not in answers]
+    if plain:
+        log.warning("%d of %d node(s) do not answer hetfl's discovery query (their ClientApp does not register "
+                    "hetfl.node_query): each is one client, numbered by its node id, which Flower draws at random in "
+                    "every run, so the clients sampled differ from run to run (docs/api.md#discovery)",
+                    len(plain), len(nodes))
+        first = max(cmap.node, default=-1) + 1
+        for k, node in enumerate(sorted(plain)):
+            cmap.add(node, {CLIENT_IDS: [first + k]})
+    cmap.asked.update(int(n) for n in nodes)
+    log.info("%d clients on %d nodes", len(cmap.node), len(nodes))
+    return cmap
+
+
 def run_records(cfg: dict[str, Any]) -> dict[str, ConfigRecord]:
     """The records every message of the run carries: for a ``hub:``/``dir:`` dataset the server's description of it
     (classes by name, input shape), which a node holding only its own data cannot know; none for a named dataset

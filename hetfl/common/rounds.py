@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,11 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from .nodes import error_line
 from .comm import UNATTRIBUTED, Traffic
 from .fleet import available, simulated_round_seconds, tiers_of
 from .progress import heartbeat
-from .results import RunRecorder
+from .results import NoClientSucceeded, RunRecorder
 from .strategy import StrategyBase
 
 log = logging.getLogger("hetfl")
@@ -144,12 +145,24 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
 
 
 class RoundCallback:
-    """One job of the round loop besides the round itself, called at fixed points of every round.
+    """One job of the round loop besides the round itself, called at fixed points of every round (pfl-research's
+    style): what :meth:`StrategyBase.start <hetfl.common.strategy.StrategyBase.start>` takes in ``callbacks``.
 
     The loop's own callbacks: :class:`Evaluation` (evaluate, record the row), :class:`IdleStop` (``max-idle-rounds``,
     and a run that never trained) and :class:`Checkpointing` (write after each round, restore on resume). Tracking
     is the recorder's: every row it records goes to its trackers (:class:`~hetfl.common.results.RunRecorder`).
+    Every hook is called on every callback in the order given.
     """
+
+    def on_start(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> tuple[ArrayRecord, int]:
+        """Before anything runs: may replace the arrays and the first round (a resume); returns both."""
+        return arrays, first
+
+    def on_begin(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> None:
+        """After every :meth:`on_start`, before round `first` (round 0's evaluation)."""
+
+    def on_sampled(self, rnd: int, clients: list[int]) -> None:
+        """After the round's ``configure_train``: the client ids sent work."""
 
     def on_accepted(self, rnd: int, sent: int, accepted: int) -> None:
         """After the round's aggregation: `sent` train messages, `accepted` client updates kept."""
@@ -162,11 +175,30 @@ class RoundCallback:
 
 
 class Evaluation(RoundCallback):
-    """Evaluate the global arrays and record the round's row (:func:`record_round`)."""
+    """Evaluate the global arrays and record the round's row (:func:`record_round`), round 0 included; the run's
+    federation, a simulated fleet's availability and the nodes left out at discovery go to the recorder first.
+    `round0`: traffic of earlier phases that the round-0 row carries (FENS)."""
 
     def __init__(self, grid, strategy: StrategyBase, recorder: RunRecorder,
-                 evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]]) -> None:
+                 evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]], round0: Traffic | None = None) -> None:
         self.grid, self.strategy, self.recorder, self.evaluate_fn = grid, strategy, recorder, evaluate_fn
+        self.round0 = round0
+
+    def on_begin(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> None:
+        cfg = self.recorder.cfg
+        if "federation" not in self.recorder.extra:
+            self.recorder.federation(len(strategy.map.clients()), len(strategy.map.hosted))
+        if (tiers := tiers_of(cfg)) is not None:  # a simulated fleet's availability
+            strategy.map.available = lambda c, rnd: c < len(tiers) and available(tiers[c], c, rnd, cfg["seed"])
+        _note_left_out(self.recorder, strategy.map)
+        if first == 1:
+            record_round(self.grid, strategy, self.recorder, 0, arrays, self.evaluate_fn, self.round0)
+
+    def on_sampled(self, rnd: int, clients: list[int]) -> None:
+        self.recorder.stage(clients=clients)  # client ids of this round, in metrics.json
+
+    def on_accepted(self, rnd: int, sent: int, accepted: int) -> None:
+        self.recorder.stage(accepted=accepted)
 
     def on_round_end(self, rnd: int, arrays: ArrayRecord) -> None:
         _note_left_out(self.recorder, self.strategy.map)  # nodes that connected later and were refused too
@@ -204,6 +236,11 @@ class Checkpointing(RoundCallback):
         self.grid, self.strategy, self.recorder, self.cfg = grid, strategy, recorder, cfg
         self.path = recorder.run_dir / CHECKPOINT
 
+    taken: Traffic | None = None  # traffic before the rounds, counted in a resumed run (FENS: its phases)
+
+    def on_start(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> tuple[ArrayRecord, int]:
+        return self.restore(arrays, self.taken) if first == 1 else (arrays, first)
+
     def restore(self, arrays: ArrayRecord, taken: Traffic | None) -> tuple[ArrayRecord, int]:
         """With ``resume = true`` and a checkpoint: its arrays, strategy, RNGs and rows; returns (arrays, first round).
 
@@ -236,37 +273,96 @@ class Checkpointing(RoundCallback):
             save_checkpoint(self.path, rnd, arrays, self.strategy, self.recorder)
 
 
-def train_round(grid, strategy: StrategyBase, recorder: RunRecorder, cfg: dict[str, Any], rnd: int, last: int,
-                arrays: ArrayRecord) -> tuple[ArrayRecord, int, int]:
+def train_round(grid, strategy: StrategyBase, rnd: int, last: int, arrays: ArrayRecord, timeout: float,
+                config: ConfigRecord | None = None, callbacks: Sequence[RoundCallback] = (), progress: float = 10.0
+                ) -> tuple[ArrayRecord, int, int, MetricRecord | None, list[str]]:
     """One round's training: plan, send (at most one message in flight per node), check and aggregate.
 
-    Returns (the new global arrays, train messages sent, client updates accepted). A client without data (weight 0)
-    trains nothing: not an accepted update; a rejected reply may weigh 0 too and is never counted twice.
+    Returns (the new global arrays, train messages sent, client updates accepted, the aggregated train metrics, the
+    error lines of the failed replies). A client without data (weight 0) trains nothing: not an accepted update; a
+    rejected reply may weigh 0 too and is never counted twice. `config` (``start``'s ``train_config``) is the
+    ConfigRecord ``configure_train`` gets, which the strategy sends to every client it samples.
     """
-    messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(), grid))
-    recorder.stage(clients=list(strategy.sampled))  # client ids of this round, in metrics.json
-    with heartbeat(f"round {rnd}/{last}: {len(messages)} client(s) training", cfg.get("progress-interval", 10.0)):
-        replies = strategy.order_replies(strategy.map.send_and_receive(grid, messages, cfg["round-timeout"]))
-    errors = sum(r.has_error() for r in replies)
-    if len(replies) < len(messages) or errors:
+    messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(dict(config or {})), grid))
+    for cb in callbacks:
+        cb.on_sampled(rnd, list(strategy.sampled))
+    with heartbeat(f"round {rnd}/{last}: {len(messages)} client(s) training", progress):
+        replies = strategy.order_replies(strategy.map.send_and_receive(grid, messages, timeout))
+    failed = [error_line(r) for r in replies if r.has_error()]
+    if len(replies) < len(messages) or failed:
         log.warning("round %d: %d of %d clients replied, %d with errors; aggregating what arrived",
-                    rnd, len(replies), len(messages), errors)
-    new, _ = strategy.aggregate_train(rnd, replies)
+                    rnd, len(replies), len(messages), len(failed))
+    new, metrics = strategy.aggregate_train(rnd, replies)
     weighted = sum(1 for r in replies if not r.has_error() and not zero_weight(r))
-    accepted = max(0, min(len(replies) - errors - strategy.rejected, weighted))
-    recorder.stage(accepted=accepted)
-    return (arrays if new is None else new), len(messages), accepted
+    accepted = max(0, min(len(replies) - len(failed) - strategy.rejected, weighted))
+    return (arrays if new is None else new), len(messages), accepted, metrics, failed
+
+
+def run_strategy(strategy: StrategyBase, grid, initial_arrays: ArrayRecord, num_rounds: int, timeout: float,
+                 train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+                 evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+                 callbacks: Sequence[RoundCallback] = (), progress: float = 10.0):
+    """The one round loop (:meth:`StrategyBase.start <hetfl.common.strategy.StrategyBase.start>`): rounds 1..num_rounds
+    (or from where a callback's ``on_start`` resumes), each :func:`train_round`, then federated evaluation where the
+    strategy configures one, then Flower's `evaluate_fn`, then the callbacks' ``on_round_end``; Flower's ``Result``.
+
+    Raises
+    ------
+    NoClientSucceeded
+        Rounds ran and not one client update was accepted in any of them: how many replies were dropped and why.
+    """
+    from flwr.serverapp.strategy import Result
+
+    arrays, first = initial_arrays, 1
+    for cb in callbacks:
+        arrays, first = cb.on_start(strategy, arrays, first)
+    strategy.summary()
+    for cb in callbacks:
+        cb.on_begin(strategy, arrays, first)
+    result = Result(arrays=arrays)
+    if evaluate_fn is not None and first == 1 and (res := evaluate_fn(0, arrays)) is not None:
+        result.evaluate_metrics_serverapp[0] = res
+    sent_all = accepted_all = rejected_all = 0
+    failures: list[str] = []
+    for rnd in range(first, num_rounds + 1):
+        t0 = time.perf_counter()
+        arrays, sent, accepted, metrics, failed = train_round(grid, strategy, rnd, num_rounds, arrays, timeout,
+                                                              train_config, callbacks, progress)
+        sent_all, accepted_all, rejected_all = sent_all + sent, accepted_all + accepted, rejected_all + strategy.rejected
+        failures += failed
+        if metrics is not None:
+            result.train_metrics_clientapp[rnd] = metrics
+        for cb in callbacks:
+            cb.on_accepted(rnd, sent, accepted)
+        log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
+        evaluations = list(strategy.configure_evaluate(rnd, arrays, ConfigRecord(dict(evaluate_config or {})), grid))
+        if evaluations:
+            agg = strategy.aggregate_evaluate(rnd, strategy.map.send_and_receive(grid, evaluations, timeout))
+            if agg is not None:
+                result.evaluate_metrics_clientapp[rnd] = agg
+        if evaluate_fn is not None and (res := evaluate_fn(rnd, arrays)) is not None:
+            result.evaluate_metrics_serverapp[rnd] = res
+        for cb in callbacks:
+            cb.on_round_end(rnd, arrays)
+    for cb in callbacks:
+        cb.on_end(num_rounds)
+    result.arrays = arrays
+    if sent_all and not accepted_all:
+        why = f"; the first error: {failures[0]}" if failures else ""
+        raise NoClientSucceeded(
+            f"no client update was accepted in any of the {num_rounds - first + 1} round(s): {sent_all} train "
+            f"message(s) sent, {len(failures)} error repl(ies), {rejected_all} repl(ies) rejected by the strategy's checks "
+            f"(malformed, or answering no message of the round; the log names each){why}")
+    return result
 
 
 def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
                evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]],
                taken: Traffic | None = None, round0: Traffic | None = None) -> ArrayRecord:
-    """Rounds 1..num-server-rounds (or from a checkpoint): the one round loop of every method.
-
-    A round: :func:`train_round`, then the callbacks in order: :class:`IdleStop` after aggregation,
-    :class:`Evaluation` (the row) and :class:`Checkpointing` after the round. ``stop-after-round`` ends the loop
-    early (the checkpoint of that round stays): how a scheduler with a time budget, or the resume test, interrupts
-    a run cleanly.
+    """A hetfl run's rounds: ``strategy.start`` with the run's callbacks, :class:`IdleStop` after aggregation,
+    :class:`Evaluation` (the row) and :class:`Checkpointing` after the round (restoring first with ``resume``).
+    ``stop-after-round`` ends the loop early (the checkpoint of that round stays): how a scheduler with a time budget,
+    or the resume test, interrupts a run cleanly.
 
     Parameters
     ----------
@@ -279,29 +375,12 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
         Traffic that the round-0 row carries besides what is pending on the grid (FENS's phases).
     """
     checkpointing = Checkpointing(grid, strategy, recorder, cfg)
-    callbacks: list[RoundCallback] = [IdleStop(recorder, cfg), Evaluation(grid, strategy, recorder, evaluate_fn),
+    checkpointing.taken = taken
+    # in this order: the row is recorded before the checkpoint that holds it is written
+    callbacks: list[RoundCallback] = [IdleStop(recorder, cfg), Evaluation(grid, strategy, recorder, evaluate_fn, round0),
                                       checkpointing]
-    arrays, start = checkpointing.restore(initial_arrays, taken)
-    strategy.summary()
-    if "federation" not in recorder.extra:
-        recorder.federation(len(strategy.map.clients()), len(strategy.map.hosted))
-    if (tiers := tiers_of(cfg)) is not None:  # a simulated fleet's availability
-        strategy.map.available = lambda c, rnd: c < len(tiers) and available(tiers[c], c, rnd, cfg["seed"])
-    _note_left_out(recorder, strategy.map)
-    if start == 1:
-        record_round(grid, strategy, recorder, 0, arrays, evaluate_fn, round0)
-    last = recorder.last_round  # num-server-rounds, or stop-after-round if earlier
-    for rnd in range(start, last + 1):
-        t0 = time.perf_counter()
-        arrays, sent, accepted = train_round(grid, strategy, recorder, cfg, rnd, last, arrays)
-        for cb in callbacks:
-            cb.on_accepted(rnd, sent, accepted)
-        log.debug("round %d trained in %.2fs", rnd, time.perf_counter() - t0)
-        for cb in callbacks:
-            cb.on_round_end(rnd, arrays)
-    for cb in callbacks:
-        cb.on_end(last)
-    return arrays
+    return strategy.start(grid, initial_arrays, num_rounds=recorder.last_round, timeout=cfg["round-timeout"],
+                          callbacks=callbacks, progress=cfg.get("progress-interval", 10.0)).arrays
 
 
 def _note_left_out(recorder: RunRecorder, cmap) -> None:

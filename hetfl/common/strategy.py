@@ -20,10 +20,10 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.exception import InconsistentMessageReplies
-from flwr.serverapp.strategy import FedAvg, Strategy
+from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
 from .comm import decode_sparse, get_sparse
-from .nodes import ClientMap, error_line, sample_clients
+from .nodes import ClientMap, error_line, map_clients, sample_clients
 
 log = logging.getLogger("hetfl")
 
@@ -175,9 +175,39 @@ class StrategyBase(Strategy):
         Malformed replies dropped in the latest ``aggregate_train``.
     """
 
-    map: ClientMap
-    sampled: list[int]
+    map: ClientMap | None = None
+    sampled: list[int] = []  # reassigned every round, never mutated
     rejected: int = 0
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None, *,
+              callbacks: Sequence[Any] = (), progress: float = 10.0) -> Result:
+        """Run the method for `num_rounds` rounds on any Flower Grid; Flower 1.41's ``Strategy.start`` (the same
+        parameters, types and ``Result``), with this project's round loop (:func:`hetfl.common.rounds.run_strategy`).
+
+        Differences from Flower's loop, each the method's contract: replies are matched to the messages this round
+        sent (by ``reply_to_message_id``), at most one message is in flight per node, and a run in which no client
+        update is accepted raises :class:`~hetfl.common.results.NoClientSucceeded` instead of returning the untrained
+        arrays. Without a client map (none given at construction) it is built here (:func:`map_clients`): nodes that
+        answer hetfl's discovery query declare their clients; any other node is one client.
+
+        Parameters
+        ----------
+        train_config : ConfigRecord, optional
+            Sent to every sampled client in its train message (its ``config`` record, with ``server-round``).
+        callbacks : sequence of RoundCallback
+            Jobs of the round loop (:class:`hetfl.common.rounds.RoundCallback`): evaluation and metrics.json,
+            checkpoints and the resume from one, the idle stop; called in the order given.
+        progress : float
+            Seconds between two "still running" lines while a round trains.
+        """
+        from .rounds import run_strategy
+
+        if self.map is None or not (self.map.node or self.map.asked):  # no map, or one that never asked a node
+            self.map = map_clients(grid, timeout)
+        return run_strategy(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
+                            evaluate_fn, callbacks, progress)
 
     def order_replies(self, replies: Iterable[Message]) -> list[Message]:
         """Replies in client-id order (errors last): arrival order is timing and node ids are random per run,
@@ -231,8 +261,8 @@ class SeededSampling(FedAvg, StrategyBase):
     seed are given after construction with :meth:`bind`.
     """
 
-    map: ClientMap | None = None  # type: ignore[assignment]
     seed: int = 0
+    timeout: float = 600.0  # bounds the discovery of nodes that connect later (bind)
     accepted: list[Message] = []  # the replies the latest aggregate_train aggregated (reassigned, never mutated)
     _reference: dict[str, tuple[int, ...]] | None = None
     _dtypes: dict[str, np.dtype] | None = None

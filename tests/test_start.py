@@ -1,0 +1,130 @@
+"""A Flower user's own ClientApp with this project's strategies (issue #78): ``Strategy.start`` on a Grid that is not
+hetfl's, with a ClientApp of Flower's quickstart shape (softmax regression on scikit-learn's digits, in NumPy) that
+knows nothing of hetfl but, where said, registers its discovery handler in one line."""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app.error import Error
+from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
+
+from hetfl.baselines.strategy import SeededFedAvg
+from hetfl.common.hosting import register_discovery
+from hetfl.common.results import NoClientSucceeded
+from hetfl.inprocess import task_identity
+
+NODES = 6
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return x / 16.0, y
+
+
+X, Y = _digits()
+TEST = slice(1500, None)
+
+
+def _logits(w, b, x):
+    return x @ w + b
+
+
+def user_app(discovery: bool = False, poison: bool = False) -> ClientApp:
+    """A quickstart-style ClientApp: reads "arrays" and "config", returns "arrays" and "metrics" (num-examples)."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        pid, n = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+        x, y = X[:1500][pid::n], Y[:1500][pid::n]
+        w, b = msg.content["arrays"]["w"].numpy().copy(), msg.content["arrays"]["b"].numpy().copy()
+        lr = float(msg.content["config"]["lr"])
+        for _ in range(10):
+            z = _logits(w, b, x)
+            p = np.exp(z - z.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            p[np.arange(len(y)), y] -= 1.0
+            w -= lr * x.T @ p / len(y)
+            b -= lr * p.mean(0)
+        if poison:
+            w[0, 0] = np.nan
+        return Message(RecordDict({"arrays": ArrayRecord({"w": Array(w), "b": Array(b)}),
+                                   "metrics": MetricRecord({"num-examples": len(y), "lr": lr})}), reply_to=msg)
+
+    if discovery:
+        register_discovery(app)
+    return app
+
+
+class UserGrid:
+    """What Flower's engines do, in one process: fresh random node ids in every run, replies in shuffled order, and
+    a ClientApp's exception (such as a message type it does not handle) as an error reply."""
+
+    def __init__(self, app: ClientApp, n: int = NODES) -> None:
+        self.app = app
+        ids = random.sample(range(1, 1 << 62), n)
+        self.contexts = {nid: Context(run_id=1, node_id=nid, node_config={"partition-id": i, "num-partitions": n},
+                                      state=RecordDict(), run_config={}) for i, nid in enumerate(ids)}
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.contexts)
+
+    def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
+        out = []
+        for m in messages:
+            m.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+            try:
+                out.append(self.app(m, self.contexts[m.metadata.dst_node_id]))
+            except Exception as ex:  # noqa: BLE001 - as Flower's engines do
+                out.append(Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=str(ex)), reply_to=m))
+        random.shuffle(out)
+        return out
+
+
+def _initial() -> ArrayRecord:
+    return ArrayRecord({"w": Array(np.zeros((64, 10))), "b": Array(np.zeros(10))})
+
+
+def _accuracy(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+    w, b = arrays["w"].numpy(), arrays["b"].numpy()
+    return MetricRecord({"accuracy": float((_logits(w, b, X[TEST]).argmax(1) == Y[TEST]).mean())})
+
+
+def _start(app: ClientApp, **kw):
+    strategy = SeededFedAvg(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=1)
+    with task_identity():
+        return strategy.start(UserGrid(app), _initial(), num_rounds=3, timeout=60,
+                              train_config=ConfigRecord({"lr": 0.5}), evaluate_fn=_accuracy, **kw), strategy
+
+
+def test_start_trains_a_plain_clientapp_and_says_sampling_follows_node_ids(caplog):
+    with caplog.at_level(logging.WARNING, logger="hetfl"):
+        result, strategy = _start(user_app())
+    acc = {r: m["accuracy"] for r, m in result.evaluate_metrics_serverapp.items()}
+    assert sorted(acc) == [0, 1, 2, 3] and acc[3] > acc[0] + 0.4, acc  # it trained
+    assert all(result.train_metrics_clientapp[r]["lr"] == 0.5 for r in (1, 2, 3))  # train_config reached the clients
+    assert len(strategy.sampled) == NODES // 2 and result.arrays["w"].numpy().any()
+    assert "do not answer hetfl's discovery query" in caplog.text  # one line says why a run is not repeatable
+
+
+def test_with_the_discovery_handler_the_same_seed_gives_the_same_run_at_other_node_ids():
+    runs = [_start(user_app(discovery=True)) for _ in range(2)]  # each run: other random node ids
+    (a, sa), (b, sb) = runs
+    assert sa.sampled == sb.sampled
+    assert a.evaluate_metrics_serverapp == b.evaluate_metrics_serverapp
+    assert all(np.array_equal(a.arrays[k].numpy(), b.arrays[k].numpy()) for k in ("w", "b"))
+
+
+def test_a_run_that_accepts_no_update_raises_with_the_count_and_the_reason():
+    with pytest.raises(NoClientSucceeded, match=r"no client update was accepted in any of the 3 round\(s\): 9 train "
+                                                r"message\(s\) sent, 0 error repl\(ies\), 9 repl\(ies\) rejected"):
+        _start(user_app(poison=True))
