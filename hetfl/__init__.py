@@ -1,5 +1,49 @@
-"""hetfl: heterogeneous federated learning on Flower (SHEFL, FENS, AdaptiveFL and their baselines)."""
+"""hetfl: heterogeneous federated learning on Flower (SHEFL, FENS, AdaptiveFL and their baselines).
 
+The public API is what ``__all__`` names (docs/api.md); each name is imported on first use, so that ``import hetfl``
+on a device stays light.
+"""
+
+from __future__ import annotations
+
+_API = {  # public name -> the module that defines it
+    # strategies: Flower Strategies whose start(grid, initial_arrays, ...) runs on any Grid
+    "StrategyBase": "hetfl.common.strategy", "SeededSampling": "hetfl.common.strategy",
+    "SeededFedAvg": "hetfl.baselines.strategy", "SeededFedProx": "hetfl.baselines.strategy",
+    "SeededFedBE": "hetfl.baselines.strategy", "SeededFedNova": "hetfl.baselines.strategy",
+    "SeededScaffold": "hetfl.baselines.strategy", "SeededFedAvgSTC": "hetfl.baselines.strategy",
+    "SeededFedAdam": "hetfl.common.fedopt", "SeededFedYogi": "hetfl.common.fedopt",
+    "SHEFL": "hetfl.shefl_app.strategy", "AdaptiveFL": "hetfl.adaptivefl_app.strategy",
+    # the round loop's callbacks, and what a failed run raises
+    "RoundCallback": "hetfl.common.rounds", "Evaluation": "hetfl.common.rounds", "IdleStop": "hetfl.common.rounds",
+    "Checkpointing": "hetfl.common.rounds", "NoClientSucceeded": "hetfl.common.results",
+    # clients and discovery
+    "register_discovery": "hetfl.common.hosting", "declare_clients": "hetfl.common.hosting",
+    "ClientMap": "hetfl.common.nodes", "map_clients": "hetfl.common.nodes", "sample_clients": "hetfl.common.nodes",
+    # the papers' pure pieces
+    "topk_sparsify": "hetfl.common.compression", "PermutationSchedule": "hetfl.shefl_app.core",
+    "workload_weights": "hetfl.shefl_app.core", "SubmodelPool": "hetfl.adaptivefl_app.core",
+    "ClientSelector": "hetfl.adaptivefl_app.core", "Aggregator": "hetfl.fens_app.aggregators",
+    "quantize_int8": "hetfl.common.compression", "dequantize_int8": "hetfl.common.compression",
+    # the statistics of a verdict
+    "paired_interval": "hetfl.stats", "label": "hetfl.stats", "tost": "hetfl.stats", "holm": "hetfl.stats",
+    "seeds_needed": "hetfl.stats",
+}
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import importlib
+
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hetfl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def _version() -> str:

@@ -4,6 +4,7 @@
     hetfl cluster --nodes 3 --submit configs/quickstart.toml               # = python -m hetfl.cluster ...
     hetfl export configs/quickstart.toml --out split/                      # = python -m hetfl.export ...
     hetfl tune configs/fedavg/fmnist-dir0.1.toml --space "lr=log:0.003:0.3" --trials 8 --rounds 10 --study s/
+    hetfl study run experiments/shefl-table1.toml                           # a declared study, to its verdict
     hetfl keys [--method fens]                                              # every run-config key
     hetfl presets [--method fens]                                           # every preset, with what it runs
 
@@ -25,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("hetfl.export", "write a run's partition as one directory per client, for devices"),
     "tune": ("hetfl.tune", "choose a method's hyperparameters on validation data (Optuna; docs/tuning.md)"),
     "compare": ("hetfl.compare", "every heterogeneous method on one simulated fleet, tuned alike (docs/compare.md)"),
+    "study": ("hetfl.study", "a verdict as a declared study: tune alike, train the seeds, decide (docs/verdicts.md)"),
     "keys": ("hetfl.keys", "list the run-config keys (default, allowed values, which methods read them)"),
     "presets": ("hetfl.cli", "list the presets under configs/ with the first line of each one's header"),
 }

@@ -218,7 +218,7 @@ def check_doc_command(where: str, line: str, shown: str | None, tmp: Path, monke
             return "run (parsed)"
         expect(launch.main, argv[2:])
         return "run"
-    if argv[0] == "hetfl" and argv[1] in ("tune", "compare", "export", "keys", "presets"):
+    if argv[0] == "hetfl" and argv[1] in ("tune", "compare", "export", "keys", "presets", "study"):
         expect(cli.main, argv[1:])
         return argv[1]
     if argv[0] == "hetfl" and argv[1] == "cluster":
@@ -305,6 +305,9 @@ def test_every_documented_command_parses_and_passes_its_preflight(monkeypatch, c
     monkeypatch.setattr(tune_mod, "tune", fake_tune)
     monkeypatch.setattr(compare_mod, "run_plan", stop)
     monkeypatch.setattr(export, "export_split", stop)
+    from hetfl import study as study_mod
+
+    monkeypatch.setattr(study_mod, "run", stop)  # after the file and every method's tuning spec are checked
     home = tmp_path / "home"
     _device_files(home)
     issued = []
@@ -327,7 +330,7 @@ def test_every_documented_command_parses_and_passes_its_preflight(monkeypatch, c
         seen[kind] = seen.get(kind, 0) + 1
     assert used == set(UNCHECKED), set(UNCHECKED) - used  # no stale entry
     for kind in ("run", "run (parsed)", "tune", "compare", "export", "cluster", "make", "flwr run", "hetfl-submit",
-                 "docker script", "example", "keys", "presets"):
+                 "docker script", "example", "keys", "presets", "study"):
         assert seen.get(kind), (kind, seen)  # the docs still hold commands of each kind
 
 

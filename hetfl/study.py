@@ -1,0 +1,335 @@
+"""A verdict as a declared study: one TOML file, committed before its runs, says what is compared and how; one
+runner tunes, trains what is missing, reuses what ran, and writes the verdict (docs/verdicts.md).
+
+    hetfl study run experiments/shefl-table1.toml               # tune, train, decide, write the page
+    hetfl study run experiments/shefl-table1.toml --tune-only   # the tuning studies only
+    hetfl study table experiments/shefl-table1.toml             # the page from what ran, nothing trained
+
+The file declares the methods (a preset each, and ``overrides`` common to all), the search space and budget (trials
+x rounds, the same for every method: ``[tune]``), the seeds and rounds of the scored runs (``[final]``), the
+statistic each seed contributes, the one primary comparison that decides the verdict, the paper's claimed margin
+and the kind of claim ("superiority", or "parity" with an equivalence margin). Each method is tuned with
+:mod:`hetfl.tune` on validation (the first half of the test split), then run at every seed with the chosen values
+and scored on the test half, which tuning never read. The verdict follows :func:`hetfl.stats.label` on the paired
+differences of the primary pair; the other pairs are Holm-corrected.
+
+Everything lands under ``docs/results/studies/<name>/`` (``<method>/tune/``, ``<method>/runs/s<seed>/``,
+``verdict.json``) and the page ``docs/results/studies/<name>.md``; committed files name paths relative to the
+repository. A run or trial that finished is never run again (same config and seed, same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDIES = ROOT / "docs" / "results" / "studies"
+KINDS = ("superiority", "parity")
+STATISTICS = {
+    "mean-last-5": "the mean test accuracy of the last 5 rounds",
+    "final": "the test accuracy after the last round",
+}
+TOP_KEYS = {"name", "claim", "kind", "claimed-margin", "equivalence-margin", "primary", "statistic", "methods",
+            "overrides", "tune", "final"}
+
+
+class StudyError(ValueError):
+    """A study file that cannot run: one line naming the key, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Study:
+    """A parsed study file (module docstring)."""
+
+    name: str
+    claim: str
+    kind: str
+    margin: float  # the claimed margin (superiority) or the equivalence margin (parity), points of accuracy
+    primary: tuple[str, str]  # (the method the paper favours, the one it is compared with)
+    statistic: str
+    methods: dict[str, str]  # method label -> preset path (relative to the repository)
+    space: str
+    sampler: str
+    trials: int
+    rounds: int
+    seeds: tuple[int, ...]
+    final_rounds: int
+    overrides: dict[str, Any] = field(default_factory=dict)
+    out: Path = STUDIES
+
+    @classmethod
+    def from_file(cls, path: str | Path, out: Path | None = None) -> Study:
+        path = Path(path)
+        if not path.is_file():
+            raise StudyError(f"study file {str(path)!r} does not exist; expected a TOML file such as "
+                             "experiments/shefl-table1.toml")
+        try:
+            d = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise StudyError(f"study file {str(path)!r} is not valid TOML: {err}") from None
+        unknown = sorted(set(d) - TOP_KEYS)
+        if unknown:
+            raise StudyError(f"study key {unknown[0]!r} is not known; expected one of {sorted(TOP_KEYS)}")
+        for key in ("name", "claim", "kind", "primary", "statistic", "methods", "tune", "final"):
+            if key not in d:
+                raise StudyError(f"study file {str(path)!r} lacks {key!r}")
+        kind = d["kind"]
+        if kind not in KINDS:
+            raise StudyError(f"study key 'kind' = {kind!r} is not allowed; expected one of {KINDS}")
+        mkey = "claimed-margin" if kind == "superiority" else "equivalence-margin"
+        margin = d.get(mkey)
+        if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin <= 0:
+            raise StudyError(f"study key {mkey!r} = {margin!r} is not allowed; expected a positive number of points "
+                             f"(a {kind} study needs it)")
+        methods = dict(d["methods"])
+        for label, preset in methods.items():
+            if not (ROOT / preset).is_file():
+                raise StudyError(f"study key 'methods.{label}' = {preset!r}: no such preset")
+        primary = tuple(d["primary"])
+        if len(primary) != 2 or any(m not in methods for m in primary) or primary[0] == primary[1]:
+            raise StudyError(f"study key 'primary' = {list(primary)!r} is not allowed; expected two different methods "
+                             f"of {sorted(methods)}")
+        if d["statistic"] not in STATISTICS:
+            raise StudyError(f"study key 'statistic' = {d['statistic']!r} is not allowed; expected one of "
+                             f"{sorted(STATISTICS)}")
+        t, f = d["tune"], d["final"]
+        for sec, keys in (("tune", ("space", "trials", "rounds")), ("final", ("seeds", "rounds"))):
+            for k in keys:
+                if k not in d[sec]:
+                    raise StudyError(f"study file {str(path)!r} lacks '{sec}.{k}'")
+        seeds = tuple(int(s) for s in f["seeds"])
+        if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+            raise StudyError(f"study key 'final.seeds' = {list(seeds)!r} is not allowed; expected at least 2 distinct "
+                             "seeds (a paired interval needs 2)")
+        if kind == "superiority" and margin < 2 and len(seeds) < 5:
+            raise StudyError(f"study key 'final.seeds' = {list(seeds)!r}: a claimed margin under 2 points ({margin:g}) "
+                             "needs at least 5 seeds")
+        return cls(name=d["name"], claim=d["claim"], kind=kind, margin=float(margin), primary=primary,  # type: ignore[arg-type]
+                   statistic=d["statistic"], methods=methods, space=t["space"], sampler=t.get("sampler", "grid"),
+                   trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
+                   overrides=dict(d.get("overrides", {})), out=out or STUDIES)
+
+    @property
+    def folder(self) -> Path:
+        return self.out / self.name
+
+    def base(self, method: str) -> dict[str, Any]:
+        return {**tomllib.loads((ROOT / self.methods[method]).read_text()), **self.overrides}
+
+    def tune_spec(self, method: str):
+        from hetfl.tune import TuneSpec, parse_space
+
+        base = self.base(method)
+        return TuneSpec(base=base, space=tuple(parse_space(self.space)), trials=self.trials, rounds=self.rounds,
+                        nodes=int(base.get("min-available-nodes", 2)), sampler=self.sampler, seed=0)
+
+    def final_config(self, method: str, values: dict[str, Any], seed: int) -> dict[str, Any]:
+        return {**self.base(method), **values, "seed": seed, "num-server-rounds": self.final_rounds,
+                "eval-split": "test-half", "checkpoint": True, "resume": True}
+
+
+def statistic(metrics: dict[str, Any], name: str) -> float:
+    """A run's statistic, in points of test accuracy (:data:`STATISTICS`)."""
+    rows = [r for r in metrics["rounds"] if r["round"] >= 1]
+    if not rows:
+        raise StudyError("a run without rounds has no statistic")
+    if name == "final":
+        return 100.0 * float(rows[-1]["accuracy"])
+    last = rows[-5:]
+    return 100.0 * sum(float(r["accuracy"]) for r in last) / len(last)
+
+
+def relative_paths(obj: Any, root: Path = ROOT) -> Any:
+    """`obj` (a metrics.json or summary.json) with every string that names a path under `root` made relative."""
+    prefix = str(root) + "/"
+    if isinstance(obj, str):
+        return obj.replace(prefix, "")
+    if isinstance(obj, list):
+        return [relative_paths(v, root) for v in obj]
+    if isinstance(obj, dict):
+        return {k: relative_paths(v, root) for k, v in obj.items()}
+    return obj
+
+
+def _normalise(folder: Path) -> None:
+    for path in list(folder.rglob("metrics.json")) + list(folder.rglob("summary.json")):
+        data = json.loads(path.read_text())
+        rel = relative_paths(data)
+        if rel != data:
+            path.write_text(json.dumps(rel, indent=2))
+
+
+def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | None:
+    """The method's tuning summary: its study run (or resumed) when `train`, else read from disk (None if absent)."""
+    from hetfl.tune import tune
+
+    folder = study.folder / method / "tune"
+    if train:
+        out = tune(study.tune_spec(method), folder, final=False, earlier=(folder,))
+        _normalise(folder)
+        return out
+    path = folder / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool = True) -> dict[int, dict[str, Any]]:
+    """Seed -> the finished scored run's metrics (each trained here when missing and `train`)."""
+    from hetfl.inprocess import finished_run, run_in_process
+
+    out = {}
+    runs = study.folder / method / "runs"
+    nodes = int(study.base(method).get("min-available-nodes", 2))
+    for seed in study.seeds:
+        cfg = study.final_config(method, values, seed)
+        m = finished_run(runs / f"s{seed}", cfg)
+        if m is None and train:
+            m = run_in_process(cfg, nodes, runs, f"s{seed}")
+            _normalise(runs / f"s{seed}")
+        if m is not None and m["summary"].get("rounds_completed") == study.final_rounds:
+            out[seed] = m
+    return out
+
+
+def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """The verdict from each method's per-seed statistic: the primary pair by :func:`hetfl.stats.label` (or TOST for
+    parity) on the seeds both have, every other pair with the primary method a Holm-corrected paired t test."""
+    from hetfl import stats
+
+    a, b = study.primary
+    seeds = sorted(set(scores.get(a, {})) & set(scores.get(b, {})))
+    out: dict[str, Any] = {"primary": [a, b], "kind": study.kind, "margin": study.margin, "seeds": seeds}
+    if len(seeds) < 1:
+        out["label"] = "not run yet"
+        return out
+    diffs = stats.paired_differences([scores[a][s] for s in seeds], [scores[b][s] for s in seeds])
+    iv = stats.paired_interval(diffs)
+    out.update(n=iv.n, mean=iv.mean, low=iv.low, high=iv.high, sd=iv.sd, diffs=diffs)
+    if study.kind == "superiority":
+        out["label"] = stats.label(iv, study.margin)
+    elif iv.n >= 2:
+        eq = stats.tost(diffs, study.margin)
+        out.update(tost_p=eq.p, label=f"{'held' if eq.equivalent else 'not shown'}: parity within +-{study.margin:g} "
+                                          f"(TOST p = {eq.p:.3f}, n = {eq.n})")
+    else:
+        out["label"] = "inconclusive at 1 seed (an interval needs at least 2)"
+    others = []
+    for m in study.methods:
+        if m in (a, b):
+            continue
+        common = sorted(set(scores.get(a, {})) & set(scores.get(m, {})))
+        if len(common) >= 2:
+            d = stats.paired_differences([scores[a][s] for s in common], [scores[m][s] for s in common])
+            others.append({"pair": [a, m], "n": len(d), "mean": sum(d) / len(d), "p": stats.paired_p_value(d)})
+    for row, p_adj in zip(others, stats.holm([r["p"] for r in others])):
+        row["p_holm"] = p_adj
+    out["others"] = others
+    return out
+
+
+def _fmt(x: float | None, nd: int = 2) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, float]], verdict: dict[str, Any]) -> str:
+    """The study's results page (markdown)."""
+    lines = [f"# Study {study.name}", "", f"**Claim.** {study.claim}", "",
+             f"Declared in `experiments/{study.name}.toml` before its runs; run with `hetfl study run "
+             f"experiments/{study.name}.toml`, this page rebuilt from the committed runs by `hetfl study table "
+             f"experiments/{study.name}.toml`. Tuning reads validation only (the first half of the test split); "
+             f"each seed's statistic is {STATISTICS[study.statistic]} on the test half, which tuning never read.", "",
+             "## Budget and choices", "",
+             f"Every method: the grid `{study.space}` ({study.sampler}), {study.trials} trials x {study.rounds} rounds "
+             f"at seed 0, steps past an edge as `hetfl.tune` brackets them; then seeds {list(study.seeds)} x "
+             f"{study.final_rounds} rounds with the chosen values.", "",
+             "| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
+             "| --- | --- | --- | --- | --- |"]
+    for m, preset in study.methods.items():
+        s = summaries.get(m)
+        if s is None:
+            lines.append(f"| {m} | `{preset}` | not tuned yet | - | - |")
+            continue
+        best = s["best"]
+        lines.append(f"| {m} | `{preset}` | {best['values']} ({100 * best['val_accuracy']:.2f}%) | {len(s['trials'])} "
+                     f"({s['budget'].get('extension_trials', 0)}) | {s.get('on_edge') or 'none'} |")
+    lines += ["", "## Scored runs", "", "| method | " + " | ".join(f"seed {x}" for x in study.seeds) + " | mean |",
+              "| --- |" + " --- |" * (len(study.seeds) + 1)]
+    for m in study.methods:
+        row = scores.get(m, {})
+        vals = [row.get(x) for x in study.seeds]
+        done = [v for v in vals if v is not None]
+        lines.append(f"| {m} | " + " | ".join(_fmt(v) for v in vals) + f" | {_fmt(sum(done) / len(done)) if done else '-'} |")
+    a, b = study.primary
+    lines += ["", "## Verdict", ""]
+    if "n" in verdict:
+        lines.append(f"{a} - {b}, paired by seed: n = {verdict['n']}, mean {verdict['mean']:+.2f} points, 95% t interval "
+                     f"[{_fmt(verdict['low'])}, {_fmt(verdict['high'])}] (paired SD {_fmt(verdict['sd'])}); claimed "
+                     f"{'margin' if study.kind == 'superiority' else 'parity within'} {study.margin:g}: "
+                     f"**{verdict['label']}**.")
+    else:
+        lines.append(f"**{verdict['label']}**.")
+    for o in verdict.get("others", []):
+        lines.append(f"- {o['pair'][0]} - {o['pair'][1]}: n = {o['n']}, mean {o['mean']:+.2f}, paired t p = "
+                     f"{_fmt(o['p'], 3)}, Holm-corrected {_fmt(o['p_holm'], 3)}")
+    return "\n".join(lines) + "\n"
+
+
+def run(study: Study, train: bool = True, tune_only: bool = False, methods: list[str] | None = None) -> dict[str, Any]:
+    """Tune (and with `train`, train what is missing), decide, and write verdict.json and the page; the verdict."""
+    summaries, scores = {}, {}
+    for m in study.methods:
+        if methods and m not in methods:
+            s = tuned(study, m, train=False)
+        else:
+            s = tuned(study, m, train=train)
+        if s is None:
+            continue
+        summaries[m] = s
+        if tune_only:
+            continue
+        runs = scored_runs(study, m, s["best"]["values"], train=train and (not methods or m in methods))
+        scores[m] = {seed: statistic(metrics, study.statistic) for seed, metrics in runs.items()}
+    verdict = decide(study, scores)
+    study.folder.mkdir(parents=True, exist_ok=True)
+    (study.folder / "verdict.json").write_text(json.dumps({"scores": scores, **verdict}, indent=2, default=str))
+    (study.out / f"{study.name}.md").write_text(page(study, summaries, scores, verdict))
+    return verdict
+
+
+def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
+    from hetfl.common.task import setup_logging
+
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=("run", "table", "check"), help="run: tune, train what is missing, decide; "
+                   "table: decide from what ran (nothing trained); check: parse the file and its tuning specs")
+    p.add_argument("file", help="a study file, e.g. experiments/shefl-table1.toml")
+    p.add_argument("--tune-only", action="store_true", help="run the tuning studies only")
+    p.add_argument("--methods", nargs="*", help="train only these methods (the others are read from disk)")
+    a = p.parse_args(argv)
+    setup_logging()
+    try:
+        study = Study.from_file(a.file)
+        from hetfl.tune import check_spec
+
+        for m in study.methods:
+            check_spec(study.tune_spec(m))
+        if a.action == "check":
+            print(f"{study.name}: {len(study.methods)} methods, {study.trials} trials x {study.rounds} rounds each, "
+                  f"seeds {list(study.seeds)} x {study.final_rounds} rounds")
+            return 0
+        verdict = run(study, train=a.action == "run", tune_only=a.tune_only, methods=a.methods)
+    except (StudyError, ValueError) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    print(f"{study.name}: {verdict['label']}; page {study.out / (study.name + '.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

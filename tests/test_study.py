@@ -1,0 +1,92 @@
+"""hetfl.study: a declared study file runs end to end on scikit-learn's digits (two methods tuned alike, two seeds
+each, paired), resumes without rerunning anything, writes its page and verdict with paths relative to the
+repository; bad study files are one line each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hetfl import study as S
+
+SMALL = '''name = "tiny"
+claim = "FedProx is more accurate than FedAvg (a test)"
+kind = "superiority"
+claimed-margin = 5.0
+primary = ["fedprox", "fedavg"]
+statistic = "final"
+
+[methods]
+fedprox = "configs/fedprox/fmnist-iid.toml"
+fedavg = "configs/quickstart.toml"
+
+[overrides]
+dataset = "digits"
+partitioner = "iid"
+min-available-nodes = 4
+fraction-train = 1.0
+local-steps = 5
+local-epochs = 1
+batch-size = 16
+tracking = "none"
+
+[tune]
+space = "lr=0.03,0.1"
+sampler = "grid"
+trials = 2
+rounds = 2
+
+[final]
+seeds = [0, 1]
+rounds = 2
+'''
+
+
+def test_a_study_runs_resumes_and_writes_its_verdict(tmp_path, monkeypatch):
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL)
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    v = S.run(study)
+    assert v["n"] == 2 and v["primary"] == ["fedprox", "fedavg"] and v["label"]
+    assert v["low"] <= v["mean"] <= v["high"]
+    folder = tmp_path / "studies" / "tiny"
+    for m in ("fedprox", "fedavg"):
+        summary = json.loads((folder / m / "tune" / "summary.json").read_text())
+        assert summary["on_edge"] == {}  # bracketed: the best lr is interior or the step past it was tried
+        for seed in (0, 1):
+            metrics = json.loads((folder / m / "runs" / f"s{seed}" / "metrics.json").read_text())
+            assert metrics["config"]["seed"] == seed and metrics["config"]["eval-split"] == "test-half"
+            assert metrics["config"]["lr"] == summary["best"]["values"]["lr"]
+    page = (tmp_path / "studies" / "tiny.md").read_text()
+    assert "fedprox - fedavg, paired by seed: n = 2" in page and v["label"] in page
+    # a second call reruns nothing (same config and seed, same run)
+    from hetfl import inprocess, tune
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished run or trial was run again")
+
+    monkeypatch.setattr(inprocess, "run_in_process", no_training)
+    monkeypatch.setattr(tune, "run_trial", no_training)
+    assert S.run(study) == v
+
+
+def test_committed_files_name_paths_relative_to_the_repository():
+    assert S.relative_paths({"a": f"{S.ROOT}/docs/x", "b": [f"{S.ROOT}/y"], "c": 3}) == {"a": "docs/x", "b": ["y"], "c": 3}
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (("kind = \"superiority\"", "kind = \"better\""), "'kind' = 'better' is not allowed"),
+    (("claimed-margin = 5.0", "claimed-margin = 0"), "'claimed-margin' = 0 is not allowed"),
+    (("primary = [\"fedprox\", \"fedavg\"]", "primary = [\"fedprox\", \"shefl\"]"), "'primary'"),
+    (("statistic = \"final\"", "statistic = \"best\""), "'statistic' = 'best' is not allowed"),
+    (("claimed-margin = 5.0", "claimed-margin = 1.0"), "needs at least 5 seeds"),
+    (("configs/quickstart.toml", "configs/nope.toml"), "'methods.fedavg' = 'configs/nope.toml': no such preset"),
+    (("name = \"tiny\"", "name = \"tiny\"\nseeds = 3"), "study key 'seeds' is not known"),
+])
+def test_a_bad_study_file_is_one_line(tmp_path, edit, fragment):
+    f = tmp_path / "bad.toml"
+    f.write_text(SMALL.replace(*edit))
+    with pytest.raises(S.StudyError) as err:
+        S.Study.from_file(f)
+    assert fragment in str(err.value) and "\n" not in str(err.value), str(err.value)
