@@ -618,37 +618,7 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
                     "supernode": Path.home() / ".flwr"}[a.role]  # a device: Flower's own default, as flower-supernode
     plan: dict[str, Any] = {"home": Path(a.home or default_home).expanduser().resolve()}
     if a.role == "supernode":
-        for flag in ("--submit", "--set", "--address", "--port", "--san", "--tls", "--auth", "--state"):
-            if getattr(a, flag[2:].replace("-", "_")) not in (None, [], False, "127.0.0.1"):
-                raise ArgError(f"{flag} is for the SuperLink roles; a supernode takes --superlink, --root-certificates, "
-                               "--auth-key and --node-config")
-        if not a.superlink:
-            raise ArgError("--superlink is missing; expected the SuperLink's host:port, e.g. 10.0.0.5:8000")
-        check_superlink(a.superlink)
-        if not a.node_config:
-            raise ArgError("--node-config is missing; expected e.g. 'partition-id=0 num-partitions=3 device-class=\"hpc\" "
-                           "capacity=\"weak\"'")
-        from hetfl.common.nodeconfig import NodeConfigError, parse_node_config
-
-        try:
-            plan["node_config"] = check_node_config(parse_node_config(a.node_config))
-        except NodeConfigError as err:
-            raise ArgError(str(err)) from None
-        if a.insecure:
-            warn(f"--insecure: this SuperNode talks to {a.superlink} in plain text, without authentication")
-        else:
-            plan["ca"] = _check_pem_certificate("--root-certificates", a.root_certificates)
-        if not (a.insecure or a.no_auth):
-            plan["key"] = _check_private_key("--auth-key", a.auth_key)
-        for key, word in (("device-class", "SHEFL"), ("capacity", "AdaptiveFL")):
-            if key not in plan["node_config"]:
-                warn(f"node config has no {key!r}: {word} runs draw this device's profile from its partition id, "
-                     "as in simulation (docs/deployment.md#device-profile)")
-        plan["runtime_port"] = _check_runtime_port(a.runtime_port)
-        if not a.home:
-            plan["home"] = default_node_home(plan["node_config"]).resolve()
-        plan["home_lock"] = lock_home(plan["home"])  # last: nothing after it can fail
-        return plan
+        return _check_supernode(a, plan)
     for flag in ("--superlink", "--root-certificates", "--auth-key", "--node-config", "--runtime-port"):
         if getattr(a, flag[2:].replace("-", "_")):
             raise ArgError(f"{flag} is for the supernode role (python -m hetfl.cluster supernode ...)")
@@ -674,6 +644,42 @@ def _check_args(a: argparse.Namespace) -> dict[str, Any]:
     if a.submit:  # the run too
         launch.preflight({**launch.load_preset(a.submit), "min-available-nodes": a.nodes, **launch.overrides_of(a)},
                          a.nodes)
+    return plan
+
+
+def _check_supernode(a: argparse.Namespace, plan: dict[str, Any]) -> dict[str, Any]:
+    """The supernode role's checks (:func:`_check_args`): its flags, the SuperLink's address, the node config, the
+    certificate and key, the Runtime API port and the node's own home."""
+    for flag in ("--submit", "--set", "--address", "--port", "--san", "--tls", "--auth", "--state"):
+        if getattr(a, flag[2:].replace("-", "_")) not in (None, [], False, "127.0.0.1"):
+            raise ArgError(f"{flag} is for the SuperLink roles; a supernode takes --superlink, --root-certificates, "
+                           "--auth-key and --node-config")
+    if not a.superlink:
+        raise ArgError("--superlink is missing; expected the SuperLink's host:port, e.g. 10.0.0.5:8000")
+    check_superlink(a.superlink)
+    if not a.node_config:
+        raise ArgError("--node-config is missing; expected e.g. 'partition-id=0 num-partitions=3 device-class=\"hpc\" "
+                       "capacity=\"weak\"'")
+    from hetfl.common.nodeconfig import NodeConfigError, parse_node_config
+
+    try:
+        plan["node_config"] = check_node_config(parse_node_config(a.node_config))
+    except NodeConfigError as err:
+        raise ArgError(str(err)) from None
+    if a.insecure:
+        warn(f"--insecure: this SuperNode talks to {a.superlink} in plain text, without authentication")
+    else:
+        plan["ca"] = _check_pem_certificate("--root-certificates", a.root_certificates)
+    if not (a.insecure or a.no_auth):
+        plan["key"] = _check_private_key("--auth-key", a.auth_key)
+    for key, word in (("device-class", "SHEFL"), ("capacity", "AdaptiveFL")):
+        if key not in plan["node_config"]:
+            warn(f"node config has no {key!r}: {word} runs draw this device's profile from its partition id, "
+                 "as in simulation (docs/deployment.md#device-profile)")
+    plan["runtime_port"] = _check_runtime_port(a.runtime_port)
+    if not a.home:
+        plan["home"] = default_node_home(plan["node_config"]).resolve()
+    plan["home_lock"] = lock_home(plan["home"])  # last: nothing after it can fail
     return plan
 
 

@@ -526,74 +526,82 @@ def bracket(spec: TuneSpec, study, trials_dir: Path, earlier: tuple[Path, ...] =
     """Search past every edge the best value sits on (module docstring, "Brackets"); the steps taken, also kept in
     the study file (user attribute ``extensions``), so that a resumed study repeats none."""
     steps: list[dict[str, Any]] = list(study.user_attrs.get("extensions", []))
-
-    def results():
-        return _results(study, steps)
     ranges = {d.key: [d.low, d.high] for d in spec.space if d.kind != "choice"}
     for st in steps:  # a resumed study: the ranges as widened before
         if "range" in st:
             ranges[st["key"]] = st["range"]
-    while True:
-        best = _best(results())
-        if best is None:
-            return steps
+    while (best := _best(_results(study, steps))) is not None:
         done_before = len(steps)
         for d in spec.space:
             taken = [st for st in steps if st["key"] == d.key]
             if len(taken) >= MAX_EXTENSIONS or (taken and taken[-1].get("stop")):
                 continue
             if _numeric_choice(d):
-                tried = sorted({r["values"][d.key] for r in results()} | set(d.choices))
-                b = best["values"][d.key]
-                if b not in (tried[0], tried[-1]):
-                    continue
-                nxt = step_past(tried, high=b == tried[-1])
-                values = {**best["values"], d.key: nxt}
-                if not _valid(spec, values):
-                    steps.append({"key": d.key, "value": nxt, "edge": b, "stop": "outside the key's allowed range"})
-                    continue
-                # run beside the Optuna study (a categorical's choices cannot grow there), never pruned
-                name = f"e{sum('folder' in st for st in steps):03d}"
-                log.info("bracket: %s = %r is on the edge of %s; %s tries %r", d.key, b, tried, name, nxt)
-                state, value = _attempt(spec, _Unpruned(), values, trials_dir, name, earlier)
-                diverged = state != "complete" or value < 0.5 * best["val_accuracy"]
-                steps.append({"key": d.key, "value": nxt, "edge": b, "folder": name, "values": values,
-                              "state": state, "val_accuracy": value if state == "complete" else None,
-                              "rounds": spec.rounds if state == "complete" else 0,
-                              **({"error": value} if state == "fail" else {}),
-                              **({"stop": "diverged"} if diverged else {})})
+                step = _grid_step(spec, d, best, _results(study, steps), steps, trials_dir, earlier)
             elif d.kind in ("log", "float", "int"):
-                lo, hi = ranges[d.key]
-                b = float(best["values"][d.key])
-                width = math.log(hi / lo) if d.kind == "log" else hi - lo
-                pos = (math.log(b / lo), math.log(hi / b)) if d.kind == "log" else (b - lo, hi - b)
-                if min(pos) >= width / 10:
-                    continue
-                high = pos[1] < pos[0]
-                if d.kind == "log":
-                    new = [lo, hi * math.exp(width / 2)] if high else [lo / math.exp(width / 2), hi]
-                else:
-                    new = [lo, hi + width / 2] if high else [lo - width / 2, hi]
-                if d.kind == "int":
-                    new = [int(math.floor(new[0])), int(math.ceil(new[1]))]
-                if not _valid(spec, {**best["values"], d.key: new[1] if high else new[0]}):
-                    steps.append({"key": d.key, "range": [lo, hi], "edge": b, "stop": "outside the key's allowed range"})
-                    continue
-                ranges[d.key] = new
-                dims = tuple(Dim(x.key, x.kind, *ranges[x.key]) if x.key in ranges else x for x in spec.space)
-                extra = max(3, spec.trials // 2)
-                log.info("bracket: %s = %g lies within a tenth of the edge of [%g, %g]; %d trials over [%g, %g]",
-                         d.key, b, lo, hi, extra, *new)
-                numbers = []
-                for _ in range(extra):
-                    trial, values = _next(spec, study, dims)
-                    _run_one(spec, study, trial, values, trials_dir, earlier)
-                    numbers.append(trial.number)
-                steps.append({"key": d.key, "range": new, "edge": b, "trials": numbers})
-            study.set_user_attr("extensions", steps)
-        study.set_user_attr("extensions", steps)
+                step = _range_step(spec, study, d, best, ranges, trials_dir, earlier)
+            else:
+                step = None
+            if step is not None:
+                steps.append(step)
+                study.set_user_attr("extensions", steps)
         if len(steps) == done_before:
-            return steps
+            break
+    return steps
+
+
+def _grid_step(spec: TuneSpec, d: Dim, best: dict[str, Any], rows: list[dict[str, Any]], steps: list[dict[str, Any]],
+               trials_dir: Path, earlier: tuple[Path, ...]) -> dict[str, Any] | None:
+    """One value past the edge of a numeric list that the best value sits on, run as trial ``e<k>``; None if the best
+    is interior."""
+    tried = sorted({r["values"][d.key] for r in rows} | set(d.choices))
+    b = best["values"][d.key]
+    if b not in (tried[0], tried[-1]):
+        return None
+    nxt = step_past(tried, high=b == tried[-1])
+    values = {**best["values"], d.key: nxt}
+    if not _valid(spec, values):
+        return {"key": d.key, "value": nxt, "edge": b, "stop": "outside the key's allowed range"}
+    # run beside the Optuna study (a categorical's choices cannot grow there), never pruned
+    name = f"e{sum('folder' in st for st in steps):03d}"
+    log.info("bracket: %s = %r is on the edge of %s; %s tries %r", d.key, b, tried, name, nxt)
+    state, value = _attempt(spec, _Unpruned(), values, trials_dir, name, earlier)
+    diverged = state != "complete" or value < 0.5 * best["val_accuracy"]
+    return {"key": d.key, "value": nxt, "edge": b, "folder": name, "values": values, "state": state,
+            "val_accuracy": value if state == "complete" else None, "rounds": spec.rounds if state == "complete" else 0,
+            **({"error": value} if state == "fail" else {}), **({"stop": "diverged"} if diverged else {})}
+
+
+def _range_step(spec: TuneSpec, study, d: Dim, best: dict[str, Any], ranges: dict[str, list[float]],
+                trials_dir: Path, earlier: tuple[Path, ...]) -> dict[str, Any] | None:
+    """A range widened past the edge the best value lies within a tenth of its width of, searched with more trials
+    (`ranges` updated); None if the best is far enough inside."""
+    lo, hi = ranges[d.key]
+    b = float(best["values"][d.key])
+    width = math.log(hi / lo) if d.kind == "log" else hi - lo
+    pos = (math.log(b / lo), math.log(hi / b)) if d.kind == "log" else (b - lo, hi - b)
+    if min(pos) >= width / 10:
+        return None
+    high = pos[1] < pos[0]
+    if d.kind == "log":
+        new = [lo, hi * math.exp(width / 2)] if high else [lo / math.exp(width / 2), hi]
+    else:
+        new = [lo, hi + width / 2] if high else [lo - width / 2, hi]
+    if d.kind == "int":
+        new = [int(math.floor(new[0])), int(math.ceil(new[1]))]
+    if not _valid(spec, {**best["values"], d.key: new[1] if high else new[0]}):
+        return {"key": d.key, "range": [lo, hi], "edge": b, "stop": "outside the key's allowed range"}
+    ranges[d.key] = new
+    dims = tuple(Dim(x.key, x.kind, *ranges[x.key]) if x.key in ranges else x for x in spec.space)
+    extra = max(3, spec.trials // 2)
+    log.info("bracket: %s = %g lies within a tenth of the edge of [%g, %g]; %d trials over [%g, %g]",
+             d.key, b, lo, hi, extra, *new)
+    numbers = []
+    for _ in range(extra):
+        trial, values = _next(spec, study, dims)
+        _run_one(spec, study, trial, values, trials_dir, earlier)
+        numbers.append(trial.number)
+    return {"key": d.key, "range": new, "edge": b, "trials": numbers}
 
 
 def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, workers: int,

@@ -97,7 +97,7 @@ def test_fab_holds_the_app_and_not_the_experiment_logs(tmp_path):
     assert {"hetfl/server_app.py", "hetfl/client_app.py", "hetfl/common/train.py", "pyproject.toml"} <= names
     assert any(n.startswith("configs/fens/") for n in names)
     assert not [n for n in names if n.split("/")[0] in ("docs", "tests", "scripts", "docker", "results")]
-    assert len(fab) < 1_000_000, len(fab)
+    assert len(fab) < 2_000_000, len(fab)  # code and presets, stored: 1.03 MB at a880337 (a results file is more)
 
 
 # --- real SuperLink + SuperNodes -------------------------------------------------------------

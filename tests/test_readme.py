@@ -118,9 +118,10 @@ def _doc_blocks() -> list[tuple[str, list[str]]]:
 
 
 HOME = "/HOME"  # $HOME and ~ in the documented commands; the test puts a fresh directory there
+CHECKOUT = "/CHECKOUT"  # $PWD: the checkout (replaced after /tmp/, which a checkout may be under)
 
 
-def _doc_commands(home: str = HOME, root: str = str(ROOT),
+def _doc_commands(home: str = HOME, root: str = CHECKOUT,
                   lines: list[tuple[str, list[str]]] | None = None) -> list[tuple[str, str, str | None]]:
     """(file, command, the error line the docs show right below it, or None) of every command of the kinds KINDS
     names, in the docs' order: one command per `&&`/`;` segment, a leading `$C run --rm cli` (the compose service)
@@ -171,7 +172,7 @@ def check_doc_command(where: str, line: str, shown: str | None, tmp: Path, monke
 
     from hetfl import cli, cluster, launch, methods
 
-    argv = shlex.split(line.replace("/tmp/", f"{tmp}/").replace(HOME, str(tmp / "home")))
+    argv = shlex.split(line.replace("/tmp/", f"{tmp}/").replace(HOME, str(tmp / "home")).replace(CHECKOUT, str(ROOT)))
     shown = shown and shown.replace("/tmp/", f"{tmp}/")
     env = {}
     while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):
@@ -181,8 +182,7 @@ def check_doc_command(where: str, line: str, shown: str | None, tmp: Path, monke
         if k == "PYTHONPATH":
             for entry in filter(None, v.split(":")):
                 monkeypatch.syspath_prepend(entry)
-        else:
-            monkeypatch.setenv(k, v)
+        monkeypatch.setenv(k, v)
     if argv[0].startswith(".venv/bin/"):
         argv[0] = argv[0].removeprefix(".venv/bin/")
     if argv[:2] == ["python", "-m"]:
@@ -347,4 +347,4 @@ def test_the_documented_commands_test_fails_on_a_string_value_left_unquoted(tmp_
         check_doc_command("docker/test-cluster.sh", "hetfl-submit configs/quickstart.toml run-name=docker-test-1",
                           None, tmp_path, monkeypatch, capsys)
     fixed = [c for c in _doc_commands() if c[0] == "docs/methods.md" and "oneshot-reuse=" in c[1]]
-    assert len(fixed) == 1 and f'"oneshot-reuse=\\"{ROOT}/results/kd\\""' in fixed[0][1], fixed
+    assert len(fixed) == 1 and f'"oneshot-reuse=\\"{CHECKOUT}/results/kd\\""' in fixed[0][1], fixed

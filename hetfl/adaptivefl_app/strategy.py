@@ -175,7 +175,7 @@ class AdaptiveFL(StrategyBase):
         messages = []
         for client, todo in jobs.items():
             subs = [slice_state(self._states[slot], self.pool.shapes(m)) for slot, m in todo]
-            conf = ConfigRecord({"server-round": server_round, "pool-index": [m for _, m in todo],
+            conf = ConfigRecord({**dict(config), "server-round": server_round, "pool-index": [m for _, m in todo],
                                  "slot": [slot for slot, _ in todo], "prune": self.variant.prune})
             messages.append(self.map.message(client, RecordDict({"arrays": pack_models(subs), "config": conf}), TRAIN))
         self.sampled = sorted(self.sent)

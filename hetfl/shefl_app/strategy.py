@@ -109,8 +109,8 @@ class SHEFL(StrategyBase):
                 log.warning("round %d: client %d is not connected; its slot stays empty", server_round, client)
                 continue
             role = "hpc" if client in hpc_set or client in self.one_model_hpcs else "lpc"
-            conf = ConfigRecord({
-                "server-round": server_round, "role": role, "models": models,
+            conf = ConfigRecord({  # start's train_config, then this round's plan (the plan's keys win)
+                **dict(config), "server-round": server_round, "role": role, "models": models,
                 "density": self.k_h if client in hpc_set else self.k_l,
             })
             content = RecordDict({**{f"model.{m}": per_model[m] for m in models}, "config": conf})
