@@ -67,7 +67,8 @@ test-fast: install
 # The Compose cluster (docker/compose.yml) on a real Docker engine: installs docker.io, docker-compose, debootstrap
 # when missing (root), starts dockerd if none runs (and stops that one), builds the images without a registry
 # (docker/build.sh), runs 2 rounds of configs/quickstart.toml to the end and tears the cluster down. Needs no .venv.
-# Too long for `make test` (docs/deployment.md, "Docker Compose": minutes cold and warm). SECURITY=tls|auth adds the overlays.
+# CI runs it after `make test` (.ci/run, SECURITY=auth; docs/deployment.md, "Docker Compose": 506 s cold, 119-202 s warm).
+# SECURITY=tls|auth adds the overlays.
 DOCKER_PRESET ?= configs/quickstart.toml
 DOCKER_ROUNDS ?= 2
 SECURITY ?= plain
