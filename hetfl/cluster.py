@@ -544,8 +544,12 @@ def lock_home(home: Path) -> Any:
     live SuperNode holds it (two SuperNodes in one FLWR_HOME would share Flower's installed apps and logs)."""
     import fcntl
 
-    home.mkdir(parents=True, exist_ok=True)
-    f = open(home / "supernode.lock", "a+")  # noqa: SIM115 - held open for the process's life
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        f = open(home / "supernode.lock", "a+")  # noqa: SIM115 - held open for the process's life
+    except OSError as err:
+        raise ArgError(f"--home {str(home)!r} cannot hold this SuperNode's lock ({err.strerror}); expected a "
+                       "writable directory") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -744,8 +748,10 @@ def _run_supernode(a: argparse.Namespace, plan: dict[str, Any]) -> int:
     home.mkdir(parents=True, exist_ok=True)
     cmd = supernode_command(a.superlink, plan["node_config"], plan.get("ca"), plan.get("key"), port=plan["runtime_port"])
     print(f"SuperNode of {a.superlink} (FLWR_HOME={home}): {' '.join(cmd[1:])}", flush=True)
-    proc = subprocess.Popen(cmd, env=launch.flwr_env(home), start_new_session=True)
-    procs = [proc, subprocess.Popen(superexec_command(cmd, proc.pid), env=launch.flwr_env(home), start_new_session=True)]
+    held = (plan["home_lock"].fileno(),)  # the SuperNode and its SuperExec hold the home's lock too (a killed wrapper)
+    proc = subprocess.Popen(cmd, env=launch.flwr_env(home), start_new_session=True, pass_fds=held)
+    procs = [proc, subprocess.Popen(superexec_command(cmd, proc.pid), env=launch.flwr_env(home), start_new_session=True,
+                                    pass_fds=held)]
     try:
         return proc.wait()
     finally:

@@ -45,7 +45,10 @@ def paired_differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
         raise StatsError(f"paired differences need the same seeds for both methods; got {len(a)} and {len(b)} values")
     if not a:
         raise StatsError("paired differences need at least one seed; got none")
-    return [float(x) - float(y) for x, y in zip(a, b)]
+    out = [float(x) - float(y) for x, y in zip(a, b)]
+    if not all(math.isfinite(d) for d in out):
+        raise StatsError(f"paired differences need finite statistics; got {out}")
+    return out
 
 
 def paired_interval(diffs: Sequence[float], confidence: float = CONFIDENCE) -> Interval:

@@ -159,9 +159,17 @@ def relative_paths(obj: Any, root: Path = ROOT) -> Any:
 
 
 def _normalise(folder: Path) -> None:
+    """Paths relative to the repository in every metrics.json and summary.json under `folder`; of a run's ``config``
+    only the keys that say where a run is kept (``hetfl.inprocess.RUN_CONTROL``), since the others are compared
+    when a finished run is reused (a ``dir:`` dataset names its directory as the run read it)."""
+    from hetfl.inprocess import RUN_CONTROL
+
     for path in list(folder.rglob("metrics.json")) + list(folder.rglob("summary.json")):
         data = json.loads(path.read_text())
+        config = data.get("config") if isinstance(data, dict) else None
         rel = relative_paths(data)
+        if isinstance(config, dict):
+            rel["config"] = {k: relative_paths(v) if k in RUN_CONTROL else v for k, v in config.items()}
         if rel != data:
             path.write_text(json.dumps(rel, indent=2))
 
@@ -179,8 +187,12 @@ def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | Non
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool = True) -> dict[int, dict[str, Any]]:
-    """Seed -> the finished scored run's metrics (each trained here when missing and `train`)."""
+def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool = True,
+                failed: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
+    """Seed -> the finished scored run's metrics (each trained here when missing and `train`). A seed whose run
+    stopped because no update was accepted (``stopped`` in its metrics.json) is not run again: it goes to `failed`
+    (seed -> why), and the verdict names it."""
+    from hetfl.common.results import NoClientSucceeded
     from hetfl.inprocess import finished_run, run_in_process
 
     out = {}
@@ -189,9 +201,19 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
     for seed in study.seeds:
         cfg = study.final_config(method, values, seed)
         m = finished_run(runs / f"s{seed}", cfg)
+        stopped = runs / f"s{seed}" / "metrics.json"
+        if m is None and stopped.exists() and (why := json.loads(stopped.read_text()).get("stopped")):
+            (failed if failed is not None else {})[seed] = why["reason"]
+            continue
         if m is None and train:
-            m = run_in_process(cfg, nodes, runs, f"s{seed}")
-            _normalise(runs / f"s{seed}")
+            try:
+                m = run_in_process(cfg, nodes, runs, f"s{seed}")
+            except NoClientSucceeded as err:
+                (failed if failed is not None else {})[seed] = str(err)
+                continue
+            finally:
+                if (runs / f"s{seed}").exists():
+                    _normalise(runs / f"s{seed}")
         if m is not None and m["summary"].get("rounds_completed") == study.final_rounds:
             out[seed] = m
     return out
@@ -282,7 +304,7 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
 
 def run(study: Study, train: bool = True, tune_only: bool = False, methods: list[str] | None = None) -> dict[str, Any]:
     """Tune (and with `train`, train what is missing), decide, and write verdict.json and the page; the verdict."""
-    summaries, scores = {}, {}
+    summaries, scores, failed = {}, {}, {}
     for m in study.methods:
         if methods and m not in methods:
             s = tuned(study, m, train=False)
@@ -293,9 +315,15 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
         summaries[m] = s
         if tune_only:
             continue
-        runs = scored_runs(study, m, s["best"]["values"], train=train and (not methods or m in methods))
+        failed[m] = {}
+        runs = scored_runs(study, m, s["best"]["values"], train=train and (not methods or m in methods),
+                           failed=failed[m])
         scores[m] = {seed: statistic(metrics, study.statistic) for seed, metrics in runs.items()}
     verdict = decide(study, scores)
+    verdict["failed"] = {m: f for m, f in failed.items() if f}
+    if any(verdict["failed"].get(m) for m in study.primary):  # a diverged seed is a result, not a missing pair
+        verdict["label"] += (f"; seeds that diverged, left out of the pairs: "
+                             f"{ {m: sorted(verdict['failed'][m]) for m in study.primary if verdict['failed'].get(m)} }")
     study.folder.mkdir(parents=True, exist_ok=True)
     (study.folder / "verdict.json").write_text(json.dumps({"scores": scores, **verdict}, indent=2, default=str))
     (study.out / f"{study.name}.md").write_text(page(study, summaries, scores, verdict))

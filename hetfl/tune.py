@@ -530,6 +530,9 @@ def bracket(spec: TuneSpec, study, trials_dir: Path, earlier: tuple[Path, ...] =
     for st in steps:  # a resumed study: the ranges as widened before
         if "range" in st:
             ranges[st["key"]] = st["range"]
+    for st in steps:  # a widening stopped part-way: its missing trials first
+        if "range" in st and "stop" not in st and len(st["trials"]) < st.get("extra", 0):
+            _widened_trials(spec, study, ranges, st, steps, trials_dir, earlier)
     while (best := _best(_results(study, steps))) is not None:
         done_before = len(steps)
         for d in spec.space:
@@ -539,12 +542,13 @@ def bracket(spec: TuneSpec, study, trials_dir: Path, earlier: tuple[Path, ...] =
             if _numeric_choice(d):
                 step = _grid_step(spec, d, best, _results(study, steps), steps, trials_dir, earlier)
             elif d.kind in ("log", "float", "int"):
-                step = _range_step(spec, study, d, best, ranges, trials_dir, earlier)
+                step = _range_step(spec, study, d, best, ranges, steps, trials_dir, earlier)
             else:
                 step = None
             if step is not None:
                 steps.append(step)
                 study.set_user_attr("extensions", steps)
+                break  # the best may have moved: every key is judged again against it
         if len(steps) == done_before:
             break
     return steps
@@ -573,9 +577,10 @@ def _grid_step(spec: TuneSpec, d: Dim, best: dict[str, Any], rows: list[dict[str
 
 
 def _range_step(spec: TuneSpec, study, d: Dim, best: dict[str, Any], ranges: dict[str, list[float]],
-                trials_dir: Path, earlier: tuple[Path, ...]) -> dict[str, Any] | None:
+                steps: list[dict[str, Any]], trials_dir: Path, earlier: tuple[Path, ...]) -> dict[str, Any] | None:
     """A range widened past the edge the best value lies within a tenth of its width of, searched with more trials
-    (`ranges` updated); None if the best is far enough inside."""
+    (`ranges` updated; the step is kept in the study file before its trials run, so a stopped study tops it up);
+    None if the best is far enough inside."""
     lo, hi = ranges[d.key]
     b = float(best["values"][d.key])
     width = math.log(hi / lo) if d.kind == "log" else hi - lo
@@ -592,16 +597,25 @@ def _range_step(spec: TuneSpec, study, d: Dim, best: dict[str, Any], ranges: dic
     if not _valid(spec, {**best["values"], d.key: new[1] if high else new[0]}):
         return {"key": d.key, "range": [lo, hi], "edge": b, "stop": "outside the key's allowed range"}
     ranges[d.key] = new
-    dims = tuple(Dim(x.key, x.kind, *ranges[x.key]) if x.key in ranges else x for x in spec.space)
-    extra = max(3, spec.trials // 2)
+    step = {"key": d.key, "range": new, "edge": b, "trials": [], "extra": max(3, spec.trials // 2)}
     log.info("bracket: %s = %g lies within a tenth of the edge of [%g, %g]; %d trials over [%g, %g]",
-             d.key, b, lo, hi, extra, *new)
-    numbers = []
-    for _ in range(extra):
+             d.key, b, lo, hi, step["extra"], *new)
+    steps.append(step)
+    study.set_user_attr("extensions", steps)
+    _widened_trials(spec, study, ranges, step, steps, trials_dir, earlier)
+    steps.pop()  # bracket appends it (the same object, now with its trials)
+    return step
+
+
+def _widened_trials(spec: TuneSpec, study, ranges: dict[str, list[float]], step: dict[str, Any],
+                    steps: list[dict[str, Any]], trials_dir: Path, earlier: tuple[Path, ...]) -> None:
+    """Run a widening's trials over the widened ranges until it has its ``extra``, keeping each in the study file."""
+    dims = tuple(Dim(x.key, x.kind, *ranges[x.key]) if x.key in ranges else x for x in spec.space)
+    while len(step["trials"]) < step["extra"]:
         trial, values = _next(spec, study, dims)
         _run_one(spec, study, trial, values, trials_dir, earlier)
-        numbers.append(trial.number)
-    return {"key": d.key, "range": new, "edge": b, "trials": numbers}
+        step["trials"].append(trial.number)
+        study.set_user_attr("extensions", steps)
 
 
 def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, workers: int,

@@ -128,3 +128,39 @@ def test_a_run_that_accepts_no_update_raises_with_the_count_and_the_reason():
     with pytest.raises(NoClientSucceeded, match=r"no client update was accepted in any of the 3 round\(s\): 9 train "
                                                 r"message\(s\) sent, 0 error repl\(ies\), 9 repl\(ies\) rejected"):
         _start(user_app(poison=True))
+
+
+def test_federated_evaluation_samples_by_client_id_and_averages_the_clients_metrics():
+    app = user_app(discovery=True)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        acc = _accuracy(0, msg.content["arrays"])["accuracy"]
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 10 + pid, "acc": acc, "node": pid})}),
+                       reply_to=msg)
+
+    strategy = SeededFedAvg(fraction_train=0.5, fraction_evaluate=0.5, min_available_nodes=1, min_train_nodes=1,
+                            min_evaluate_nodes=1)
+    with task_identity():
+        result = strategy.start(UserGrid(app), _initial(), num_rounds=2, timeout=60,
+                                train_config=ConfigRecord({"lr": 0.5}), evaluate_fn=_accuracy)
+    fed = result.evaluate_metrics_clientapp
+    assert sorted(fed) == [1, 2]  # every round, through the client map (one message in flight per node)
+    for rnd in (1, 2):  # the clients' mean of the same global model's accuracy is the server's on the same data
+        assert fed[rnd]["acc"] == pytest.approx(result.evaluate_metrics_serverapp[rnd]["accuracy"])
+
+
+def test_with_an_idle_stop_the_run_decides_itself_whether_it_trained(tmp_path):
+    """IdleStop judges the whole run (a resumed run's earlier rounds, stop-after-round): ``start`` with it does not
+    raise for rounds 1-2 of a 3-round run that accepted nothing (the run is stopped early, not finished untrained)."""
+    from hetfl.common.results import RunRecorder
+    from hetfl.common.rounds import IdleStop
+
+    cfg = {"run-name": "r", "results-dir": str(tmp_path), "num-server-rounds": 3, "max-idle-rounds": 0}
+    strategy = SeededFedAvg(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=1)
+    with task_identity():
+        result = strategy.start(UserGrid(user_app(poison=True)), _initial(), num_rounds=2, timeout=60,
+                                train_config=ConfigRecord({"lr": 0.5}),
+                                callbacks=[IdleStop(RunRecorder(cfg, threshold=0.5), cfg)])
+    assert not result.arrays["w"].numpy().any()  # nothing was accepted, and nothing raised

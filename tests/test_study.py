@@ -71,6 +71,25 @@ def test_a_study_runs_resumes_and_writes_its_verdict(tmp_path, monkeypatch):
     assert S.run(study) == v
 
 
+def test_a_seed_that_diverges_is_named_in_the_verdict_and_left_out_of_the_pairs(tmp_path, monkeypatch):
+    from hetfl import inprocess
+    from hetfl.common.results import NoClientSucceeded
+
+    real = inprocess.run_in_process
+
+    def diverges_at_seed_1(cfg, nodes, results_dir, name):
+        if cfg["method"] == "fedprox" and cfg.get("seed") == 1 and cfg["num-server-rounds"] == 2 and "resume" in cfg:
+            raise NoClientSucceeded("no client update was accepted in the last 2 rounds")
+        return real(cfg, nodes, results_dir, name)
+
+    monkeypatch.setattr(inprocess, "run_in_process", diverges_at_seed_1)
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL)
+    v = S.run(S.Study.from_file(f, out=tmp_path / "studies"))
+    assert v["failed"] == {"fedprox": {1: "no client update was accepted in the last 2 rounds"}}
+    assert v["n"] == 1 and "seeds that diverged, left out of the pairs: {'fedprox': [1]}" in v["label"]
+
+
 def test_committed_files_name_paths_relative_to_the_repository():
     assert S.relative_paths({"a": f"{S.ROOT}/docs/x", "b": [f"{S.ROOT}/y"], "c": 3}) == {"a": "docs/x", "b": ["y"], "c": 3}
 

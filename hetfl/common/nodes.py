@@ -41,16 +41,19 @@ CLIENT_IDS = "client-ids"  # a node's discovery answer: the client ids it hosts 
 DISCOVERY_BATCH = 100  # nodes asked at once: Flower's simulation pump costs nodes x stored messages per pass
 
 
-def sample_clients(clients: Iterable[int], k: int, seed: int, server_round: int) -> list[int]:
+TRAIN_SALT, EVALUATE_SALT = 0x5EED, 0xE5A1  # the streams of train and federated-evaluation sampling
+
+
+def sample_clients(clients: Iterable[int], k: int, seed: int, server_round: int, salt: int = TRAIN_SALT) -> list[int]:
     """``k`` distinct client ids drawn uniformly without replacement, sorted.
 
-    The generator is seeded by ``(seed, server_round)`` alone, so a round's sample depends on
+    The generator is seeded by ``(seed, server_round, salt)`` alone, so a round's sample depends on
     neither node ids, nor arrival order, nor earlier rounds (a resumed run samples the same).
     """
     pool = np.unique(np.fromiter((int(c) for c in clients), dtype=np.int64))
     if k <= 0 or not len(pool):
         return []
-    rng = np.random.default_rng([seed, server_round, 0x5EED])
+    rng = np.random.default_rng([seed, server_round, salt])
     return sorted(int(c) for c in rng.choice(pool, size=min(k, len(pool)), replace=False))
 
 
@@ -76,6 +79,7 @@ class ClientMap:
         self.left_out: dict[int, str] = {}  # node id -> why it did not answer discovery (its error line)
         self.pending: dict[int, str] = {}  # node id -> id of a message sent to it that got no reply in its round
         self.available: Callable[[int, int], bool] | None = None  # (client, round) -> may be sampled (a fleet's)
+        self.plain_nodes_are_clients = False  # map_clients: a node that does not answer discovery is one client
         self.add_answers(answers or {})
 
     def add_answers(self, answers: Mapping[int, Mapping[str, Any]], live: Iterable[int] = ()) -> None:
@@ -156,8 +160,17 @@ class ClientMap:
         if new:
             log.info("discovering %d node(s) that connected after the start", len(new))
             self.asked.update(new)
-            self.add_answers(ask_nodes(grid, new, timeout, records=self.records, errors=self.left_out),
-                             live=set(self.hosted) & connected)
+            answers = ask_nodes(grid, new, timeout, records=self.records, errors=self.left_out)
+            self.add_answers(answers, live=set(self.hosted) & connected)
+            if self.plain_nodes_are_clients:
+                self.add_plain([n for n in new if n not in answers])
+
+    def add_plain(self, nodes: Sequence[int]) -> None:
+        """Nodes that do not answer discovery, each one client numbered after the known ones (:func:`map_clients`)."""
+        first = max(self.node, default=-1) + 1
+        for k, node in enumerate(sorted(int(n) for n in nodes)):
+            self.left_out.pop(node, None)
+            self.add(node, {CLIENT_IDS: [first + k]})
 
     def await_nodes(self, grid, timeout: float, poll: float = 0.5) -> int:
         """Wait until :attr:`min_nodes` nodes are connected or `timeout` seconds have passed; the connected count.
@@ -276,16 +289,15 @@ def map_clients(grid, timeout: float = 600.0, min_nodes: int = 1, query_timeout:
     answers = ask_nodes(grid, nodes, min(timeout, query_timeout), errors=errors)
     cmap = ClientMap(answers)
     cmap.min_nodes = min_nodes
+    cmap.plain_nodes_are_clients = True  # also for nodes that connect later (refresh)
     plain = [n for n in nodes if n not in answers]
     if plain:
         log.warning("%d of %d node(s) do not answer hetfl's discovery query (their ClientApp does not register "
-                    "hetfl.node_query): each is one client, numbered by its node id, which Flower draws at random in "
-                    "every run, so the clients sampled differ from run to run (docs/api.md#discovery)",
+                    "hetfl.register_discovery): each is one client, numbered by its node id, which Flower draws at "
+                    "random in every run, so the clients sampled differ from run to run (docs/api.md#discovery)",
                     len(plain), len(nodes))
-        first = max(cmap.node, default=-1) + 1
-        for k, node in enumerate(sorted(plain)):
-            cmap.add(node, {CLIENT_IDS: [first + k]})
-    cmap.asked.update(int(n) for n in nodes)
+        cmap.add_plain(plain)
+    cmap.asked.update(int(n) for n in plain)  # those whose claims were refused are asked again (add_answers)
     log.info("%d clients on %d nodes", len(cmap.node), len(nodes))
     return cmap
 

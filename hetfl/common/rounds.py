@@ -151,7 +151,8 @@ class RoundCallback:
     The loop's own callbacks: :class:`Evaluation` (evaluate, record the row), :class:`IdleStop` (``max-idle-rounds``,
     and a run that never trained) and :class:`Checkpointing` (write after each round, restore on resume). Tracking
     is the recorder's: every row it records goes to its trackers (:class:`~hetfl.common.results.RunRecorder`).
-    Every hook is called on every callback in the order given.
+    Every hook is called on every callback in the order given: give ``Evaluation`` before ``Checkpointing`` (the
+    checkpoint then holds the round's row), as :func:`run_rounds` does.
     """
 
     def on_start(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> tuple[ArrayRecord, int]:
@@ -347,7 +348,8 @@ def run_strategy(strategy: StrategyBase, grid, initial_arrays: ArrayRecord, num_
     for cb in callbacks:
         cb.on_end(num_rounds)
     result.arrays = arrays
-    if sent_all and not accepted_all:
+    # IdleStop, where given, judges the whole run (a resumed run's earlier rounds, stop-after-round) and records why
+    if sent_all and not accepted_all and not any(isinstance(cb, IdleStop) for cb in callbacks):
         why = f"; the first error: {failures[0]}" if failures else ""
         raise NoClientSucceeded(
             f"no client update was accepted in any of the {num_rounds - first + 1} round(s): {sent_all} train "

@@ -23,7 +23,7 @@ from flwr.serverapp.exception import InconsistentMessageReplies
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
 from .comm import decode_sparse, get_sparse
-from .nodes import ClientMap, error_line, map_clients, sample_clients
+from .nodes import EVALUATE_SALT, ClientMap, error_line, map_clients, sample_clients
 
 log = logging.getLogger("hetfl")
 
@@ -205,7 +205,7 @@ class StrategyBase(Strategy):
         from .rounds import run_strategy
 
         if self.map is None or not (self.map.node or self.map.asked):  # no map, or one that never asked a node
-            self.map = map_clients(grid, timeout)
+            self.map = map_clients(grid, timeout, min_nodes=max(1, int(getattr(self, "min_available_nodes", 1))))
         return run_strategy(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
                             evaluate_fn, callbacks, progress)
 
@@ -308,6 +308,19 @@ class SeededSampling(FedAvg, StrategyBase):
         log.info("round %d: sampled clients %s", server_round, self.sampled)
         return [self.map.message(c, RecordDict({**shared, **self.client_records(c)}), self.train_type)
                 for c in self.sampled]
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Federated evaluation where ``fraction_evaluate`` > 0: clients sampled by id (seeded, a stream of its own),
+        each sent the global arrays through the client map; Flower's ``aggregate_evaluate`` averages their metrics.
+        None at 0 (the methods here evaluate on the server by default)."""
+        if self.fraction_evaluate == 0.0 or self.map is None:
+            return []
+        online = self.map.online(grid, server_round)
+        k = max(int(len(online) * self.fraction_evaluate), self.min_evaluate_nodes)
+        clients = sample_clients(online, k, self.seed, server_round, salt=EVALUATE_SALT)
+        config["server-round"] = server_round
+        shared = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        return [self.map.message(c, shared, MessageType.EVALUATE) for c in clients]
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop malformed replies (keys/shapes of the global model, finite values), then Flower's aggregation."""
