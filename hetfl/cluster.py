@@ -744,8 +744,7 @@ def _run_superlink(a: argparse.Namespace, plan: dict[str, Any]) -> int:
 
 
 def _run_supernode(a: argparse.Namespace, plan: dict[str, Any]) -> int:
-    home = plan["home"]
-    home.mkdir(parents=True, exist_ok=True)
+    home = plan["home"]  # made and locked by _check_supernode
     cmd = supernode_command(a.superlink, plan["node_config"], plan.get("ca"), plan.get("key"), port=plan["runtime_port"])
     print(f"SuperNode of {a.superlink} (FLWR_HOME={home}): {' '.join(cmd[1:])}", flush=True)
     held = (plan["home_lock"].fileno(),)  # the SuperNode and its SuperExec hold the home's lock too (a killed wrapper)

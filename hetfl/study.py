@@ -196,6 +196,7 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
     from hetfl.inprocess import finished_run, run_in_process
 
     out = {}
+    failed = {} if failed is None else failed
     runs = study.folder / method / "runs"
     nodes = int(study.base(method).get("min-available-nodes", 2))
     for seed in study.seeds:
@@ -203,13 +204,13 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
         m = finished_run(runs / f"s{seed}", cfg)
         stopped = runs / f"s{seed}" / "metrics.json"
         if m is None and stopped.exists() and (why := json.loads(stopped.read_text()).get("stopped")):
-            (failed if failed is not None else {})[seed] = why["reason"]
+            failed[seed] = why["reason"]
             continue
         if m is None and train:
             try:
                 m = run_in_process(cfg, nodes, runs, f"s{seed}")
             except NoClientSucceeded as err:
-                (failed if failed is not None else {})[seed] = str(err)
+                failed[seed] = str(err)
                 continue
             finally:
                 if (runs / f"s{seed}").exists():

@@ -506,12 +506,10 @@ def _results(study, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every finished trial of the study and every bracket step that ran, as summary rows (in the order they ran)."""
     from optuna.trial import TrialState
 
-    rows = [{"number": t.number, "state": t.state.name.lower(), "values": t.params, "val_accuracy": t.value,
+    rows = [{"number": t.number, "state": t.state.name.lower(), "values": t.params,
+             "val_accuracy": t.value if t.state == TrialState.COMPLETE else None,
              "rounds": max(t.intermediate_values, default=0),
              **({"error": t.user_attrs["run_error"]} if "run_error" in t.user_attrs else {})} for t in _finished(study)]
-    for t, row in zip(_finished(study), rows):
-        if t.state != TrialState.COMPLETE:
-            row["val_accuracy"] = None
     rows += [{k: st[k] for k in ("folder", "state", "values", "val_accuracy", "rounds", "error") if k in st}
              for st in steps if "folder" in st]
     return rows
@@ -531,23 +529,25 @@ def bracket(spec: TuneSpec, study, trials_dir: Path, earlier: tuple[Path, ...] =
         if "range" in st:
             ranges[st["key"]] = st["range"]
     for st in steps:  # a widening stopped part-way: its missing trials first
-        if "range" in st and "stop" not in st and len(st["trials"]) < st.get("extra", 0):
+        if "extra" in st:
             _widened_trials(spec, study, ranges, st, steps, trials_dir, earlier)
-    while (best := _best(_results(study, steps))) is not None:
+    while (best := _best(rows := _results(study, steps))) is not None:
         done_before = len(steps)
         for d in spec.space:
             taken = [st for st in steps if st["key"] == d.key]
             if len(taken) >= MAX_EXTENSIONS or (taken and taken[-1].get("stop")):
                 continue
             if _numeric_choice(d):
-                step = _grid_step(spec, d, best, _results(study, steps), steps, trials_dir, earlier)
+                step = _grid_step(spec, d, best, rows, steps, trials_dir, earlier)
             elif d.kind in ("log", "float", "int"):
-                step = _range_step(spec, study, d, best, ranges, steps, trials_dir, earlier)
+                step = _range_step(spec, d, best, ranges)
             else:
                 step = None
             if step is not None:
-                steps.append(step)
+                steps.append(step)  # kept in the study file before a widening's trials run: a stopped one is topped up
                 study.set_user_attr("extensions", steps)
+                if "extra" in step:
+                    _widened_trials(spec, study, ranges, step, steps, trials_dir, earlier)
                 break  # the best may have moved: every key is judged again against it
         if len(steps) == done_before:
             break
@@ -576,11 +576,10 @@ def _grid_step(spec: TuneSpec, d: Dim, best: dict[str, Any], rows: list[dict[str
             **({"error": value} if state == "fail" else {}), **({"stop": "diverged"} if diverged else {})}
 
 
-def _range_step(spec: TuneSpec, study, d: Dim, best: dict[str, Any], ranges: dict[str, list[float]],
-                steps: list[dict[str, Any]], trials_dir: Path, earlier: tuple[Path, ...]) -> dict[str, Any] | None:
-    """A range widened past the edge the best value lies within a tenth of its width of, searched with more trials
-    (`ranges` updated; the step is kept in the study file before its trials run, so a stopped study tops it up);
-    None if the best is far enough inside."""
+def _range_step(spec: TuneSpec, d: Dim, best: dict[str, Any], ranges: dict[str, list[float]]) -> dict[str, Any] | None:
+    """A range widened past the edge the best value lies within a tenth of its width of (`ranges` updated), with the
+    number of trials to search it with (``extra``; :func:`_widened_trials` runs them); None if the best is far
+    enough inside."""
     lo, hi = ranges[d.key]
     b = float(best["values"][d.key])
     width = math.log(hi / lo) if d.kind == "log" else hi - lo
@@ -600,10 +599,6 @@ def _range_step(spec: TuneSpec, study, d: Dim, best: dict[str, Any], ranges: dic
     step = {"key": d.key, "range": new, "edge": b, "trials": [], "extra": max(3, spec.trials // 2)}
     log.info("bracket: %s = %g lies within a tenth of the edge of [%g, %g]; %d trials over [%g, %g]",
              d.key, b, lo, hi, step["extra"], *new)
-    steps.append(step)
-    study.set_user_attr("extensions", steps)
-    _widened_trials(spec, study, ranges, step, steps, trials_dir, earlier)
-    steps.pop()  # bracket appends it (the same object, now with its trials)
     return step
 
 

@@ -278,27 +278,36 @@ def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY
     return out
 
 
-def map_clients(grid, timeout: float = 600.0, min_nodes: int = 1, query_timeout: float = 60.0) -> ClientMap:
-    """The client map of a run that did not discover its clients (a Flower user's own ServerApp calling ``start``):
-    wait for `min_nodes` connected nodes, ask each hetfl's discovery query; a node that answers (its ClientApp
-    registers :func:`hetfl.client_app.node_query`) declares its clients and their device profiles, any other node is
-    one client, numbered after the declared ones in node-id order. Flower draws node ids at random in every run, so
-    without the discovery handler the clients sampled differ from run to run (one log line says so)."""
+def map_clients(grid, timeout: float = 600.0, min_nodes: int = 1, query_timeout: float = 60.0,
+                records: Mapping[str, ConfigRecord] | None = None, plain_are_clients: bool = True) -> ClientMap:
+    """Wait for `min_nodes` connected nodes and ask each hetfl's discovery query (`records` sent with it, within
+    `query_timeout` seconds): a node that answers declares its clients and their device profiles.
+
+    A node that does not answer is one client when `plain_are_clients` (a Flower user's own ServerApp calling
+    ``start``: numbered after the declared ones in node-id order, and so are nodes that connect later; Flower draws
+    node ids at random in every run, so without the discovery handler the clients sampled differ from run to run,
+    which one log line says), else it is left out with its error line (hetfl's own runs: :func:`discover_clients`).
+    Either way it is not asked again every round (those whose claims were refused are: ``add_answers``)."""
     nodes = wait_for_nodes(grid, min_nodes, timeout)
     errors: dict[int, str] = {}
-    answers = ask_nodes(grid, nodes, min(timeout, query_timeout), errors=errors)
-    cmap = ClientMap(answers)
-    cmap.min_nodes = min_nodes
-    cmap.plain_nodes_are_clients = True  # also for nodes that connect later (refresh)
+    answers = ask_nodes(grid, nodes, query_timeout, records=records, errors=errors)
     plain = [n for n in nodes if n not in answers]
-    if plain:
+    if plain and not plain_are_clients:
+        log.warning("%d of %d nodes did not answer the discovery query", len(plain), len(nodes))
+    cmap = ClientMap(answers)
+    cmap.min_nodes = int(min_nodes)
+    cmap.records = dict(records or {})
+    cmap.plain_nodes_are_clients = plain_are_clients
+    if plain and plain_are_clients:
         log.warning("%d of %d node(s) do not answer hetfl's discovery query (their ClientApp does not register "
                     "hetfl.register_discovery): each is one client, numbered by its node id, which Flower draws at "
                     "random in every run, so the clients sampled differ from run to run (docs/api.md#discovery)",
                     len(plain), len(nodes))
         cmap.add_plain(plain)
-    cmap.asked.update(int(n) for n in plain)  # those whose claims were refused are asked again (add_answers)
-    log.info("%d clients on %d nodes", len(cmap.node), len(nodes))
+    else:
+        cmap.left_out.update(errors)
+    cmap.asked.update(int(n) for n in plain)
+    log.info("%d clients on %d nodes", len(cmap.node), len(nodes) if plain_are_clients else len(answers))
     return cmap
 
 
@@ -316,21 +325,10 @@ def run_records(cfg: dict[str, Any]) -> dict[str, ConfigRecord]:
 
 
 def discover_clients(grid, cfg: dict[str, Any], timeout: float = 600.0) -> ClientMap:
-    """Wait for min-available-nodes nodes and ask each which clients it hosts (and its method's fields)."""
-    nodes = wait_for_nodes(grid, cfg["min-available-nodes"], timeout)
-    records = run_records(cfg)
-    errors: dict[int, str] = {}
-    answers = ask_nodes(grid, nodes, cfg["round-timeout"], records=records, errors=errors)
-    if len(answers) < len(nodes):
-        log.warning("%d of %d nodes did not answer the discovery query", len(nodes) - len(answers), len(nodes))
-    cmap = ClientMap(answers)
-    cmap.min_nodes = int(cfg["min-available-nodes"])
-    cmap.records = records
-    cmap.left_out.update(errors)
-    # the ones that did not answer are not asked again every round (those whose claims were refused are: add_answers)
-    cmap.asked.update(int(n) for n in nodes if n not in answers)
-    log.info("%d clients on %d nodes", len(cmap.node), len(answers))
-    return cmap
+    """Wait for min-available-nodes nodes and ask each which clients it hosts (and its method's fields); a node that
+    does not answer is left out (:func:`map_clients`)."""
+    return map_clients(grid, timeout, int(cfg["min-available-nodes"]), cfg["round-timeout"], records=run_records(cfg),
+                       plain_are_clients=False)
 
 
 def wait_for_nodes(grid, min_nodes: int, timeout: float = 600.0, stall: float | None = None,

@@ -26,9 +26,9 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from .nodes import error_line
 from .comm import UNATTRIBUTED, Traffic
 from .fleet import available, simulated_round_seconds, tiers_of
+from .nodes import error_line
 from .progress import heartbeat
 from .results import NoClientSucceeded, RunRecorder
 from .strategy import StrategyBase
@@ -233,11 +233,11 @@ class IdleStop(RoundCallback):
 class Checkpointing(RoundCallback):
     """``<run-dir>/checkpoint.json`` after every round (``checkpoint = true``), and the resume from it."""
 
-    def __init__(self, grid, strategy: StrategyBase, recorder: RunRecorder, cfg: dict[str, Any]) -> None:
-        self.grid, self.strategy, self.recorder, self.cfg = grid, strategy, recorder, cfg
+    def __init__(self, grid, strategy: StrategyBase, recorder: RunRecorder, cfg: dict[str, Any],
+                 taken: Traffic | None = None) -> None:
+        """`taken`: traffic before the rounds, counted in a resumed run (FENS: its phases; :meth:`restore`)."""
+        self.grid, self.strategy, self.recorder, self.cfg, self.taken = grid, strategy, recorder, cfg, taken
         self.path = recorder.run_dir / CHECKPOINT
-
-    taken: Traffic | None = None  # traffic before the rounds, counted in a resumed run (FENS: its phases)
 
     def on_start(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> tuple[ArrayRecord, int]:
         return self.restore(arrays, self.taken) if first == 1 else (arrays, first)
@@ -376,8 +376,7 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
     round0 : Traffic, optional
         Traffic that the round-0 row carries besides what is pending on the grid (FENS's phases).
     """
-    checkpointing = Checkpointing(grid, strategy, recorder, cfg)
-    checkpointing.taken = taken
+    checkpointing = Checkpointing(grid, strategy, recorder, cfg, taken)
     # in this order: the row is recorded before the checkpoint that holds it is written
     callbacks: list[RoundCallback] = [IdleStop(recorder, cfg), Evaluation(grid, strategy, recorder, evaluate_fn, round0),
                                       checkpointing]

@@ -23,7 +23,7 @@ from flwr.serverapp.exception import InconsistentMessageReplies
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
 from .comm import decode_sparse, get_sparse
-from .nodes import EVALUATE_SALT, ClientMap, error_line, map_clients, sample_clients
+from .nodes import EVALUATE_SALT, TRAIN_SALT, ClientMap, error_line, map_clients, sample_clients
 
 log = logging.getLogger("hetfl")
 
@@ -205,7 +205,8 @@ class StrategyBase(Strategy):
         from .rounds import run_strategy
 
         if self.map is None or not (self.map.node or self.map.asked):  # no map, or one that never asked a node
-            self.map = map_clients(grid, timeout, min_nodes=max(1, int(getattr(self, "min_available_nodes", 1))))
+            self.map = map_clients(grid, timeout, min_nodes=max(1, int(getattr(self, "min_available_nodes", 1))),
+                                   query_timeout=min(timeout, 60.0))
         return run_strategy(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
                             evaluate_fn, callbacks, progress)
 
@@ -298,9 +299,7 @@ class SeededSampling(FedAvg, StrategyBase):
         if self.fraction_train == 0.0:
             return []
         self.map.refresh(grid, self.timeout)
-        online = self.map.online(grid, server_round)
-        k = max(int(len(online) * self.fraction_train), self.min_train_nodes)
-        self.sampled = sample_clients(online, k, self.seed, server_round)
+        self.sampled = self._sample(grid, server_round, self.fraction_train, self.min_train_nodes)
         self._reference = {k: tuple(v.shape) for k, v in arrays.items()}
         self._dtypes = {k: np.dtype(v.dtype) for k, v in arrays.items()}
         config["server-round"] = server_round
@@ -309,15 +308,18 @@ class SeededSampling(FedAvg, StrategyBase):
         return [self.map.message(c, RecordDict({**shared, **self.client_records(c)}), self.train_type)
                 for c in self.sampled]
 
+    def _sample(self, grid: Grid, server_round: int, fraction: float, minimum: int, salt: int = TRAIN_SALT) -> list[int]:
+        """Flower's count, ``max(int(n * fraction), minimum)`` of the n online clients, drawn by client id."""
+        online = self.map.online(grid, server_round)
+        return sample_clients(online, max(int(len(online) * fraction), minimum), self.seed, server_round, salt)
+
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Federated evaluation where ``fraction_evaluate`` > 0: clients sampled by id (seeded, a stream of its own),
         each sent the global arrays through the client map; Flower's ``aggregate_evaluate`` averages their metrics.
         None at 0 (the methods here evaluate on the server by default)."""
         if self.fraction_evaluate == 0.0 or self.map is None:
             return []
-        online = self.map.online(grid, server_round)
-        k = max(int(len(online) * self.fraction_evaluate), self.min_evaluate_nodes)
-        clients = sample_clients(online, k, self.seed, server_round, salt=EVALUATE_SALT)
+        clients = self._sample(grid, server_round, self.fraction_evaluate, self.min_evaluate_nodes, EVALUATE_SALT)
         config["server-round"] = server_round
         shared = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         return [self.map.message(c, shared, MessageType.EVALUATE) for c in clients]
