@@ -14,7 +14,7 @@ import contextlib
 import json
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,9 @@ def task_identity() -> Iterator[None]:
 class InProcessGrid:
     """`num_nodes` nodes with partitions 0..n-1 behind random node ids; shuffled replies."""
 
-    def __init__(self, run_config: dict[str, Any], num_nodes: int) -> None:
+    def __init__(self, run_config: dict[str, Any], num_nodes: int, callbacks: Sequence[Any] = ()) -> None:
+        """`callbacks`: round callbacks (:class:`hetfl.common.rounds.RoundCallback`) the run adds to its own."""
+        self.callbacks = tuple(callbacks)
         self._rng = random.Random()  # unseeded on purpose: node ids and reply order differ in every run
         ids = self._rng.sample(range(1, 1 << 62), num_nodes)
         self.contexts = {
@@ -76,8 +78,10 @@ class InProcessGrid:
         return replies
 
 
-def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path, run_name: str) -> dict[str, Any]:
-    """Run the ServerApp's main on an :class:`InProcessGrid`; return the run's metrics.json.
+def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path, run_name: str,
+                   callbacks: Sequence[Any] = ()) -> dict[str, Any]:
+    """Run the ServerApp's main on an :class:`InProcessGrid` (with round `callbacks` of the caller's); return the
+    run's metrics.json.
 
     The file gains ``engine`` and, where CUDA is available, the GPU's name (``cuda_device`` in its last ``machines``
     entry), so that its wall times are not read as the Simulation Engine's (docs/methods.md).
@@ -87,7 +91,7 @@ def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path
     from hetfl.server_app import main
 
     run_config = {**run_config, "results-dir": str(results_dir), "run-name": run_name}
-    grid = InProcessGrid(run_config, num_nodes)
+    grid = InProcessGrid(run_config, num_nodes, callbacks)
     with task_identity():
         main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     path = results_dir / run_name / "metrics.json"

@@ -133,7 +133,7 @@ def label(iv: Interval, margin: float) -> str:
 
 @dataclass(frozen=True)
 class Equivalence:
-    """Two one-sided tests of |mean difference| < margin: p is the larger one-sided p; equivalent when p < alpha
+    """Two one-sided tests of ``|mean difference| < margin``: p is the larger one-sided p; equivalent when p < alpha
     (the same as the 1 - 2 alpha interval lying inside (-margin, margin))."""
 
     n: int

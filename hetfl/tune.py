@@ -139,7 +139,7 @@ def parse_space(text: str) -> list[Dim]:
             if kind == "int" and not (low.is_integer() and high.is_integer()):
                 raise TuneError(f"--space: {key}={spec!r}: int bounds must be integers")
             if SCHEMA[key].type not in (int, float) or (kind != "int" and SCHEMA[key].type is int):
-                raise TuneError(f"--space: {key}={spec!r}: key {key!r} is a {SCHEMA[key].type.__name__}; "
+                raise TuneError(f"--space: {key}={spec!r}: key {key!r} is {'an' if SCHEMA[key].type is int else 'a'} {SCHEMA[key].type.__name__}; "
                                 + ("use int:<low>:<high> or choices" if SCHEMA[key].type is int else "use choices a,b,c"))
             dims.append(Dim(key, kind, low, high))
         else:
@@ -251,15 +251,15 @@ def open_study(spec: TuneSpec, study_dir: Path):
 def run_trial(spec: TuneSpec, values: dict[str, Any], run_dir: Path, name: str, report=None) -> dict[str, Any]:
     """One run of the method with `values` on the in-process grid; its metrics.json. `report(round, val)` is called
     after every round (it may raise optuna.TrialPruned)."""
-    from hetfl.common.rounds import observe_rounds
+    from hetfl.common.rounds import RoundCallback
     from hetfl.inprocess import run_in_process
 
-    def observe(row: dict[str, Any]) -> None:
-        if report is not None and row["round"] >= 1 and row.get(OBJECTIVE) is not None:
-            report(row["round"], float(row[OBJECTIVE]))
+    class Report(RoundCallback):
+        def on_row(self, row: dict[str, Any]) -> None:
+            if report is not None and row["round"] >= 1 and row.get(OBJECTIVE) is not None:
+                report(row["round"], float(row[OBJECTIVE]))
 
-    with observe_rounds(observe):
-        return run_in_process(spec.trial_config(values, run_dir, name), spec.nodes, run_dir, name)
+    return run_in_process(spec.trial_config(values, run_dir, name), spec.nodes, run_dir, name, callbacks=[Report()])
 
 
 def _objective(row: dict[str, Any]) -> float:

@@ -248,7 +248,7 @@ def test_plan_round_redraws_a_member_no_client_can_take_and_fills_each_slot_once
 def test_strategy_and_simulator_plan_with_the_same_function(cnn_pool):
     """The simulator's rounds are the strategy's plans: same seed, same RNG streams, same jobs."""
     cfg = validate({**ADAPTIVE_FL, "fraction-train": 0.1, "seed": 3})
-    strat = AdaptiveFL(AdaptiveFLParams.from_config(cfg), FederationParams.from_config(cfg), pool_of(cfg))
+    strat = AdaptiveFL(AdaptiveFLParams.from_config(cfg), FederationParams.from_config(cfg), pool=pool_of(cfg))
     sel = ClientSelector(pool_of(cfg), "rl", 3)
     rng = core.planning_rng(3)
     for _ in range(5):
@@ -343,7 +343,7 @@ def test_simulator_replays_the_committed_training_runs_selection_exactly(cnn_poo
 
 def _planner(variant, tiers):
     cfg = validate({**ADAPTIVE_FL, "method": variant, "fraction-train": 0.1})
-    return AdaptiveFL(AdaptiveFLParams.from_config(cfg), FederationParams.from_config(cfg), pool_of(cfg), tiers=tiers)
+    return AdaptiveFL(AdaptiveFLParams.from_config(cfg), FederationParams.from_config(cfg), pool=pool_of(cfg), tiers=tiers)
 
 
 def test_sampling_plans_of_the_baselines():
@@ -454,7 +454,7 @@ def _content(state, index, n=10):
 
 
 def test_strategy_rejects_malformed_updates(task_identity, cnn_pool):
-    strat = AdaptiveFL(AdaptiveFLParams(), FederationParams(), cnn_pool)
+    strat = AdaptiveFL(AdaptiveFLParams(), FederationParams(), pool=cnn_pool)
     full = get_state(build_model(*CNN))
     m1 = cnn_pool.index("M1")
     good = slice_state(full, cnn_pool.shapes(m1))

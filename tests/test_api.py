@@ -28,3 +28,31 @@ def test_import_hetfl_is_light():
                           "print(sorted(m for m in ('torch', 'flwr', 'numpy') if m in sys.modules))"],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.splitlines()[1] == "[]", out.stdout
+
+
+def _docs_flags() -> list[str]:
+    import re
+
+    return re.search(r"^DOCS_FLAGS = (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+
+
+def test_make_docs_builds_the_reference_without_a_warning_or_a_broken_reference(tmp_path):
+    """`make docs`' build (its flags read from the Makefile): exit 0, and every public name has its entry."""
+    out = subprocess.run([sys.executable, "-m", "sphinx", *_docs_flags(), str(ROOT / "docs" / "reference"),
+                          str(tmp_path / "html")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    page = (tmp_path / "html" / "api.html").read_text()
+    absent = [n for n in hetfl.__all__ if n != "__version__" and f'id="{hetfl._API[n]}.{n}"' not in page]
+    assert absent == [], absent
+
+
+def test_a_broken_cross_reference_fails_the_docs_build(tmp_path):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "docs" / "reference", src, ignore=shutil.ignore_patterns("_build", "api.rst"))
+    (src / "conf.py").write_text((src / "conf.py").read_text().replace("HERE.parent.parent", repr(str(ROOT))))
+    (src / "index.rst").write_text((src / "index.rst").read_text() + "\nSee :func:`hetfl.common.nodes.no_such_function`.\n")
+    out = subprocess.run([sys.executable, "-m", "sphinx", *_docs_flags(), str(src), str(tmp_path / "html")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0 and "no_such_function" in out.stdout + out.stderr

@@ -417,7 +417,7 @@ def test_shefl_state_round_trips(tmp_path):
     from hetfl.shefl_app.strategy import SHEFL
 
     roles = {n: ("hpc" if n % 4 == 0 else "lpc") for n in range(1, 17)}
-    a, b, fresh = (SHEFL(SHEFLParams(), FederationParams(fraction_train=0.5), roles) for _ in range(3))
+    a, b, fresh = (SHEFL(SHEFLParams(), FederationParams(fraction_train=0.5), device_class=roles) for _ in range(3))
     for r in range(1, 4):
         a.plan(r)
     b.load_state_dict(disk_round_trip(tmp_path, a.state_dict()))
@@ -439,7 +439,7 @@ def test_adaptivefl_state_round_trips(tmp_path, selection):
 
     params = AdaptiveFLParams(selection=selection)
     pool = SubmodelPool("cnn", 10, (1, 28, 28))
-    a, b = AdaptiveFL(params, FederationParams(), pool), AdaptiveFL(params, FederationParams(), pool)
+    a, b = AdaptiveFL(params, FederationParams(), pool=pool), AdaptiveFL(params, FederationParams(), pool=pool)
     nodes = list(range(10))
     for _ in range(3):  # plan and feed back what "came back": the RL tables and both RNGs move
         for c, _, m in a.plan(nodes):
@@ -449,7 +449,7 @@ def test_adaptivefl_state_round_trips(tmp_path, selection):
     assert st["selector"]["Tc"].any() and len(st["selector"]["nodes"])
     b.load_state_dict(disk_round_trip(tmp_path, st))
     same(a.state_dict(), b.state_dict())
-    fresh = AdaptiveFL(params, FederationParams(), pool)
+    fresh = AdaptiveFL(params, FederationParams(), pool=pool)
     pa = [a.plan(nodes) for _ in range(4)]
     assert pa == [b.plan(nodes) for _ in range(4)]
     assert pa != [fresh.plan(nodes) for _ in range(4)]

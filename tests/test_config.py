@@ -241,7 +241,7 @@ def test_there_are_documented_error_examples():
 
 
 def test_every_parameter_field_defaults_to_its_keys_default():
-    """A frozen parameter object's field names its key and repeats the key's default (so that `SHEFLParams(models=3)`
+    """A frozen parameter object's field names its key and repeats the key's default (so that `SHEFLParams(num_models=3)`
     works without a config): the two must agree, for every method's parameter class and the shared ones."""
     from hetfl.common.params import FederationParams, LocalSGDParams
     from hetfl.common.registry import load

@@ -50,7 +50,7 @@ def test_dense_replies_with_wrong_shapes_or_nan_are_dropped(task_identity):
 def test_shefl_rejects_malformed_sparse_deltas(task_identity):
     cfg = validate({"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 1, "fraction-train": 1.0})
     roles = {1: "hpc", 2: "lpc", 3: "lpc"}
-    strat = SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), roles, identity_map(roles))
+    strat = SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), device_class=roles, client_map=identity_map(roles))
     states = [{"w": np.zeros(10, np.float32)}, {"w": np.zeros(10, np.float32)}]
     from hetfl.common.task import pack_models
 

@@ -199,7 +199,7 @@ def _shefl(**over):
 
     cfg = validate({"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 2, "fraction-train": 1.0, **over})
     roles = {1: "hpc", 2: "hpc", 3: "lpc", 4: "lpc", 5: "lpc"}
-    return SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), roles, identity_map(roles))
+    return SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), device_class=roles, client_map=identity_map(roles))
 
 
 def _delta_content(deltas):
@@ -308,7 +308,7 @@ def test_restricted_fedensemble_samples_every_device_for_one_model_with_its_own_
     cfg = validate({"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 0, "fraction-train": 0.5, "shefl-hpc-models": "one",
                     "shefl-topk-density": 1.0, "shefl-coefficients": "uniform"})
     roles = {n: ("hpc" if n < 6 else "lpc") for n in range(12)}
-    strat = SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), roles, identity_map(roles))
+    strat = SHEFL(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), device_class=roles, client_map=identity_map(roles))
     states = [{"w": np.zeros(4, np.float32)} for _ in range(2)]
     seen_hpc = set()
     for rnd in range(1, 9):

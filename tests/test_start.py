@@ -69,11 +69,11 @@ class UserGrid:
     """What Flower's engines do, in one process: fresh random node ids in every run, replies in shuffled order, and
     a ClientApp's exception (such as a message type it does not handle) as an error reply."""
 
-    def __init__(self, app: ClientApp, n: int = NODES) -> None:
+    def __init__(self, app: ClientApp, n: int = NODES, run_config: dict | None = None) -> None:
         self.app = app
         ids = random.sample(range(1, 1 << 62), n)
         self.contexts = {nid: Context(run_id=1, node_id=nid, node_config={"partition-id": i, "num-partitions": n},
-                                      state=RecordDict(), run_config={}) for i, nid in enumerate(ids)}
+                                      state=RecordDict(), run_config=dict(run_config or {})) for i, nid in enumerate(ids)}
 
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
@@ -164,3 +164,179 @@ def test_with_an_idle_stop_the_run_decides_itself_whether_it_trained(tmp_path):
                                 train_config=ConfigRecord({"lr": 0.5}),
                                 callbacks=[IdleStop(RunRecorder(cfg, threshold=0.5), cfg)])
     assert not result.arrays["w"].numpy().any()  # nothing was accepted, and nothing raised
+
+
+# --- SHEFL in a user's app: the client function and the device classes --------------------------------------------
+
+
+def _softmax_sgd(w, b, x, y, lr, steps=10):
+    for _ in range(steps):
+        z = _logits(w, b, x)
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        p[np.arange(len(y)), y] -= 1.0
+        w -= lr * x.T @ p / len(y)
+        b -= lr * p.mean(0)
+    return w, b
+
+
+def shefl_user_app(seen: list | None = None) -> ClientApp:
+    """A ClientApp of one's own that answers SHEFL with hetfl's client function and its own NumPy training."""
+    import hetfl
+
+    app = ClientApp()
+
+    @app.train("shefl")
+    def train(msg: Message, context: Context) -> Message:
+        pid, n = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+        x, y = X[:1500][pid::n], Y[:1500][pid::n]
+
+        def fit(m, arrays, config):
+            if seen is not None:
+                seen.append((pid, str(config["role"]), float(config["lr"])))
+            w, b = _softmax_sgd(arrays["w"].numpy().copy(), arrays["b"].numpy().copy(), x, y, float(config["lr"]))
+            return {"w": w, "b": b}, {"train_loss": 0.0, "num-examples": len(y)}
+
+        return hetfl.shefl_train(msg, fit)
+
+    hetfl.register_discovery(app)
+    return app
+
+
+def _ensemble_accuracy(members: int):
+    import hetfl
+
+    def fn(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        probs = 0
+        for st in hetfl.unpack_models(arrays, members):
+            z = _logits(st["w"], st["b"], X[TEST])
+            p = np.exp(z - z.max(1, keepdims=True))
+            probs = probs + p / p.sum(1, keepdims=True)
+        return MetricRecord({"accuracy": float((probs.argmax(1) == Y[TEST]).mean())})
+
+    return fn
+
+
+def _shefl_start(seen=None, **kw):
+    import hetfl
+
+    strategy = hetfl.SHEFL(num_models=2, topk_density=0.5, hpc_per_round=1, fraction_train=0.5, seed=1,
+                           device_class=lambda c: "hpc" if c < 2 else "lpc", **kw)
+    initial = hetfl.pack_models([{"w": np.full((64, 10), 0.01 * m), "b": np.zeros(10)} for m in range(2)])
+    with task_identity():
+        result = strategy.start(UserGrid(shefl_user_app(seen)), initial, num_rounds=3, timeout=60,
+                                train_config=ConfigRecord({"lr": 0.5}), evaluate_fn=_ensemble_accuracy(2))
+    return result, strategy
+
+
+def test_shefl_from_keywords_trains_a_users_clientapp_the_same_at_other_node_ids():
+    seen: list = []
+    (a, sa), (b, _) = _shefl_start(seen), _shefl_start()
+    acc = {r: m["accuracy"] for r, m in a.evaluate_metrics_serverapp.items()}
+    assert acc[3] > acc[0] + 0.3, acc  # it trained
+    assert sa.C_h == 1 and sa.C_l == 2 and sa.roles == {0: "hpc", 1: "hpc", 2: "lpc", 3: "lpc", 4: "lpc", 5: "lpc"}
+    assert {lr for _, _, lr in seen} == {0.5}  # train_config reached every client
+    assert {(pid < 2, role) for pid, role, _ in seen} == {(True, "hpc"), (False, "lpc")}  # the classes given
+    hpc_fits = [pid for pid, role, _ in seen if role == "hpc"]
+    assert len(hpc_fits) == 3 * 2  # one HPC a round trains both members
+    assert a.evaluate_metrics_serverapp == b.evaluate_metrics_serverapp  # other node ids, the same run
+    assert all(np.array_equal(a.arrays[k].numpy(), b.arrays[k].numpy()) for k in a.arrays)
+
+
+def test_shefl_takes_the_device_classes_that_nodes_declare():
+    import hetfl
+
+    grid = UserGrid(shefl_user_app())
+    for ctx in grid.contexts.values():
+        ctx.node_config["device-class"] = "hpc" if int(ctx.node_config["partition-id"]) % 3 == 0 else "lpc"
+    strategy = hetfl.SHEFL(num_models=2, hpc_per_round=1, fraction_train=0.5)
+    initial = hetfl.pack_models([{"w": np.zeros((64, 10)), "b": np.zeros(10)}] * 2)
+    with task_identity():
+        strategy.start(grid, initial, num_rounds=1, timeout=60, train_config=ConfigRecord({"lr": 0.5}))
+    assert strategy.roles == {c: "hpc" if c % 3 == 0 else "lpc" for c in range(NODES)}
+
+
+def test_shefl_refuses_an_unknown_keyword_and_a_value_out_of_range_in_one_line():
+    import hetfl
+
+    with pytest.raises(TypeError, match=r"SHEFL: unknown keyword argument 'models' = 3; allowed: .*num_models"):
+        hetfl.SHEFL(models=3)
+    with pytest.raises(ValueError, match=r"SHEFL: num_models=0 is not allowed; expected an int in \[1, 64\]"):
+        hetfl.SHEFL(num_models=0)
+
+
+# --- AdaptiveFL in a user's app: a model of one's own as a width-prunable builder ---------------------------------
+
+
+def _mlp(widths):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, widths[0]), nn.ReLU(), nn.Linear(widths[0], widths[1]), nn.ReLU(),
+                         nn.Linear(widths[1], 10))
+
+
+def adaptivefl_user_app(pool, capacity_of) -> ClientApp:
+    import torch
+
+    import hetfl
+
+    app = ClientApp()
+
+    @app.train("adaptivefl")
+    def train(msg: Message, context: Context) -> Message:
+        pid, n = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+        x = torch.tensor(X[:1500][pid::n], dtype=torch.float32)
+        y = torch.tensor(Y[:1500][pid::n])
+
+        def fit(model, config, job):
+            opt = torch.optim.SGD(model.parameters(), lr=float(config["lr"]))
+            for _ in range(20):
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+            return {"train_loss": float(loss)}
+
+        return hetfl.adaptivefl_train(msg, pool, fit, len(y), capacity_of(pid))
+
+    hetfl.register_discovery(app)
+    return app
+
+
+def test_adaptivefl_prunes_a_users_own_model_on_the_devices_and_trains_it():
+    import torch
+
+    import hetfl
+
+    pool = hetfl.SubmodelPool(_mlp, widths=(32, 32))
+    assert [e.name for e in pool.entries] == ["S1", "M1", "L1"] and pool[0].widths == (32, 12)
+    small = pool[pool.index("S1")].size
+    strategy = hetfl.AdaptiveFL(pool=pool, fraction_train=0.5, seed=2)
+
+    def accuracy(rnd, arrays):
+        model = _mlp((32, 32))
+        model.load_state_dict({k: torch.tensor(v) for k, v in hetfl.unpack_models(arrays, 1)[0].items()})
+        with torch.no_grad():
+            pred = model(torch.tensor(X[TEST], dtype=torch.float32)).argmax(1).numpy()
+        return MetricRecord({"accuracy": float((pred == Y[TEST]).mean())})
+
+    initial = hetfl.pack_models([{k: v.detach().numpy() for k, v in _mlp((32, 32)).state_dict().items()}])
+    app = adaptivefl_user_app(pool, lambda pid: small if pid < 3 else 1e9)  # three weak devices, three strong ones
+    with task_identity():
+        result = strategy.start(UserGrid(app), initial, num_rounds=4, timeout=60,
+                                train_config=ConfigRecord({"lr": 0.5}), evaluate_fn=accuracy)
+    acc = {r: m["accuracy"] for r, m in result.evaluate_metrics_serverapp.items()}
+    assert acc[4] > acc[0] + 0.3, acc
+    assert strategy.total_back < strategy.total_sent  # the weak devices pruned what they were sent
+    assert sum(strategy.last_round[f"back_{e.name}"] for e in pool.entries) == len(strategy.sent)
+
+
+def test_a_model_without_widths_is_refused_in_one_line_naming_the_protocol():
+    import hetfl
+
+    with pytest.raises(ValueError, match=r"a model builder needs its full model's hidden widths"):
+        hetfl.SubmodelPool(_mlp)
+    with pytest.raises(ValueError, match=r"has no per-layer widths; .*SubmodelPool\(build, widths=\(\.\.\.\)\)"):
+        hetfl.SubmodelPool("my_module:build", 10, (1, 28, 28))

@@ -33,7 +33,7 @@ def test_space_syntax():
     ("lr-decai=0.9,0.99", "unknown run-config key 'lr-decai'; did you mean 'lr-decay'"),
     ("lr=log:0:0.1", "expected low < high and low > 0 for log"),
     ("lr=float:0.3:0.1", "expected low < high"),
-    ("local-epochs=float:1:5", "key 'local-epochs' is a int; use int:<low>:<high> or choices"),
+    ("local-epochs=float:1:5", "key 'local-epochs' is an int; use int:<low>:<high> or choices"),
     ("momentum=fast", "momentum='fast' is not a float"),
     ("lr", "is not key=<range or choices>"),
     ("lr=0.1 lr=0.2", "given twice"),

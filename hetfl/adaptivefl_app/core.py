@@ -59,20 +59,34 @@ class SubmodelPool:
     Rounding, default start layers and why the CNN has p = 2: docs/readings.md#adaptivefl-pool.
     """
 
-    def __init__(self, model: str, num_classes: int, in_shape: tuple[int, int, int],
-                 ratios: Sequence[float] = (0.66, 0.40), starts: Sequence[int] | None = None, tau: int = 1,
-                 batch_stats: bool = False) -> None:
+    def __init__(self, model: str | Callable[[tuple[int, ...]], torch.nn.Module], num_classes: int = 0,
+                 in_shape: tuple[int, ...] = (), ratios: Sequence[float] = (0.66, 0.40), starts: Sequence[int] | None = None,
+                 tau: int = 1, batch_stats: bool = False, *, widths: Sequence[int] | None = None) -> None:
+        """`model`: a name of hetfl's prunable zoo (with `num_classes` and `in_shape`), or a model of one's own as a
+        width-prunable builder: ``model(widths) -> nn.Module`` whose hidden layer k has ``widths[k]`` outputs, with
+        `widths` its full model's, each state tensor of a narrower model a leading slice of the full one's (an MLP,
+        a CNN whose channels are cut from the end). Default start layers: the zoo model's, else the two deepest that
+        leave the output layer pruned, I = n-1 and n-2 of n hidden layers, never below `tau` (docs/api.md#adaptivefl)."""
         self.model, self.num_classes, self.in_shape = model, num_classes, tuple(in_shape)
         self.batch_stats = batch_stats  # BatchNorm without running statistics (docs/readings.md#adaptivefl-batchnorm)
-        self.full = hidden_widths(model, self.in_shape)
-        starts = tuple(DEFAULT_STARTS[model] if not starts else starts)
+        if callable(model):
+            if not widths:
+                raise ValueError("SubmodelPool: a model builder needs its full model's hidden widths: "
+                                 "SubmodelPool(build, widths=(...)), build(widths) -> nn.Module")
+            self.full = tuple(int(w) for w in widths)
+            default = tuple(range(len(self.full) - 1, max(tau - 1, len(self.full) - 3), -1))  # the two deepest I
+        else:
+            self.full = hidden_widths(model, self.in_shape)
+            default = DEFAULT_STARTS[model]
+        starts = tuple(default if not starts else starts)
         if len(ratios) != 2 or not 1.0 > ratios[0] > ratios[1] > 0.0:
             raise ValueError(f"adaptivefl-ratios = {tuple(ratios)}: expected two ratios 1 > r_M > r_S > 0")
-        if list(starts) != sorted(set(starts), reverse=True):
+        if not starts or list(starts) != sorted(set(starts), reverse=True):
             raise ValueError(f"adaptivefl-starts = {starts}: expected distinct start layers in decreasing order")
         if min(starts) < tau or max(starts) >= len(self.full):
             raise ValueError(f"adaptivefl-starts = {starts}: each start layer I must satisfy tau = {tau} <= I < "
-                             f"{len(self.full)} (the {model} has {len(self.full)} hidden layers)")
+                             f"{len(self.full)} (the {getattr(model, '__name__', model)} has {len(self.full)} hidden "
+                             "layers)")
         self.p, self.tau, self.ratios, self.starts = len(starts), tau, tuple(ratios), starts
         entries = []
         for t, r in (("S", ratios[1]), ("M", ratios[0])):
@@ -89,8 +103,12 @@ class SubmodelPool:
     def size_of(self, widths: tuple[int, ...]) -> int:
         """#parameters of this architecture with the given hidden widths (built on the meta device)."""
         with torch.device("meta"):
-            return count_parameters(build_model(self.model, self.num_classes, self.in_shape, widths=widths,
-                                                batch_stats=self.batch_stats))
+            return count_parameters(self._build(widths))
+
+    def _build(self, widths: tuple[int, ...]) -> torch.nn.Module:
+        if callable(self.model):
+            return self.model(tuple(widths))
+        return build_model(self.model, self.num_classes, self.in_shape, widths=widths, batch_stats=self.batch_stats)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -111,8 +129,7 @@ class SubmodelPool:
 
     def build(self, i: int) -> torch.nn.Module:
         """A real (smaller) nn.Module for pool member i."""
-        return build_model(self.model, self.num_classes, self.in_shape, widths=self.entries[i].widths,
-                           batch_stats=self.batch_stats)
+        return self._build(self.entries[i].widths)
 
     def shapes(self, i: int) -> dict[str, tuple[int, ...]]:
         """State-dict shapes of pool member i (parameters and buffers)."""

@@ -10,7 +10,6 @@ from flwr.app import ArrayRecord, Context
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
 from hetfl.common.nodes import ClientMap, discover_clients
-from hetfl.common.params import FederationParams
 from hetfl.common.results import run_recorder
 from hetfl.common.rounds import run_rounds
 from hetfl.common.task import ServerEval, log, pack_models, unpack_models
@@ -40,7 +39,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     pool = pool_of(cfg)
     log.info("submodel pool (%s):\n%s", cfg["model"], pool.table())
     cmap, tiers = discover_tiers(grid, cfg)
-    strategy = AdaptiveFL(params, FederationParams.from_config(cfg), pool, cmap, tiers)
+    strategy = AdaptiveFL.from_run_config(cfg, pool=pool, client_map=cmap, tiers=tiers)
     torch.manual_seed(cfg["seed"])  # the full model L1, as make_model would build it, with the pool's BatchNorm
     full = get_state(pool.build(pool.largest))
     if params.variant.models > 1:  # Decoupled: separate models, each initialised from the same full model's slices

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 
 from hetfl.common.nodes import ClientMap
-from hetfl.common.params import FederationParams
+from hetfl.common.params import FederationParams, apply_options
 from hetfl.common.strategy import StrategyBase, check_arrays, check_weight, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
@@ -129,30 +129,66 @@ class _Tally:
 
 
 class AdaptiveFL(StrategyBase):
-    """AdaptiveFL (Alg. 1) over the known clients.
+    """AdaptiveFL (Alg. 1): a width-wise submodel pool, RL client selection, devices that prune what they receive to
+    their own resources, and Alg. 2's aggregation of the submodels that come back; its baselines from the same code.
 
-    `cmap` maps each client id (a stable identity across restarts, so RL tables and sampling
-    are reproducible and survive a resume) to the node serving it; `tiers` (client id ->
-    weak/medium/strong) only for the heterofl/decoupled baselines.
+    Construct it with the pool and keyword arguments, each a field of
+    :class:`~hetfl.adaptivefl_app.keys.AdaptiveFLParams` or :class:`~hetfl.common.params.FederationParams`
+    (``AdaptiveFL(pool=SubmodelPool(build, widths=(128, 64)), fraction_train=0.5, seed=0)``; ``variant`` names a
+    baseline: ``"heterofl"``, ``"all-large"``, ...), or from hetfl's run config with :meth:`from_run_config`. The arrays
+    it trains are the full model packed as one member, ``m0.<name>`` (``pack_models([state])``; Decoupled: its three
+    models, S1, M1, L1); clients answer with
+    :func:`~hetfl.adaptivefl_app.client_app.adaptivefl_train` (the message contract: docs/api.md#adaptivefl).
+
+    Client ids are stable across restarts, so the RL tables and sampling are reproducible and survive a resume. The
+    server never reads a device's capacity: it learns it from which pool member comes back. `tiers` (client id ->
+    weak/medium/strong) only for the baselines that assume known tiers (HeteroFL, ScaleFL, Decoupled); without it,
+    what the nodes declared at discovery (``tier``).
     """
 
+    def __init__(self, params: AdaptiveFLParams | None = None, federation: FederationParams | None = None, *,
+                 pool: SubmodelPool, client_map: ClientMap | None = None, tiers: dict[int, str] | None = None,
+                 **options: Any) -> None:
+        if isinstance(options.get("variant"), str):
+            from .keys import VARIANTS
 
-    def __init__(self, params: AdaptiveFLParams, fed: FederationParams, pool: SubmodelPool,
-                 cmap: ClientMap | None = None, tiers: dict[int, str] | None = None) -> None:
-        self.params, self.fed, self.pool = params, fed, pool
-        self.variant = params.variant
-        if self.variant.knows_tiers and not tiers:
-            raise ValueError(f"method {self.variant.name!r} needs the device tiers of the clients")
-        self.tiers = tiers or {}
-        self.map = cmap if cmap is not None else ClientMap()
+            if options["variant"] not in VARIANTS:
+                raise ValueError(f"AdaptiveFL: variant={options['variant']!r} is not allowed; expected one of "
+                                 + ", ".join(repr(v) for v in VARIANTS))
+            options["variant"] = VARIANTS[options["variant"]]
+        self.params, self.fed = apply_options("AdaptiveFL", options, params or AdaptiveFLParams(),
+                                              federation or FederationParams())
+        self.pool = pool
+        self.variant = self.params.variant
+        self.tiers = dict(tiers or {})
+        self.map = client_map
         self.planner = PLANNERS[self.variant.plan]()
-        self.selector = ClientSelector(pool, params.selection if self.planner.rl else "random", fed.seed)
-        self.rng = planning_rng(fed.seed)
+        self.selector = ClientSelector(pool, self.params.selection if self.planner.rl else "random", self.fed.seed)
+        self.rng = planning_rng(self.fed.seed)
         self.num_models = self.variant.models
         self.sent: dict[int, list[tuple[int, int]]] = {}  # client -> [(model slot, pool index)] this round
         self._states: list[dict[str, np.ndarray]] = []
         self.last_round: dict[str, Any] = {}
         self.total_sent = self.total_back = 0
+        if client_map is not None and client_map.hosted:
+            self.attach(client_map)
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any], **kwargs: Any) -> AdaptiveFL:
+        """The strategy of a validated hetfl run config: its method (the variant), ``adaptivefl-*`` keys and pool."""
+        from .task import pool_of
+
+        kwargs.setdefault("pool", pool_of(dict(cfg)))
+        return cls(AdaptiveFLParams.from_config(cfg), FederationParams.from_config(cfg), **kwargs)
+
+    def attach(self, cmap: ClientMap) -> None:
+        """Serve `cmap`'s clients; the baselines that know tiers take those the nodes declared (``tier``)."""
+        super().attach(cmap)
+        if self.variant.knows_tiers:
+            self.tiers = {**{c: str(t) for c, t in cmap.field("tier").items()}, **self.tiers}
+            if not self.tiers:
+                raise ValueError(f"method {self.variant.name!r} needs the device tiers of the clients: pass tiers= or "
+                                 "let nodes declare theirs (node config 'tier' through hetfl's discovery)")
 
     # --- planning ---------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetfl.common.fedopt import AdamParams, MomentParams
+from hetfl.common.fedopt import FedAdamParams, FedYogiParams  # noqa: F401 - the FedOpt family's, declared there
 from hetfl.common.params import LocalSGDParams, MethodParams, key
 
 
@@ -13,45 +13,6 @@ class FedProxParams(MethodParams):
     """FedProx (Li et al. 2020): the proximal term mu/2 ||w - w_t||^2 added to the local loss."""
 
     mu: float = key("fedprox-mu", 0.01, "FedProx proximal coefficient mu", min=0.0)
-
-
-@dataclass(frozen=True)
-class FedAdamParams(MethodParams):
-    """FedAdam (Reddi et al. 2021, Alg. 2): server learning rate eta and the moment constants.
-
-    Parameters
-    ----------
-    server_lr : float
-        eta of the server step.
-    local_lr : float
-        The clients' learning rate (Flower's ``eta_l``; the local optimizer reads run-config ``lr`` itself).
-    adam : AdamParams
-        update rule, tau, beta_1, beta_2.
-    """
-
-    server_lr: float = key("fedadam-server-lr", 0.01, "FedAdam/FedYogi server learning rate eta", min=0.0, min_inclusive=False)
-    local_lr: float = key("lr", 0.01)
-    adam: AdamParams = key("", AdamParams(), nested=AdamParams)
-
-
-@dataclass(frozen=True)
-class FedYogiParams(MethodParams):
-    """FedYogi (Reddi et al. 2021, Alg. 2) as the FENS authors run it: FedAdam's server learning rate and moment
-    constants, the sign-based second moment, no bias correction (docs/readings.md#fens-fedyogi).
-
-    Parameters
-    ----------
-    server_lr : float
-        eta of the server step (run-config ``fedadam-server-lr``, shared with FedAdam).
-    local_lr : float
-        The clients' learning rate (Flower's ``eta_l``; the local optimizer reads run-config ``lr`` itself).
-    moments : MomentParams
-        tau, beta_1, beta_2 (``fedadam-tau``, ``fedadam-beta1``, ``fedadam-beta2``).
-    """
-
-    server_lr: float = key("fedadam-server-lr", 0.01)  # declared in FedAdamParams
-    local_lr: float = key("lr", 0.01)
-    moments: MomentParams = key("", MomentParams(), nested=MomentParams)
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,17 @@ module only adds centralized evaluation, byte accounting and the results writer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from flwr.app import ArrayRecord, Context
 from torch import nn
 
 from hetfl.baselines import METHOD
-from hetfl.baselines.params import (
-    FedAdamParams, FedBEParams, FedNovaParams, FedProxParams, FedYogiParams, ScaffoldParams, STCParams,
+from hetfl.baselines.strategy import (
+    SeededFedAvg, SeededFedAvgSTC, SeededFedBE, SeededFedNova, SeededFedProx, SeededIterative, SeededScaffold,
 )
-from hetfl.baselines.strategy import SeededFedAvg, SeededFedAvgSTC, SeededFedBE, SeededFedNova, SeededFedProx, SeededScaffold
 from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
-from hetfl.common.params import FederationParams, MethodParams, NoParams
+from hetfl.common.params import FederationParams, MethodParams
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.nodes import ClientMap, discover_clients
 from hetfl.common.results import run_recorder
@@ -27,37 +25,19 @@ from hetfl.common.rounds import run_rounds
 from hetfl.common.task import ServerEval, arrays_to_model, make_model, model_to_arrays
 
 
-ITERATIVE = {FedNovaParams: SeededFedNova, ScaffoldParams: SeededScaffold, STCParams: SeededFedAvgSTC}
-"""Strategies that update the model's trainable parameters themselves (they need the global model)."""
-BUILDERS: dict[type, Callable[[Any, dict[str, Any]], SeededFedAvg]] = {
-    NoParams: lambda p, kw: SeededFedAvg(**kw),
-    FedBEParams: lambda p, kw: SeededFedBE(**kw),  # its server set comes with prepare() (SeededFedBE.prepare)
-    FedProxParams: lambda p, kw: SeededFedProx(proximal_mu=p.mu, **kw),
-    FedAdamParams: lambda p, kw: SeededFedAdam(eta=p.server_lr, eta_l=p.local_lr, **p.adam.options(), **kw),
-    FedYogiParams: lambda p, kw: SeededFedYogi(eta=p.server_lr, eta_l=p.local_lr, **p.moments.options(), **kw),
-}
-"""Parameter class -> the Flower strategy it configures (the other baselines: :data:`ITERATIVE`)."""
+STRATEGIES = (SeededFedAvg, SeededFedBE, SeededFedProx, SeededFedAdam, SeededFedYogi, SeededFedNova, SeededScaffold,
+              SeededFedAvgSTC)
+"""The FedAvg family's strategies, each constructed from its method's parameter class (``params_class``)."""
 
 
 def make_strategy(params: MethodParams, fed: FederationParams, cmap: ClientMap, model: nn.Module | None = None) -> SeededFedAvg:
-    """The Flower strategy of the method whose parameters are `params` (FedAvg: NoParams, FedProx, FedAdam, FedYogi,
-    FedNova, Scaffold, FedAvg-STC; FedBE's strategy needs its server set too: :func:`_fedbe`), sampling from the clients of
-    `cmap` with `fed.seed`, with centralized evaluation only. `model`: the global model, whose trainable parameters
-    FedNova and Scaffold update (required for them)."""
-    kwargs = dict(
-        fraction_train=fed.fraction_train,
-        fraction_evaluate=0.0,
-        min_train_nodes=1,
-        # the ServerApp waits for min-available-nodes once before round 1; afterwards a round goes on
-        # with whoever is connected (Flower would otherwise block forever when a node dies)
-        min_available_nodes=1,
-    )
-    if type(params) in ITERATIVE:
-        if model is None:
-            raise ValueError(f"{type(params).__name__}: make_strategy needs the global model")
-        trainable = {k: p.detach().cpu().numpy() for k, p in model.named_parameters() if p.requires_grad}
-        return ITERATIVE[type(params)](**kwargs).bind(cmap, fed.seed, fed.round_timeout).setup(trainable, params)
-    return BUILDERS[type(params)](params, kwargs).bind(cmap, fed.seed, fed.round_timeout)
+    """The strategy of the method whose parameters are `params` (:data:`STRATEGIES`' ``from_params``), sampling from
+    the clients of `cmap` with `fed.seed`, with centralized evaluation only. `model`: the global model, whose
+    trainable parameters FedNova, Scaffold and FedAvg-STC update (required for them); FedBE's server set comes with
+    ``prepare``."""
+    cls = {c.params_class: c for c in STRATEGIES}[type(params)]
+    extra = {"model": model} if issubclass(cls, SeededIterative) else {}
+    return cls.from_params(params, fed, client_map=cmap, **extra)
 
 
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:

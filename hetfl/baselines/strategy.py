@@ -18,6 +18,7 @@ from hetfl.common.models import get_state
 from hetfl.common.params import MethodParams, NoParams
 from hetfl.common.strategy import (
     SeededSampling,
+    seeded_init,
     as_dtype,
     check_arrays,
     check_sparse,
@@ -44,6 +45,7 @@ from .core import (
     weighted_mean,
 )
 from .fedbe import fedbe_round
+from .params import FedBEParams, FedNovaParams, FedProxParams, ScaffoldParams, STCParams
 
 
 class SeededFedAvg(SeededSampling):
@@ -53,13 +55,23 @@ class SeededFedAvg(SeededSampling):
 class SeededFedProx(FedProx, SeededSampling):
     """Flower's FedProx (Li et al. 2020; mu travels in the train config) with seeded sampling by client id."""
 
+    __init__ = seeded_init(FedProx)
+    params_class = FedProxParams
+
+    @staticmethod
+    def options(params: FedProxParams) -> dict:
+        """Flower's ``proximal_mu``."""
+        return {"proximal_mu": params.mu}
+
 
 class SeededFedBE(SeededSampling):
     """FedBE (Chen and Chao, ICLR 2021): Flower's FedAvg with seeded sampling, then the Bayesian ensemble of the
     round's client models distilled into the FedAvg mean on the server's unlabeled set (:mod:`hetfl.baselines.fedbe`).
 
-    Call :meth:`setup` after :meth:`bind`. docs/readings.md#fedbe
+    Its server set comes with :meth:`prepare` (hetfl's run) or :meth:`setup`. docs/readings.md#fedbe
     """
+
+    params_class = FedBEParams
 
     def prepare(self, cfg: dict, run_dir: Path) -> SeededFedBE:
         """FedBE's server side: the held-out unlabeled images (never their labels) and the distillation settings."""
@@ -104,6 +116,15 @@ class SeededIterative(SeededSampling):
     p: MethodParams = NoParams()  # the method's parameters (FedNovaParams, ScaffoldParams, STCParams)
     _x: dict[str, np.ndarray] = {}  # the global arrays sent this round
 
+    @classmethod
+    def from_params(cls, params: MethodParams, federation, *, model=None, **kwargs) -> SeededIterative:
+        """As :meth:`SeededSampling.from_params`, with the global `model` (an nn.Module) whose trainable parameters
+        the strategy updates itself."""
+        if model is None:
+            raise ValueError(f"{cls.__name__}: from_params/from_run_config needs the global model (model=...)")
+        trainable = {k: p.detach().cpu().numpy() for k, p in model.named_parameters() if p.requires_grad}
+        return super().from_params(params, federation, **kwargs).setup(trainable, params)
+
     def setup(self, params: dict[str, np.ndarray], p: MethodParams) -> SeededIterative:
         """`params`: the trainable parameters (name -> array) of the model; `p`: the method's parameters."""
         self.params, self.p = dict(params), p
@@ -132,6 +153,8 @@ class SeededFedNova(SeededIterative):
     SGD (with momentum rho) and report their steps tau_i; the server moves the parameters along
     sum_i p_i (tau_eff / a_i) (x - y_i) with global momentum ``fednova-gmf``; buffers get the weighted mean.
     docs/readings.md#fens-fednova"""
+
+    params_class = FedNovaParams
 
     buf: dict[str, np.ndarray] | None = None  # the global momentum buffer (None before the first update)
     tau_eff: float | None = None
@@ -180,6 +203,8 @@ class SeededScaffold(SeededIterative):
     c_i and the c_i of the current round's clients only, however many clients there are (in memory without a
     directory: tests). docs/readings.md#fens-scaffold
     """
+
+    params_class = ScaffoldParams
 
     train_type = TRAIN_SCAFFOLD
 
@@ -280,6 +305,8 @@ class SeededFedAvgSTC(SeededIterative):
     """FedAvg whose uploads are STC-style compressed (FENS Sec. B.2): the top ``stc-density`` of the update's
     entries by magnitude, values in 16 bits; the server decodes each update and adds the clients' weighted mean
     to the float entries of the global model (integer buffers stay). docs/readings.md#fens-stc"""
+
+    params_class = STCParams
 
     train_type = TRAIN_STC
 

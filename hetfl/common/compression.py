@@ -101,7 +101,7 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dequantize_int8(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`quantize_int8` (up to rounding: |error| <= scale / 2)."""
+    """Inverse of :func:`quantize_int8` (up to rounding: ``|error| <= scale / 2``)."""
     q = np.asarray(q)
     return (q.reshape(q.shape[0], -1).astype(np.float32) * np.asarray(scale, np.float32)[:, None]).reshape(q.shape)
 

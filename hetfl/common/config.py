@@ -55,12 +55,13 @@ class Key:
             names = "one of " + ", ".join(repr(c) for c in self.choices)
             return f"{names}, or {self.pattern_doc}" if self.pattern else names
         if self.type in (str, bool):
-            return f"a {self.type.__name__}"
+            return f"a {self.type.__name__}"  # str, bool
         lo = "-inf" if self.min is None else repr(self.min)
         hi = "inf" if self.max is None else repr(self.max)
         lb = "[" if (self.min is not None and self.min_inclusive) else "("
         rb = "]" if (self.max is not None and self.max_inclusive) else ")"
-        return f"a {self.type.__name__} in {lb}{lo}, {hi}{rb}"
+        article = "an" if self.type is int else "a"
+        return f"{article} {self.type.__name__} in {lb}{lo}, {hi}{rb}"
 
     def check(self, value: Any) -> Any:
         """Return the value coerced to the key's type, or raise ConfigError."""

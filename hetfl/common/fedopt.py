@@ -4,6 +4,7 @@ FedYogi baselines and by FENS's phase 2 (docs/readings.md#fens-phase2, #fens-fed
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +13,7 @@ from flwr.serverapp.strategy import FedAdam, FedYogi
 
 from .config import keys_of
 from .params import MethodParams, key
-from .strategy import SeededSampling
+from .strategy import SeededSampling, seeded_init
 
 
 ADAM_RENAMED = {"adam-update": "fedadam-update", "adam-tau": "fedadam-tau", "adam-beta1": "fedadam-beta1",
@@ -58,6 +59,46 @@ class AdamParams(MomentParams):
 
 
 ADAM_KEYS = keys_of({"fedadam": AdamParams, "fens": AdamParams, "fedyogi": MomentParams})
+
+
+@dataclass(frozen=True)
+class FedAdamParams(MethodParams):
+    """FedAdam (Reddi et al. 2021, Alg. 2): server learning rate eta and the moment constants.
+
+    Parameters
+    ----------
+    server_lr : float
+        eta of the server step.
+    local_lr : float
+        The clients' learning rate (Flower's ``eta_l``; the local optimizer reads run-config ``lr`` itself).
+    adam : AdamParams
+        update rule, tau, beta_1, beta_2.
+    """
+
+    server_lr: float = key("fedadam-server-lr", 0.01, "FedAdam/FedYogi server learning rate eta", min=0.0, min_inclusive=False)
+    local_lr: float = key("lr", 0.01)
+    adam: AdamParams = key("", AdamParams(), nested=AdamParams)
+
+
+@dataclass(frozen=True)
+class FedYogiParams(MethodParams):
+    """FedYogi (Reddi et al. 2021, Alg. 2) as the FENS authors run it: FedAdam's server learning rate and moment
+    constants, the sign-based second moment, no bias correction (docs/readings.md#fens-fedyogi).
+
+    Parameters
+    ----------
+    server_lr : float
+        eta of the server step (run-config ``fedadam-server-lr``, shared with FedAdam).
+    local_lr : float
+        The clients' learning rate (Flower's ``eta_l``; the local optimizer reads run-config ``lr`` itself).
+    moments : MomentParams
+        tau, beta_1, beta_2 (``fedadam-tau``, ``fedadam-beta1``, ``fedadam-beta2``).
+    """
+
+    server_lr: float = key("fedadam-server-lr", 0.01)  # declared in FedAdamParams
+    local_lr: float = key("lr", 0.01)
+    moments: MomentParams = key("", MomentParams(), nested=MomentParams)
+
 
 
 def adam_server_step(x: np.ndarray, m: np.ndarray, v: np.ndarray, eta: float, tau: float,
@@ -157,8 +198,24 @@ class FedAdamF32(FedOptState, FedAdam):
 class SeededFedAdam(FedAdamF32, SeededSampling):
     """Flower's FedAdam (Reddi et al. 2021), dtype-preserving, with seeded sampling by client id."""
 
+    __init__ = seeded_init(FedAdamF32)
+    params_class = FedAdamParams
+
+    @staticmethod
+    def options(params: FedAdamParams) -> dict[str, Any]:
+        """eta, eta_l and the moment constants (and the update rule) of :class:`FedAdamParams`."""
+        return {"eta": params.server_lr, "eta_l": params.local_lr, **params.adam.options()}
+
 
 class SeededFedYogi(FedOptState, FedYogi, SeededSampling):
     """Flower's FedYogi (Reddi et al. 2021), dtype-preserving, with seeded sampling by client id: the FedYogi baseline
     and a FENS phase-2 option. Its step is the FENS authors' (zero-initialised moments, no bias correction,
     docs/readings.md#fens-fedyogi)."""
+
+    __init__ = seeded_init(FedYogi)
+    params_class = FedYogiParams
+
+    @staticmethod
+    def options(params: FedYogiParams) -> dict[str, Any]:
+        """eta, eta_l and the moment constants of :class:`FedYogiParams`."""
+        return {"eta": params.server_lr, "eta_l": params.local_lr, **params.moments.options()}

@@ -382,7 +382,9 @@ def hidden_widths(name: str, in_shape: tuple[int, int, int] | None = None) -> tu
     """Output widths of the full model's hidden layers for inputs of `in_shape`, in forward order (layer k = index k-1)."""
     spec = MODELS.get(name)
     if spec is None or spec.widths is None:
-        raise ValueError(f"model {name!r} has no per-layer widths; use one of {PRUNABLE}")
+        raise ValueError(f"model {name!r} has no per-layer widths; use one of {PRUNABLE}, or give a model of one's own "
+                         "as a width-prunable builder, SubmodelPool(build, widths=(...)) with build(widths) -> nn.Module "
+                         "(docs/api.md#adaptivefl)")
     return spec.hidden_widths(in_shape)
 
 

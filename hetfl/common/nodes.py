@@ -63,7 +63,7 @@ class ClientMap:
     Parameters
     ----------
     answers : mapping of int to mapping
-        Node id -> the node's answer to :data:`NODE_QUERY`: ``client-ids`` (list of int) and,
+        Node id -> the node's answer to :data:`~hetfl.common.registry.NODE_QUERY`: ``client-ids`` (list of int) and,
         per method field (e.g. ``device-class``), a list with one value per client id.
     """
 
@@ -140,7 +140,7 @@ class ClientMap:
         return {c: a[name] for c, a in sorted(self.info.items()) if name in a}
 
     def online(self, grid, server_round: int | None = None) -> list[int]:
-        """The known client ids whose node is connected now, sorted; in `server_round`, only those :attr:`available`
+        """The known client ids whose node is connected now, sorted; in `server_round`, only those ``available``
         then (a simulated fleet's availability, hetfl.common.fleet.available)."""
         connected = {int(n) for n in grid.get_node_ids()}
         ok = (lambda c: True) if self.available is None or server_round is None else \
@@ -151,7 +151,7 @@ class ClientMap:
         """Ask nodes that connected after discovery (a restarted SuperNode gets a new node id) what they host.
 
         First, as Flower's strategies do with ``min_available_nodes`` before every round, wait until
-        :attr:`min_nodes` nodes are connected, for at most `timeout` seconds (then the round goes on with the
+        ``min_nodes`` nodes are connected, for at most `timeout` seconds (then the round goes on with the
         nodes that are): a SuperNode that restarts between two rounds is back before the next round samples.
         """
         self.await_nodes(grid, timeout)
@@ -173,7 +173,7 @@ class ClientMap:
             self.add(node, {CLIENT_IDS: [first + k]})
 
     def await_nodes(self, grid, timeout: float, poll: float = 0.5) -> int:
-        """Wait until :attr:`min_nodes` nodes are connected or `timeout` seconds have passed; the connected count.
+        """Wait until ``min_nodes`` nodes are connected or `timeout` seconds have passed; the connected count.
 
         A wait that ran out is not repeated while the same number of nodes is connected (a node gone for good costs
         one wait, not one per round); another count below min-available-nodes waits again."""
@@ -257,7 +257,7 @@ def error_line(reply: Message) -> str:
 def ask_nodes(grid, nodes: Sequence[int], timeout: float, batch: int = DISCOVERY_BATCH,
               records: Mapping[str, ConfigRecord] | None = None,
               errors: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
-    """Send each node the :data:`NODE_QUERY`, `batch` nodes at a time; node id -> its answer (failures left out).
+    """Send each node the :data:`~hetfl.common.registry.NODE_QUERY`, `batch` nodes at a time; node id -> its answer (failures left out).
 
     Flower's simulation pump walks every stored message for every node on each pass, so asking
     all nodes at once costs time quadratic in the nodes; bounded batches keep it linear.

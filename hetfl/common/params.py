@@ -1,7 +1,7 @@
 """Frozen parameter objects: what a component reads from the run config, read once (docs/architecture.md#params).
 
 A method's strategy and ClientApp handlers take its parameter object, not the flat run config, so a test or a
-notebook builds one from a few values (``SHEFLParams(models=3)``) and a reader sees in one class which keys a
+notebook builds one from a few values (``SHEFLParams(num_models=3)``) and a reader sees in one class which keys a
 method reads. Each field names its run-config key with :func:`key`; ``from_config`` reads and converts them::
 
     @dataclass(frozen=True)
@@ -132,3 +132,33 @@ class LocalSGDParams(MethodParams):
     def lr_at(self, server_round: int) -> float:
         """The local learning rate in round `server_round` (1-based)."""
         return self.lr * self.lr_decay ** ((max(server_round, 1) - 1) // self.lr_decay_every)
+
+
+def apply_options(owner: str, options: Mapping[str, Any], *objects: P) -> tuple[P, ...]:
+    """`objects` with the fields that keyword `options` name replaced: how a strategy takes its parameters as keyword
+    arguments (``SHEFL(num_models=3, seed=1)``) while each is declared once, in its parameter object.
+
+    Raises
+    ------
+    TypeError
+        A keyword that no object has a field of, in one line with the allowed keywords.
+    ValueError
+        A value outside what the field's run-config key allows (its type, choices or range), in one line.
+    """
+    from .config import ConfigError, Key
+
+    for o in objects:  # the declared fields' rules, as the run config's validation applies them
+        for f in fields(o):
+            d = f.metadata.get("declare")
+            if f.name in options and d is not None and f.metadata.get("parse") is None:
+                try:
+                    Key(f.metadata["key"], d["type"], d["default"], d["doc"], **d["rules"]).check(options[f.name])
+                except ConfigError as err:
+                    raise ValueError(f"{owner}: {f.name}={options[f.name]!r} is not allowed; expected "
+                                     f"{str(err).rsplit('expected ', 1)[-1]}") from None
+    names = [{f.name for f in fields(o)} for o in objects]
+    unknown = sorted(set(options) - set().union(*names))
+    if unknown:
+        allowed = ", ".join(sorted(set().union(*names)))
+        raise TypeError(f"{owner}: unknown keyword argument {unknown[0]!r} = {options[unknown[0]]!r}; allowed: {allowed}")
+    return tuple(dataclasses.replace(o, **{k: v for k, v in options.items() if k in n}) for o, n in zip(objects, names))

@@ -56,7 +56,7 @@ class MethodSpec:
     node_info : str, optional
         ``"module:function"`` of ``(context, cfg, client) -> dict`` with extra fields a node reports for one of its
         clients in its answer to
-        :data:`NODE_QUERY` (e.g. SHEFL's device class).
+        :data:`~hetfl.common.registry.NODE_QUERY` (e.g. SHEFL's device class).
     node_keys : tuple of NodeKey
         The node-config keys of the package's device profile (SHEFL's ``device-class``, AdaptiveFL's ``capacity``);
         common node keys live in :mod:`hetfl.common.nodeconfig` (docs/deployment.md).

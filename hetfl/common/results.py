@@ -140,8 +140,8 @@ class RunRecorder:
 
     @property
     def last_round(self) -> int | None:
-        """The round the run ends after: num-server-rounds, or stop-after-round if earlier (None if not configured);
-        :attr:`rows` instead when a method set it."""
+        """The round the run ends after (num-server-rounds, or stop-after-round if earlier; None if not configured),
+        or ``rows`` instead when a method set it."""
         if self.rows is not None:
             return self.rows
         last = self.cfg.get("num-server-rounds")

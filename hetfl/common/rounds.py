@@ -14,11 +14,10 @@ in the same state as an uninterrupted one (same seed). An old-format ``checkpoin
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +36,6 @@ log = logging.getLogger("hetfl")
 CHECKPOINT = "checkpoint.json"  # names its tensor file, checkpoint-r<round>-<random>.safetensors
 LEGACY_CHECKPOINT = "checkpoint.pkl"  # the old pickle format: never loaded
 _CHECKPOINT_KEYS = {"round", "arrays", "strategy", "python_random", "numpy_random", "recorder"}
-
-
-_OBSERVERS: list[Callable[[dict[str, Any]], None]] = []
-
-
-@contextlib.contextmanager
-def observe_rounds(fn: Callable[[dict[str, Any]], None]) -> Iterator[None]:
-    """Call ``fn(row)`` with every round's recorded row (metrics.json's) in this process while the context is open.
-
-    How :mod:`hetfl.tune` reports each round's validation accuracy to its pruner; an exception raised by `fn` ends
-    the run (Optuna's ``TrialPruned``).
-    """
-    _OBSERVERS.append(fn)
-    try:
-        yield
-    finally:
-        _OBSERVERS.remove(fn)
 
 
 def zero_weight(reply) -> bool:
@@ -138,10 +120,7 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
         if tiers and UNATTRIBUTED not in traffic.up:  # the round on the fleet's devices (FedScale's clock: its slowest client's download + work + upload)
             columns["sim_round_s"] = simulated_round_seconds(tiers, columns["bytes_down_by_client"],
                                                              columns["bytes_up_by_client"], columns["flops_by_client"])
-    row = recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
-    for fn in list(_OBSERVERS):
-        fn(row)
-    return row
+    return recorder.record(server_round, acc, loss, traffic.bytes_down, traffic.bytes_up, **columns)
 
 
 class RoundCallback:
@@ -160,7 +139,7 @@ class RoundCallback:
         return arrays, first
 
     def on_begin(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> None:
-        """After every :meth:`on_start`, before round `first` (round 0's evaluation)."""
+        """After every :meth:`~RoundCallback.on_start`, before round `first` (round 0's evaluation)."""
 
     def on_sampled(self, rnd: int, clients: list[int]) -> None:
         """After the round's ``configure_train``: the client ids sent work."""
@@ -174,16 +153,28 @@ class RoundCallback:
     def on_end(self, last: int) -> None:
         """After the loop's last round `last`."""
 
+    def on_row(self, row: dict[str, Any]) -> None:
+        """After :class:`Evaluation` recorded a round's row (metrics.json's), for the callbacks it was given as
+        `observers`: how :mod:`hetfl.tune` reports each round's validation accuracy to its pruner (an exception
+        raised here ends the run, such as Optuna's ``TrialPruned``)."""
+
 
 class Evaluation(RoundCallback):
     """Evaluate the global arrays and record the round's row (:func:`record_round`), round 0 included; the run's
     federation, a simulated fleet's availability and the nodes left out at discovery go to the recorder first.
-    `round0`: traffic of earlier phases that the round-0 row carries (FENS)."""
+    `round0`: traffic of earlier phases that the round-0 row carries (FENS); `observers`: callbacks whose
+    :meth:`~RoundCallback.on_row` gets every row recorded."""
 
     def __init__(self, grid, strategy: StrategyBase, recorder: RunRecorder,
-                 evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]], round0: Traffic | None = None) -> None:
+                 evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]], round0: Traffic | None = None,
+                 observers: Sequence[RoundCallback] = ()) -> None:
         self.grid, self.strategy, self.recorder, self.evaluate_fn = grid, strategy, recorder, evaluate_fn
-        self.round0 = round0
+        self.round0, self.observers = round0, tuple(observers)
+
+    def _record(self, rnd: int, arrays: ArrayRecord, also: Traffic | None = None) -> None:
+        row = record_round(self.grid, self.strategy, self.recorder, rnd, arrays, self.evaluate_fn, also)
+        for cb in self.observers:
+            cb.on_row(row)
 
     def on_begin(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> None:
         cfg = self.recorder.cfg
@@ -193,7 +184,7 @@ class Evaluation(RoundCallback):
             strategy.map.available = lambda c, rnd: c < len(tiers) and available(tiers[c], c, rnd, cfg["seed"])
         _note_left_out(self.recorder, strategy.map)
         if first == 1:
-            record_round(self.grid, strategy, self.recorder, 0, arrays, self.evaluate_fn, self.round0)
+            self._record(0, arrays, self.round0)
 
     def on_sampled(self, rnd: int, clients: list[int]) -> None:
         self.recorder.stage(clients=clients)  # client ids of this round, in metrics.json
@@ -203,7 +194,7 @@ class Evaluation(RoundCallback):
 
     def on_round_end(self, rnd: int, arrays: ArrayRecord) -> None:
         _note_left_out(self.recorder, self.strategy.map)  # nodes that connected later and were refused too
-        record_round(self.grid, self.strategy, self.recorder, rnd, arrays, self.evaluate_fn)
+        self._record(rnd, arrays)
 
 
 class IdleStop(RoundCallback):
@@ -304,7 +295,7 @@ def run_strategy(strategy: StrategyBase, grid, initial_arrays: ArrayRecord, num_
                  evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
                  callbacks: Sequence[RoundCallback] = (), progress: float = 10.0):
     """The one round loop (:meth:`StrategyBase.start <hetfl.common.strategy.StrategyBase.start>`): rounds 1..num_rounds
-    (or from where a callback's ``on_start`` resumes), each :func:`train_round`, then federated evaluation where the
+    (or from where a callback's ``on_start`` resumes), each ``train_round``, then federated evaluation where the
     strategy configures one, then Flower's `evaluate_fn`, then the callbacks' ``on_round_end``; Flower's ``Result``.
 
     Raises
@@ -364,7 +355,9 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
     """A hetfl run's rounds: ``strategy.start`` with the run's callbacks, :class:`IdleStop` after aggregation,
     :class:`Evaluation` (the row) and :class:`Checkpointing` after the round (restoring first with ``resume``).
     ``stop-after-round`` ends the loop early (the checkpoint of that round stays): how a scheduler with a time budget,
-    or the resume test, interrupts a run cleanly.
+    or the resume test, interrupts a run cleanly. Callbacks of the caller's own come with the grid
+    (``grid.callbacks``, an :class:`~hetfl.inprocess.InProcessGrid`'s, given by :mod:`hetfl.tune`): they run after
+    these and observe every recorded row.
 
     Parameters
     ----------
@@ -375,11 +368,14 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
         node discovery and the ensemble download), counted in a resumed run (:meth:`Checkpointing.restore`).
     round0 : Traffic, optional
         Traffic that the round-0 row carries besides what is pending on the grid (FENS's phases).
+
     """
     checkpointing = Checkpointing(grid, strategy, recorder, cfg, taken)
+    extra = list(getattr(grid, "callbacks", None) or ())
     # in this order: the row is recorded before the checkpoint that holds it is written
-    callbacks: list[RoundCallback] = [IdleStop(recorder, cfg), Evaluation(grid, strategy, recorder, evaluate_fn, round0),
-                                      checkpointing]
+    callbacks: list[RoundCallback] = [IdleStop(recorder, cfg),
+                                      Evaluation(grid, strategy, recorder, evaluate_fn, round0, observers=extra),
+                                      checkpointing, *extra]
     return strategy.start(grid, initial_arrays, num_rounds=recorder.last_round, timeout=cfg["round-timeout"],
                           callbacks=callbacks, progress=cfg.get("progress-interval", 10.0)).arrays
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -23,6 +23,7 @@ from flwr.serverapp.exception import InconsistentMessageReplies
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
 from .comm import decode_sparse, get_sparse
+from .params import FederationParams, MethodParams, NoParams
 from .nodes import EVALUATE_SALT, TRAIN_SALT, ClientMap, error_line, map_clients, sample_clients
 
 log = logging.getLogger("hetfl")
@@ -168,7 +169,7 @@ class StrategyBase(Strategy):
     ----------
     map : ClientMap
         The one client-to-node map (:mod:`hetfl.common.nodes`): plans name client ids, and only
-        :meth:`ClientMap.message` / :meth:`ClientMap.send_and_receive` touch node ids.
+        :meth:`~hetfl.common.nodes.ClientMap.message` / :meth:`~hetfl.common.nodes.ClientMap.send_and_receive` touch node ids.
     sampled : list of int
         Client ids sent a train message in the current round (recorded per round in metrics.json).
     rejected : int
@@ -176,6 +177,7 @@ class StrategyBase(Strategy):
     """
 
     map: ClientMap | None = None
+    _attached: ClientMap | None = None  # the map attach() last planned over
     sampled: list[int] = []  # reassigned every round, never mutated
     rejected: int = 0
 
@@ -189,7 +191,7 @@ class StrategyBase(Strategy):
         Differences from Flower's loop, each the method's contract: replies are matched to the messages this round
         sent (by ``reply_to_message_id``), at most one message is in flight per node, and a run in which no client
         update is accepted raises :class:`~hetfl.common.results.NoClientSucceeded` instead of returning the untrained
-        arrays. Without a client map (none given at construction) it is built here (:func:`map_clients`): nodes that
+        arrays. Without a client map (none given at construction) it is built here (:func:`~hetfl.common.nodes.map_clients`): nodes that
         answer hetfl's discovery query declare their clients; any other node is one client.
 
         Parameters
@@ -207,8 +209,15 @@ class StrategyBase(Strategy):
         if self.map is None or not (self.map.node or self.map.asked):  # no map, or one that never asked a node
             self.map = map_clients(grid, timeout, min_nodes=max(1, int(getattr(self, "min_available_nodes", 1))),
                                    query_timeout=min(timeout, 60.0))
+        if self._attached is not self.map:
+            self.attach(self.map)
         return run_strategy(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
                             evaluate_fn, callbacks, progress)
+
+    def attach(self, cmap: ClientMap) -> None:
+        """Serve the clients of `cmap` (``start`` calls it once the map is built); a strategy that plans over its
+        clients (SHEFL's clusters) does that here. Default: keep the map."""
+        self.map = self._attached = cmap
 
     def order_replies(self, replies: Iterable[Message]) -> list[Message]:
         """Replies in client-id order (errors last): arrival order is timing and node ids are random per run,
@@ -248,6 +257,20 @@ class StrategyBase(Strategy):
         return None
 
 
+def seeded_init(flower: type) -> Callable[..., None]:
+    """The constructor of a :class:`SeededSampling` subclass whose Flower base comes first in its bases
+    (``class SeededFedProx(FedProx, SeededSampling): __init__ = seeded_init(FedProx)``): Flower's arguments, then
+    the keyword-only `seed`, `client_map` and `timeout`."""
+
+    def __init__(self, *, seed: int = 0, client_map: ClientMap | None = None, timeout: float = 600.0,
+                 **kwargs: Any) -> None:
+        flower.__init__(self, **kwargs)
+        self.bind(client_map, seed, timeout)
+
+    __init__.__doc__ = f"Flower's {flower.__name__} arguments, and the keyword-only seed, client_map and timeout."
+    return __init__
+
+
 class SeededSampling(FedAvg, StrategyBase):
     """Flower's FedAvg family with clients sampled by client id from a seeded generator, and validated replies.
 
@@ -258,9 +281,38 @@ class SeededSampling(FedAvg, StrategyBase):
     aggregation is Flower's. Use it as the last base before ``FedAvg``:
     ``class SeededFedProx(FedProx, SeededSampling)``.
 
-    Flower's subclasses (FedProx, FedOpt) take fixed constructor arguments, so the client map and
-    seed are given after construction with :meth:`bind`.
+    Construct it with Flower's arguments and the keyword-only `seed` (of the client sampling), `client_map` (built
+    by ``start`` when not given) and `timeout` (the query of nodes that connect later), or from hetfl's run config
+    with :meth:`from_run_config`. A subclass whose Flower base comes first (FedProx, FedAdam) takes the same
+    keywords through :func:`seeded_init`.
     """
+
+    params_class: ClassVar[type[MethodParams]] = NoParams  # the method's parameters (from_run_config reads them)
+
+    def __init__(self, *, seed: int = 0, client_map: ClientMap | None = None, timeout: float = 600.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bind(client_map, seed, timeout)
+
+    @classmethod
+    def from_params(cls, params: MethodParams, federation: FederationParams, **kwargs: Any) -> SeededSampling:
+        """The strategy for a method's parameters and the federation's (fraction-train, seed, round-timeout),
+        evaluating on the server only; `kwargs` go to the constructor (``client_map``)."""
+        return cls(fraction_train=federation.fraction_train, fraction_evaluate=0.0, min_train_nodes=1,
+                   # the ServerApp waits for min-available-nodes once before round 1; afterwards a round goes on with
+                   # whoever is connected (Flower would otherwise block forever when a node dies)
+                   min_available_nodes=1, seed=federation.seed, timeout=federation.round_timeout,
+                   **cls.options(params), **kwargs)
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any], **kwargs: Any) -> SeededSampling:
+        """The strategy of a validated hetfl run config (its method's keys, fraction-train, seed, round-timeout)."""
+        return cls.from_params(cls.params_class.from_config(cfg), FederationParams.from_config(cfg), **kwargs)
+
+    @staticmethod
+    def options(params: MethodParams) -> dict[str, Any]:
+        """Flower's constructor arguments that the method's parameters set (FedProx: ``proximal_mu``)."""
+        return {}
 
     seed: int = 0
     timeout: float = 600.0  # bounds the discovery of nodes that connect later (bind)
@@ -284,7 +336,7 @@ class SeededSampling(FedAvg, StrategyBase):
                  "evaluation on the server", type(self).__name__.removeprefix("Seeded"), self.fraction_train,
                  self.min_train_nodes, self.weighted_by_key)
 
-    def bind(self, cmap: ClientMap, seed: int, timeout: float = 600.0) -> SeededSampling:
+    def bind(self, cmap: ClientMap | None, seed: int, timeout: float = 600.0) -> SeededSampling:
         """Sample from the clients of `cmap` with the run's `seed`; returns self.
 
         `timeout` bounds the query of nodes that connect later (a restarted SuperNode has a new node id).

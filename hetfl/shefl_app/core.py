@@ -97,13 +97,13 @@ COEFFICIENTS = ("balanced", "paper-full", "paper-icassp", "uniform")
 def workload_weights(H: int, L: int, mode: str = "balanced", M: int = 5, C_h: int = 5, C_l: int = 5) -> tuple[float, float]:
     """(a_h, a_l) for w_t^m = w_{t-1}^m + 1/(H+L) * sum_i a_i delta_i (SHEFL Eq. 2).
 
-    balanced (default; docs/readings.md#shefl-coefficients): from the actual counts H, L of HPC/LPC replies
+    - balanced (default; docs/readings.md#shefl-coefficients): from the actual counts H, L of HPC/LPC replies
       for model m, a_h = (H+L)/(2H), a_l = (H+L)/(2L): the HPC mean and the LPC mean each
       get weight 1/2. If one group is empty the other's mean gets weight 1.
-    paper-full: a_h = (M C_h + C_l)/(2 M^2), a_l = (M C_h + C_l)/(2M) (full paper Eq. 2;
+    - paper-full: a_h = (M C_h + C_l)/(2 M^2), a_l = (M C_h + C_l)/(2M) (full paper Eq. 2;
       equals balanced when C_h = C_l = M = 5 and no client fails).
-    paper-icassp: a_h = (H+L)/(2M) * L/H, a_l = (H+L)/2 (ICASSP Eq. 2, as printed).
-    uniform: a_h = a_l = 1 (plain mean of deltas; Fed-Ensemble).
+    - paper-icassp: a_h = (H+L)/(2M) * L/H, a_l = (H+L)/2 (ICASSP Eq. 2, as printed).
+    - uniform: a_h = a_l = 1 (plain mean of deltas; Fed-Ensemble).
     """
     if H < 0 or L < 0:
         raise ValueError("counts must be >= 0")

@@ -47,7 +47,7 @@ def client_work(cfg: dict, hpc: bool) -> tuple[int, int] | None:
         if steps or cfg["local-steps"]:
             return None
         epochs = cfg["local-epochs"]
-    return epochs, (p.models if hpc and p.hpc_models == "all" else 1)
+    return epochs, (p.num_models if hpc and p.hpc_models == "all" else 1)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class SHEFLParams(MethodParams):
 
     Parameters
     ----------
-    models : int
+    num_models : int
         Ensemble size M.
     hpc_fraction : float
         Share of simulated clients that are high-power (a real device declares its class instead).
@@ -78,7 +78,7 @@ class SHEFLParams(MethodParams):
         A role's own local work (0 = the run's local-steps / local-epochs; straggler study).
     """
 
-    models: int = key("shefl-models", 5, "SHEFL: ensemble size M", min=1, max=64)
+    num_models: int = key("shefl-models", 5, "SHEFL: ensemble size M", min=1, max=64)
     hpc_fraction: float = key("shefl-hpc-fraction", 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0)
     hpc_per_round: int = key("shefl-hpc-per-round", 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0)
     topk_density: float = key("shefl-topk-density", 0.1, "SHEFL: LPC top-k density k (fraction of d); 1.0 = dense", min=0.0, max=1.0, min_inclusive=False)

@@ -8,36 +8,25 @@ from flwr.app import ArrayRecord, Context
 
 from hetfl.common.comm import MeteredGrid
 from hetfl.common.models import get_state, set_state
-from hetfl.common.nodes import ClientMap, discover_clients
-from hetfl.common.params import FederationParams
+from hetfl.common.nodes import discover_clients
 from hetfl.common.results import run_recorder
 from hetfl.common.rounds import run_rounds
-from hetfl.common.task import ServerEval, log, make_model, pack_models, unpack_models
+from hetfl.common.task import ServerEval, make_model, pack_models, unpack_models
 from hetfl.common.train import ensemble_metrics, member_disagreement, predict_proba
 
 from .keys import SHEFLParams
 from .strategy import SHEFL
 
 
-def discover_roles(grid: MeteredGrid, cfg: dict[str, Any], timeout: float = 600.0) -> tuple[dict[int, str], ClientMap]:
-    """Wait for min-available-nodes nodes and ask each for its clients and their device class (hpc | lpc).
-
-    Clusters and sampling are built over client ids, so they do not depend on Flower's random
-    node ids: runs are reproducible and a resumed run continues identically.
-    """
-    cmap = discover_clients(grid, cfg, timeout)
-    roles = {c: str(r) for c, r in cmap.field("device-class").items()}
-    log.info("device classes: %d HPC, %d LPC", sum(v == "hpc" for v in roles.values()), sum(v != "hpc" for v in roles.values()))
-    return roles, cmap
-
-
 def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, Any]:
     """Run SHEFL for num-server-rounds with ensemble evaluation after every round."""
     params = SHEFLParams.from_config(cfg)
-    M = params.models
+    M = params.num_models
     members = [make_model(cfg, seed=cfg["seed"] * 1000 + m) for m in range(M)]  # distinct inits
-    roles, cmap = discover_roles(grid, cfg)
-    strategy = SHEFL(params, FederationParams.from_config(cfg), roles, cmap)
+    # clusters and sampling are over client ids, not Flower's random node ids: the same at the same seed, and a
+    # resumed run continues identically
+    strategy = SHEFL.from_run_config(cfg, client_map=discover_clients(grid, cfg))
+    roles = strategy.roles
     ev = ServerEval.of(cfg)
     recorder = run_recorder(cfg)
     recorder.extra["roles"] = {"hpc": sum(v == "hpc" for v in roles.values()), "lpc": sum(v != "hpc" for v in roles.values()),

@@ -12,7 +12,7 @@ counted, and H/L come from the replies actually received (docs/readings.md#shefl
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from flwr.serverapp import Grid
 
 from hetfl.common.compression import StateLayout
 from hetfl.common.nodes import ClientMap
-from hetfl.common.params import FederationParams
+from hetfl.common.params import FederationParams, apply_options
 from hetfl.common.strategy import StrategyBase, check_sparse, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
@@ -41,15 +41,92 @@ log = logging.getLogger("hetfl")
 
 
 class SHEFL(StrategyBase):
-    """SHEFL (Algorithm 1) over clients whose device class the server learned by query."""
+    """SHEFL (Algorithm 1): M global models, HPC/LPC cluster sampling, LPC models by the permutation schedule, top-k
+    sparse deltas aggregated with the workload-aware weights of Eq. 2.
 
+    Construct it with keyword arguments, each a field of :class:`~hetfl.shefl_app.keys.SHEFLParams` or
+    :class:`~hetfl.common.params.FederationParams` (``SHEFL(num_models=5, topk_density=0.05, fraction_train=0.5,
+    seed=0)``), or from hetfl's run config with :meth:`from_run_config`. The arrays it trains are the M members in
+    one ArrayRecord, keys ``m<j>.<name>`` (:meth:`initial_arrays` makes them from a model builder;
+    :func:`~hetfl.common.task.unpack_models` splits ``Result.arrays`` again); clients answer with
+    :func:`~hetfl.shefl_app.client_app.shefl_train` (the message contract: docs/api.md#shefl).
 
-    def __init__(self, params: SHEFLParams, fed: FederationParams, roles: dict[int, str],
-                 cmap: ClientMap | None = None) -> None:
-        """`roles`: client id -> 'hpc' | 'lpc'; `cmap`: where each client is served (an empty map plans only)."""
-        self.params, self.fed = params, fed
-        self.M = params.models
-        self.map = cmap if cmap is not None else ClientMap()
+    Parameters
+    ----------
+    params, federation : SHEFLParams, FederationParams, optional
+        Parameter objects to start from (defaults: the run config's defaults); keyword `options` replace fields.
+    device_class : mapping or callable, optional
+        Client id -> ``"hpc"`` | ``"lpc"`` (a dict, or a function of the client id). Without it, each client's class
+        is what its node declared at discovery (node config ``device-class``); a client that declared none is an LPC.
+    client_map : ClientMap, optional
+        Where each client is served; ``start`` builds one by discovery when not given.
+    """
+
+    def __init__(self, params: SHEFLParams | None = None, federation: FederationParams | None = None, *,
+                 device_class: Mapping[int, str] | Callable[[int], str] | None = None,
+                 client_map: ClientMap | None = None, **options: Any) -> None:
+        self.params, self.fed = apply_options("SHEFL", options, params or SHEFLParams(), federation or FederationParams())
+        self.M = self.params.num_models
+        self.device_class = device_class
+        self.map = client_map
+        self.roles: dict[int, str] = {}
+        self.rng = np.random.default_rng([self.fed.seed, 0x5A])
+        self.k_l, self.k_h = topk_densities(self.params.topk_density, self.params.resource_ratio, self.M)
+        self.sent: dict[int, tuple[str, list[int]]] = {}  # client -> (role, models) of the current round
+        self._states: list[dict[str, np.ndarray]] | None = None
+        self.layout: StateLayout | None = None
+        self.last_round: dict[str, Any] = {}
+        if client_map is not None and client_map.hosted:
+            self.attach(client_map)
+        elif isinstance(device_class, Mapping):  # the clients are known: plan now (a test, a notebook)
+            self._plan(dict(device_class))
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any], **kwargs: Any) -> SHEFL:
+        """The strategy of a validated hetfl run config (its ``shefl-*`` keys, seed, fraction-train, round-timeout)."""
+        return cls(SHEFLParams.from_config(cfg), FederationParams.from_config(cfg), **kwargs)
+
+    def initial_arrays(self, build: Callable[[], Any], seed: int | None = None) -> ArrayRecord:
+        """The M members from a model builder, member j built after ``torch.manual_seed(seed * 1000 + j)`` (distinct
+        initialisations, the same at the same seed; `seed` defaults to the strategy's), packed for :meth:`~hetfl.common.strategy.StrategyBase.start`."""
+        import torch
+
+        from hetfl.common.models import get_state
+
+        base = self.fed.seed if seed is None else seed
+        states = []
+        for m in range(self.M):
+            torch.manual_seed(base * 1000 + m)
+            states.append(get_state(build()))
+        return pack_models(states)
+
+    def attach(self, cmap: ClientMap) -> None:
+        """Plan over `cmap`'s clients: their device classes (``device_class``, else what their nodes declared, else
+        LPC), then the HPC and LPC clusters and the permutation schedule (Alg. 1 lines 1-4)."""
+        super().attach(cmap)
+        clients = cmap.clients()
+        declared = {c: str(r) for c, r in cmap.field("device-class").items()}
+        dc = self.device_class
+        def role(c: int) -> str:
+            if isinstance(dc, Mapping) and c in dc:
+                return str(dc[c])
+            return str(dc(c)) if callable(dc) else declared.get(c, "lpc")
+
+        roles = {c: role(c) for c in clients}
+        bad = sorted({r for r in roles.values() if r not in ("hpc", "lpc")})
+        if bad:
+            raise ValueError(f"SHEFL: device class {bad[0]!r}; allowed: 'hpc', 'lpc'")
+        if not callable(dc) and (undeclared := [c for c in clients if c not in declared and c not in (dc or {})]):
+            log.info("SHEFL: %d client(s) declared no device class: LPCs (pass device_class= to say otherwise)",
+                     len(undeclared))
+        self._plan(roles)
+        log.info("device classes: %d HPC, %d LPC", len([r for r in roles.values() if r == "hpc"]),
+                 len([r for r in roles.values() if r != "hpc"]))
+
+    def _plan(self, roles: dict[int, str]) -> None:
+        """Clusters and schedule over the clients of `roles` (client id -> hpc | lpc)."""
+        self.roles = roles
+        params, fed = self.params, self.fed
         hpc = sorted(c for c, r in roles.items() if r == "hpc")
         lpc = sorted(c for c, r in roles.items() if r != "hpc")
         # shefl-hpc-models = "one" (restricted Fed-Ensemble, Fig. 7): every device is scheduled as a one-model client;
@@ -62,16 +139,9 @@ class SHEFL(StrategyBase):
         self.C_l = min(C - self.C_h, len(lpc))
         if self.C_h + self.C_l == 0:
             raise ValueError("SHEFL: no client can be sampled (check shefl-hpc-per-round, fraction-train)")
-        seed = fed.seed
-        self.hpc_clusters = make_clusters(hpc, self.C_h, seed)
-        self.lpc_clusters = make_clusters(lpc, self.C_l, seed + 1)
-        self.schedule = PermutationSchedule(self.M, self.C_l, seed)
-        self.rng = np.random.default_rng([seed, 0x5A])
-        self.k_l, self.k_h = topk_densities(params.topk_density, params.resource_ratio, self.M)
-        self.sent: dict[int, tuple[str, list[int]]] = {}  # client -> (role, models) of the current round
-        self._states: list[dict[str, np.ndarray]] | None = None
-        self.layout: StateLayout | None = None
-        self.last_round: dict[str, Any] = {}
+        self.hpc_clusters = make_clusters(hpc, self.C_h, fed.seed)
+        self.lpc_clusters = make_clusters(lpc, self.C_l, fed.seed + 1)
+        self.schedule = PermutationSchedule(self.M, self.C_l, fed.seed)
 
     def state_dict(self) -> dict[str, Any]:
         """Sampling RNG (the schedule and clusters are functions of the seed and the clients)."""
