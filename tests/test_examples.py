@@ -33,12 +33,20 @@ from .test_start import UserGrid
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TWIN = "fedavg-digits"
-SEEDED = ("shefl-digits", "adaptivefl-digits")  # one per seed method; FENS's: not yet (issue #78)
+SEEDED = ("shefl-digits", "adaptivefl-digits", "fens-digits")  # one per seed method
 NODES = 4
 
 
 def _package(example: str) -> Path:
     return EXAMPLES / example / example.replace("-", "_")
+
+
+def trained(example: str, metrics: dict) -> bool:
+    """Whether a run trained: accuracy rose by 0.3 over the rounds; FENS's round 0 is after its one-shot phase 1
+    (the ensemble, 10 classes: 0.1 by chance) and its rounds train the aggregator, so there: far above chance."""
+    if example == "fens-digits":
+        return metrics["0"]["accuracy"] > 0.6 and sorted(metrics) == ["0", "1", "2"]
+    return metrics["2"]["accuracy"] > metrics["0"]["accuracy"] + 0.3
 
 
 def _lines(example: str) -> int:
@@ -84,13 +92,13 @@ def test_an_example_is_at_most_30_lines_more_than_its_fedavg_twin_and_uses_only_
 def test_an_example_trains_and_is_the_same_run_at_other_node_ids(example):
     a, b = in_process(example), in_process(example)
     assert a == b  # UserGrid draws other node ids and shuffles the replies in each run
-    assert a["2"]["accuracy"] > a["0"]["accuracy"] + 0.3, a
+    assert trained(example, a), a
 
 
 def test_the_fedavg_twin_trains():
     """Flower's FedAvg samples node ids with `random`: the twin's runs differ at other node ids (the examples' do not)."""
     a = in_process(TWIN)
-    assert a["2"]["accuracy"] > a["0"]["accuracy"] + 0.3, a
+    assert trained(TWIN, a), a
 
 
 @pytest.mark.slow
@@ -115,7 +123,7 @@ def test_examples_run_with_flwr_run_in_the_simulation_engine_as_in_process(tmp_p
             got = json.loads(out.read_text())
             if example != TWIN:  # the twin samples by random node ids: no run of it is repeatable
                 assert got == in_process(example), (example, got)
-            assert got["2"]["accuracy"] > got["0"]["accuracy"] + 0.3, got
+            assert trained(example, got), got
         for pid in _listener(port):
             seen.setdefault(pid, _start_time(pid))
         subprocess.run(["bash", "-c", f"kill $(lsof -t -sTCP:LISTEN -iTCP@127.0.0.1:{port})"], check=True)

@@ -77,10 +77,10 @@ def test_a_seed_that_diverges_is_named_in_the_verdict_and_left_out_of_the_pairs(
 
     real = inprocess.run_in_process
 
-    def diverges_at_seed_1(cfg, nodes, results_dir, name):
+    def diverges_at_seed_1(cfg, nodes, results_dir, name, **kw):
         if cfg["method"] == "fedprox" and cfg.get("seed") == 1 and cfg["num-server-rounds"] == 2 and "resume" in cfg:
             raise NoClientSucceeded("no client update was accepted in the last 2 rounds")
-        return real(cfg, nodes, results_dir, name)
+        return real(cfg, nodes, results_dir, name, **kw)
 
     monkeypatch.setattr(inprocess, "run_in_process", diverges_at_seed_1)
     f = tmp_path / "tiny.toml"

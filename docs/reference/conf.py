@@ -34,7 +34,8 @@ napoleon_type_aliases = {  # the short type names that docstrings use, to the do
     "ClientMap": "~hetfl.common.nodes.ClientMap", "RoundCallback": "~hetfl.common.rounds.RoundCallback",
     "SHEFLParams": "~hetfl.shefl_app.keys.SHEFLParams", "AdaptiveFLParams": "~hetfl.adaptivefl_app.keys.AdaptiveFLParams",
     "FederationParams": "~hetfl.common.params.FederationParams", "SubmodelPool": "~hetfl.adaptivefl_app.core.SubmodelPool",
-    "Traffic": "~hetfl.common.comm.Traffic",
+    "Traffic": "~hetfl.common.comm.Traffic", "Ensemble": "~hetfl.common.oneshot.ensemble.Ensemble",
+    "FENSParams": "~hetfl.fens_app.keys.FENSParams",
 }
 EXTERNAL = r"(flwr|numpy|np|torch|nn|optuna|pathlib|collections|typing|dataclasses|logging|abc|enum)(\..*)?"
 BUILTINS = r"(int|float|str|bool|dict|list|tuple|set|frozenset|bytes|object|type|None|Any|Callable|Mapping|" \
@@ -48,6 +49,7 @@ nitpick_ignore_regex = [(r"py:.*", EXTERNAL), (r"py:.*", BUILTINS), (r"py:.*", r
 SUPPORTING = {  # not in hetfl.__all__, documented because the public names' docstrings refer to them
     "hetfl.common.params": ["key", "MethodParams", "NoParams", "FederationParams", "LocalSGDParams", "apply_options"],
     "hetfl.shefl_app.keys": ["SHEFLParams"], "hetfl.adaptivefl_app.keys": ["AdaptiveFLParams", "Variant"],
+    "hetfl.fens_app.keys": ["FENSParams"], "hetfl.common.oneshot.ensemble": ["Ensemble"],
     "hetfl.common.fedopt": ["FedAdamParams", "FedYogiParams", "AdamParams", "MomentParams"],
     "hetfl.baselines.params": ["FedProxParams", "FedBEParams", "FedNovaParams", "ScaffoldParams", "STCParams"],
     "hetfl.common.strategy": ["seeded_init", "validate_replies"],
@@ -58,7 +60,7 @@ SUPPORTING = {  # not in hetfl.__all__, documented because the public names' doc
     "hetfl.adaptivefl_app.client_app": ["Fit"], "hetfl.adaptivefl_app.strategy": ["Planner"],
     "hetfl.common.clientstore": ["ClientStateStore"], "hetfl.stats": ["Interval", "Equivalence"],
     "hetfl.baselines.client_app": ["train_scaffold"],
-    "hetfl.common.config": ["keys_of", "Key"], "hetfl.inprocess": ["InProcessGrid"], "hetfl.common.final_model": [], "hetfl.tune": [], "hetfl.common.tracking": [], "hetfl.common.checkpoint": [], "hetfl.baselines.fedbe": [],
+    "hetfl.common.config": ["keys_of", "Key"], "hetfl.inprocess": ["InProcessGrid"], "hetfl.common.final_model": [], "hetfl.common.oneshot.artifacts": [], "hetfl.tune": [], "hetfl.common.tracking": [], "hetfl.common.checkpoint": [], "hetfl.baselines.fedbe": [],
 }
 MEMBERS = {"RunRecorder": "", "FederationParams": "", "MeteredGrid": " take"}  # supporting classes' members referred to
 

@@ -351,7 +351,8 @@ def run_strategy(strategy: StrategyBase, grid, initial_arrays: ArrayRecord, num_
 
 def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: dict[str, Any], recorder: RunRecorder,
                evaluate_fn: Callable[[int, ArrayRecord], dict[str, Any]],
-               taken: Traffic | None = None, round0: Traffic | None = None) -> ArrayRecord:
+               taken: Traffic | None = None, round0: Traffic | None = None,
+               start: dict[str, Any] | None = None) -> ArrayRecord:
     """A hetfl run's rounds: ``strategy.start`` with the run's callbacks, :class:`IdleStop` after aggregation,
     :class:`Evaluation` (the row) and :class:`Checkpointing` after the round (restoring first with ``resume``).
     ``stop-after-round`` ends the loop early (the checkpoint of that round stays): how a scheduler with a time budget,
@@ -377,7 +378,7 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
                                       Evaluation(grid, strategy, recorder, evaluate_fn, round0, observers=extra),
                                       checkpointing, *extra]
     return strategy.start(grid, initial_arrays, num_rounds=recorder.last_round, timeout=cfg["round-timeout"],
-                          callbacks=callbacks, progress=cfg.get("progress-interval", 10.0)).arrays
+                          callbacks=callbacks, progress=cfg.get("progress-interval", 10.0), **(start or {})).arrays
 
 
 def _note_left_out(recorder: RunRecorder, cmap) -> None:

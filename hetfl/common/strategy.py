@@ -206,13 +206,19 @@ class StrategyBase(Strategy):
         """
         from .rounds import run_strategy
 
+        self.ensure_map(grid, timeout)
+        return run_strategy(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
+                            evaluate_fn, callbacks, progress)
+
+    def ensure_map(self, grid: Grid, timeout: float) -> ClientMap:
+        """The client map, built by discovery where none was given (:func:`~hetfl.common.nodes.map_clients`), and
+        :meth:`attach` called once for it."""
         if self.map is None or not (self.map.node or self.map.asked):  # no map, or one that never asked a node
             self.map = map_clients(grid, timeout, min_nodes=max(1, int(getattr(self, "min_available_nodes", 1))),
                                    query_timeout=min(timeout, 60.0))
         if self._attached is not self.map:
             self.attach(self.map)
-        return run_strategy(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
-                            evaluate_fn, callbacks, progress)
+        return self.map
 
     def attach(self, cmap: ClientMap) -> None:
         """Serve the clients of `cmap` (``start`` calls it once the map is built); a strategy that plans over its

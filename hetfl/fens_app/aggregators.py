@@ -160,14 +160,14 @@ def make_aggregator(name: str, num_models: int, num_classes: int, hidden: int = 
     ----------
     hidden : int
         NN hidden width k; 0 = 2 * num_models (the authors' ``d = 2``: k = 40 at M = 20).
-    label_counts : (M, C) array
-        Per-class training counts of each member (``weighted-average``).
+    label_counts : ndarray, optional
+        (M, C) per-class training counts of each member (``weighted-average``).
     init : str
         ``xavier`` or ``average`` start of ``per-class`` / ``linear`` (run-config ``fens-aggregator-init``).
     seed : int, optional
         Seeds the initialisation of trainable aggregators (None: torch's global generator).
-    confusion : (M, C, C) array
-        Confusion counts of each member on its client's 10% split (``voting``).
+    confusion : ndarray, optional
+        (M, C, C) confusion counts of each member on its client's 10% split (``voting``).
     """
     gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
     if name == "nn":

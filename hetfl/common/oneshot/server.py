@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
 from hetfl.common.comm import UNATTRIBUTED, MeteredGrid, Traffic
-from hetfl.common.models import get_state
 from hetfl.common.nodes import ClientMap
 from hetfl.common.progress import heartbeat
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
@@ -25,7 +24,8 @@ from .ensemble import Ensemble
 
 def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int], cfg: dict[str, Any], phase1: Phase1, *,
                          diff_init: bool = False, template: torch.nn.Module | None = None, label: str = "") -> Ensemble:
-    """One-shot local training (FENS Sec. 3.1): send the initial model, collect every client's trained model once.
+    """One-shot local training (FENS Sec. 3.1) of a hetfl run: :func:`gather_local_models` with the run's model,
+    timeouts and classes, the ensemble's settings recorded for a later reuse.
 
     FENS's `phase1` message has clients train on their 90% split; the one-shot baselines' on all their data
     (docs/readings.md#oneshot).
@@ -37,20 +37,33 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
     template : the module whose state (keys, shapes, dtypes) the replies must carry; default the run's model
         (FedCVAE-Ens: its CVAE's decoder, with ``diff_init``).
     """
-    t0 = time.perf_counter()
     init = make_model(cfg) if template is None else template
-    content = RecordDict({"config": ConfigRecord({"server-round": 0})})
-    if not diff_init:  # the common initial model travels (and is counted); diff-init: built on the client
-        content["arrays"] = model_to_arrays(init)
-    phase = label or f"{cfg['method']} phase 1"
-    log.info("%s: %d clients train the model once on their data (one-shot)", phase, len(clients))
-    with heartbeat(f"{phase}: {len(clients)} clients training locally", cfg["progress-interval"]):
-        raw = cmap.send_and_receive(grid, [cmap.message(c, content, phase1.message) for c in clients], cfg["round-timeout"])
+    ens = gather_local_models(grid, cmap, clients, model_to_arrays(init), phase1.message, send_init=not diff_init,
+                              num_classes=num_classes(cfg), timeout=cfg["round-timeout"],
+                              progress=cfg["progress-interval"], label=label or f"{cfg['method']} phase 1")
+    ens.settings = phase1_settings(cfg, phase1, len(clients))
+    return ens
 
-    kept, rejected, epochs = _usable_models(raw, cmap, clients, num_classes(cfg), get_state(init), phase)
-    traffic = grid.take()
+
+def gather_local_models(grid, cmap: ClientMap, clients: list[int], initial: ArrayRecord, message_type: str, *,
+                        send_init: bool = True, num_classes: int, timeout: float, progress: float = 10.0,
+                        label: str = "phase 1", train_config: ConfigRecord | None = None) -> Ensemble:
+    """Send every client the `initial` model (unless not `send_init`: each starts from its own), collect its trained
+    model once; the checked uploads (keys, shapes and dtypes of `initial`, finite values, `num_classes` label counts),
+    in client-id order, are the :class:`~.ensemble.Ensemble` (FENS Sec. 3.1), with the bytes and times they cost."""
+    t0 = time.perf_counter()
+    content = RecordDict({"config": ConfigRecord({**dict(train_config or {}), "server-round": 0})})
+    if send_init:  # the common initial model travels (and is counted); diff-init: built on the client
+        content["arrays"] = initial
+    log.info("%s: %d clients train the model once on their data (one-shot)", label, len(clients))
+    with heartbeat(f"{label}: {len(clients)} clients training locally", progress):
+        raw = cmap.send_and_receive(grid, [cmap.message(c, content, message_type) for c in clients], timeout)
+
+    reference = {k: v.numpy() for k, v in initial.items()}
+    kept, rejected, epochs = _usable_models(raw, cmap, clients, num_classes, reference, label)
+    traffic = grid.take() if hasattr(grid, "take") else Traffic()
     wall = time.perf_counter() - t0
-    log.info("%s: %d local models in %.1fs (%.1f MB up)", phase, len(kept), wall, traffic.bytes_up / 1e6)
+    log.info("%s: %d local models in %.1fs (%.1f MB up)", label, len(kept), wall, traffic.bytes_up / 1e6)
     return Ensemble(
         states=[st for _, st, _, _, _ in kept],
         client_ids=[cmap.client_of(r) for r, *_ in kept],
@@ -63,7 +76,6 @@ def collect_local_models(grid: MeteredGrid, cmap: ClientMap, clients: list[int],
                                      "flops": _by_client(traffic.flops)},
                 **({"phase1_member_epochs": [epochs[cmap.client_of(r)] for r, *_ in kept]}
                    if any(epochs.get(cmap.client_of(r)) is not None for r, *_ in kept) else {})},
-        settings=phase1_settings(cfg, phase1, len(clients)),
     )
 
 
@@ -97,7 +109,7 @@ def _usable_models(raw: list[Message], cmap: ClientMap, clients: list[int], C: i
         # check_arrays: keys, shapes, dtypes, finite values (a diverged model would make every prediction NaN)
         epochs[cmap.client_of(r)] = int(metrics["epochs"]) if "epochs" in metrics else None
         return (check_arrays(r.content["arrays"], expected, dtypes), check_weight(metrics["num-examples"]), counts,
-                float(metrics["train_s"]))
+                float(metrics["train_s"]) if "train_s" in metrics else 0.0)
 
     valid, _, rejected = validate_replies(raw, check, 0, cmap, set(clients))
     valid.sort(key=lambda pair: cmap.client_of(pair[0]))
