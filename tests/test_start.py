@@ -340,3 +340,57 @@ def test_a_model_without_widths_is_refused_in_one_line_naming_the_protocol():
         hetfl.SubmodelPool(_mlp)
     with pytest.raises(ValueError, match=r"has no per-layer widths; .*SubmodelPool\(build, widths=\(\.\.\.\)\)"):
         hetfl.SubmodelPool("my_module:build", 10, (1, 28, 28))
+
+
+def test_federated_evaluation_of_shefl_and_adaptivefl_averages_the_clients_metrics():
+    """fraction_evaluate > 0: clients sampled by id get the global arrays (SHEFL's M members, AdaptiveFL's packed full
+    model) in an evaluate message; the weighted mean of their accuracy on the server's test data is the server's."""
+    import torch
+
+    import hetfl
+
+    seen: list = []
+    app = shefl_user_app()
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        seen.append((int(context.node_config["partition-id"]), int(msg.content["config"]["server-round"])))
+        acc = _ensemble_accuracy(2)(0, msg.content["arrays"])["accuracy"]
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 5, "acc": acc})}), reply_to=msg)
+
+    strategy = hetfl.SHEFL(num_models=2, topk_density=0.5, hpc_per_round=1, fraction_train=0.5, seed=1,
+                           fraction_evaluate=0.5, device_class=lambda c: "hpc" if c < 2 else "lpc")
+    initial = hetfl.pack_models([{"w": np.full((64, 10), 0.01 * m), "b": np.zeros(10)} for m in range(2)])
+    with task_identity():
+        result = strategy.start(UserGrid(app), initial, num_rounds=2, timeout=60, train_config=ConfigRecord({"lr": 0.5}),
+                                evaluate_fn=_ensemble_accuracy(2))
+    fed = result.evaluate_metrics_clientapp
+    assert sorted(fed) == [1, 2] and len(seen) == 2 * (NODES // 2)
+    for rnd in (1, 2):
+        assert fed[rnd]["acc"] == pytest.approx(result.evaluate_metrics_serverapp[rnd]["accuracy"])
+        assert fed[rnd]["num-examples"] == 5 * (NODES // 2)
+
+    pool = hetfl.SubmodelPool(_mlp, widths=(32, 32))
+    app = adaptivefl_user_app(pool, lambda pid: None)
+
+    def accuracy(rnd, arrays):
+        model = _mlp((32, 32))
+        model.load_state_dict({k: torch.tensor(v) for k, v in hetfl.unpack_models(arrays, 1)[0].items()})
+        with torch.no_grad():
+            pred = model(torch.tensor(X[TEST], dtype=torch.float32)).argmax(1).numpy()
+        return MetricRecord({"accuracy": float((pred == Y[TEST]).mean())})
+
+    @app.evaluate()
+    def evaluate_full(msg: Message, context: Context) -> Message:
+        acc = accuracy(0, msg.content["arrays"])["accuracy"]
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 3, "acc": acc})}), reply_to=msg)
+
+    strategy = hetfl.AdaptiveFL(pool=pool, fraction_train=0.5, seed=2, fraction_evaluate=1.0)
+    initial = hetfl.pack_models([{k: v.detach().numpy() for k, v in _mlp((32, 32)).state_dict().items()}])
+    with task_identity():
+        result = strategy.start(UserGrid(app), initial, num_rounds=2, timeout=60,
+                                train_config=ConfigRecord({"lr": 0.5}), evaluate_fn=accuracy)
+    for rnd in (1, 2):
+        assert result.evaluate_metrics_clientapp[rnd]["acc"] == pytest.approx(
+            result.evaluate_metrics_serverapp[rnd]["accuracy"])
+        assert result.evaluate_metrics_clientapp[rnd]["num-examples"] == 3 * NODES

@@ -143,12 +143,14 @@ class AdaptiveFL(StrategyBase):
     Client ids are stable across restarts, so the RL tables and sampling are reproducible and survive a resume. The
     server never reads a device's capacity: it learns it from which pool member comes back. `tiers` (client id ->
     weak/medium/strong) only for the baselines that assume known tiers (HeteroFL, ScaleFL, Decoupled); without it,
-    what the nodes declared at discovery (``tier``).
+    what the nodes declared at discovery (``tier``). `fraction_evaluate` > 0: federated evaluation, that share of the
+    online clients sent the packed full model each round (an ``evaluate`` message; metrics averaged by
+    ``num-examples``); 0 (default): evaluation on the server.
     """
 
     def __init__(self, params: AdaptiveFLParams | None = None, federation: FederationParams | None = None, *,
                  pool: SubmodelPool, client_map: ClientMap | None = None, tiers: dict[int, str] | None = None,
-                 **options: Any) -> None:
+                 fraction_evaluate: float = 0.0, **options: Any) -> None:
         if isinstance(options.get("variant"), str):
             from .keys import VARIANTS
 
@@ -156,8 +158,12 @@ class AdaptiveFL(StrategyBase):
                 raise ValueError(f"AdaptiveFL: variant={options['variant']!r} is not allowed; expected one of "
                                  + ", ".join(repr(v) for v in VARIANTS))
             options["variant"] = VARIANTS[options["variant"]]
+        if not 0.0 <= fraction_evaluate <= 1.0:
+            raise ValueError(f"AdaptiveFL: fraction_evaluate={fraction_evaluate!r} is not allowed; expected a float in [0, 1]")
+        self.fraction_evaluate, self._evaluating = float(fraction_evaluate), []
         self.params, self.fed = apply_options("AdaptiveFL", options, params or AdaptiveFLParams(),
                                               federation or FederationParams())
+        self.evaluate_seed = self.fed.seed
         self.pool = pool
         self.variant = self.params.variant
         self.tiers = dict(tiers or {})

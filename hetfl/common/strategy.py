@@ -255,12 +255,43 @@ class StrategyBase(Strategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """No federated evaluation: every method evaluates centrally on the server."""
-        return []
+    fraction_evaluate: float = 0.0  # federated evaluation: the share of the online clients asked each round (0: none)
+    evaluate_seed: int = 0  # seeds which clients evaluate (a stream of its own, EVALUATE_SALT)
+    _evaluating: list[int] = []  # the clients sent an evaluate message this round (reassigned, never mutated)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:  # noqa: D102
-        return None
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Federated evaluation where ``fraction_evaluate`` > 0: ``max(int(n * fraction), 1)`` of the n online clients,
+        sampled by client id from a seeded stream of their own, each sent an ``evaluate`` message with the global
+        ``arrays`` (the method's packing: SHEFL's M members, AdaptiveFL's full model) and ``config`` (start's
+        ``evaluate_config`` and ``server-round``). None at 0: hetfl's runs evaluate on the server."""
+        if not self.fraction_evaluate or self.map is None:
+            return []
+        online = self.map.online(grid, server_round)
+        self._evaluating = sample_clients(online, max(int(len(online) * self.fraction_evaluate), 1), self.evaluate_seed,
+                                          server_round, EVALUATE_SALT)
+        content = RecordDict({"arrays": arrays, "config": ConfigRecord({**dict(config), "server-round": server_round})})
+        return [self.map.message(c, content, MessageType.EVALUATE) for c in self._evaluating]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """The clients' metrics averaged, weighted by their ``num-examples`` (Flower's rule), over the replies that
+        answer this round's evaluate messages with one MetricRecord of finite numbers; None if none did."""
+        def check(r: Message) -> dict[str, float]:
+            recs = [v for v in r.content.values() if isinstance(v, MetricRecord)]
+            if len(recs) != 1:
+                raise ValueError(f"expected one MetricRecord, got {len(recs)}")
+            values = {k: float(v) for k, v in recs[0].items() if isinstance(v, (int, float))}
+            check_weight(values.get("num-examples", -1))
+            if not all(np.isfinite(list(values.values()))):
+                raise ValueError("a metric is NaN/inf")
+            return values
+
+        ok, _, _ = validate_replies(replies, check, server_round, self.map, set(self._evaluating))
+        total = sum(m["num-examples"] for _, m in ok)
+        if not ok or total <= 0:
+            return None
+        keys = [k for k in ok[0][1] if k != "num-examples" and all(k in m for _, m in ok)]
+        return MetricRecord({"num-examples": total,
+                             **{k: sum(m[k] * m["num-examples"] for _, m in ok) / total for k in keys}})
 
 
 def seeded_init(flower: type) -> Callable[..., None]:

@@ -60,12 +60,19 @@ class SHEFL(StrategyBase):
         is what its node declared at discovery (node config ``device-class``); a client that declared none is an LPC.
     client_map : ClientMap, optional
         Where each client is served; ``start`` builds one by discovery when not given.
+    fraction_evaluate : float
+        Federated evaluation: the share of the online clients sent the M members each round (an ``evaluate``
+        message; their metrics averaged by ``num-examples``); 0 (default): none, evaluation on the server.
     """
 
     def __init__(self, params: SHEFLParams | None = None, federation: FederationParams | None = None, *,
                  device_class: Mapping[int, str] | Callable[[int], str] | None = None,
-                 client_map: ClientMap | None = None, **options: Any) -> None:
+                 client_map: ClientMap | None = None, fraction_evaluate: float = 0.0, **options: Any) -> None:
+        if not 0.0 <= fraction_evaluate <= 1.0:
+            raise ValueError(f"SHEFL: fraction_evaluate={fraction_evaluate!r} is not allowed; expected a float in [0, 1]")
+        self.fraction_evaluate, self._evaluating = float(fraction_evaluate), []
         self.params, self.fed = apply_options("SHEFL", options, params or SHEFLParams(), federation or FederationParams())
+        self.evaluate_seed = self.fed.seed
         self.M = self.params.num_models
         self.device_class = device_class
         self.map = client_map
