@@ -38,6 +38,17 @@ def _logits(w, b, x):
     return x @ w + b
 
 
+def _softmax_sgd(w, b, x, y, lr, steps=10):
+    for _ in range(steps):
+        z = _logits(w, b, x)
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        p[np.arange(len(y)), y] -= 1.0
+        w -= lr * x.T @ p / len(y)
+        b -= lr * p.mean(0)
+    return w, b
+
+
 def user_app(discovery: bool = False, poison: bool = False) -> ClientApp:
     """A quickstart-style ClientApp: reads "arrays" and "config", returns "arrays" and "metrics" (num-examples)."""
     app = ClientApp()
@@ -46,15 +57,8 @@ def user_app(discovery: bool = False, poison: bool = False) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         pid, n = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
         x, y = X[:1500][pid::n], Y[:1500][pid::n]
-        w, b = msg.content["arrays"]["w"].numpy().copy(), msg.content["arrays"]["b"].numpy().copy()
         lr = float(msg.content["config"]["lr"])
-        for _ in range(10):
-            z = _logits(w, b, x)
-            p = np.exp(z - z.max(1, keepdims=True))
-            p /= p.sum(1, keepdims=True)
-            p[np.arange(len(y)), y] -= 1.0
-            w -= lr * x.T @ p / len(y)
-            b -= lr * p.mean(0)
+        w, b = _softmax_sgd(msg.content["arrays"]["w"].numpy().copy(), msg.content["arrays"]["b"].numpy().copy(), x, y, lr)
         if poison:
             w[0, 0] = np.nan
         return Message(RecordDict({"arrays": ArrayRecord({"w": Array(w), "b": Array(b)}),
@@ -169,17 +173,6 @@ def test_with_an_idle_stop_the_run_decides_itself_whether_it_trained(tmp_path):
 # --- SHEFL in a user's app: the client function and the device classes --------------------------------------------
 
 
-def _softmax_sgd(w, b, x, y, lr, steps=10):
-    for _ in range(steps):
-        z = _logits(w, b, x)
-        p = np.exp(z - z.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
-        p[np.arange(len(y)), y] -= 1.0
-        w -= lr * x.T @ p / len(y)
-        b -= lr * p.mean(0)
-    return w, b
-
-
 def shefl_user_app(seen: list | None = None) -> ClientApp:
     """A ClientApp of one's own that answers SHEFL with hetfl's client function and its own NumPy training."""
     import hetfl
@@ -277,6 +270,19 @@ def _mlp(widths):
                          nn.Linear(widths[1], 10))
 
 
+def _mlp_accuracy(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+    """The packed full MLP's accuracy on the test split (AdaptiveFL's arrays: one member, m0.<name>)."""
+    import torch
+
+    import hetfl
+
+    model = _mlp((32, 32))
+    model.load_state_dict({k: torch.tensor(v) for k, v in hetfl.unpack_models(arrays, 1)[0].items()})
+    with torch.no_grad():
+        pred = model(torch.tensor(X[TEST], dtype=torch.float32)).argmax(1).numpy()
+    return MetricRecord({"accuracy": float((pred == Y[TEST]).mean())})
+
+
 def adaptivefl_user_app(pool, capacity_of) -> ClientApp:
     import torch
 
@@ -306,7 +312,6 @@ def adaptivefl_user_app(pool, capacity_of) -> ClientApp:
 
 
 def test_adaptivefl_prunes_a_users_own_model_on_the_devices_and_trains_it():
-    import torch
 
     import hetfl
 
@@ -315,12 +320,7 @@ def test_adaptivefl_prunes_a_users_own_model_on_the_devices_and_trains_it():
     small = pool[pool.index("S1")].size
     strategy = hetfl.AdaptiveFL(pool=pool, fraction_train=0.5, seed=2)
 
-    def accuracy(rnd, arrays):
-        model = _mlp((32, 32))
-        model.load_state_dict({k: torch.tensor(v) for k, v in hetfl.unpack_models(arrays, 1)[0].items()})
-        with torch.no_grad():
-            pred = model(torch.tensor(X[TEST], dtype=torch.float32)).argmax(1).numpy()
-        return MetricRecord({"accuracy": float((pred == Y[TEST]).mean())})
+    accuracy = _mlp_accuracy
 
     initial = hetfl.pack_models([{k: v.detach().numpy() for k, v in _mlp((32, 32)).state_dict().items()}])
     app = adaptivefl_user_app(pool, lambda pid: small if pid < 3 else 1e9)  # three weak devices, three strong ones
@@ -345,7 +345,6 @@ def test_a_model_without_widths_is_refused_in_one_line_naming_the_protocol():
 def test_federated_evaluation_of_shefl_and_adaptivefl_averages_the_clients_metrics():
     """fraction_evaluate > 0: clients sampled by id get the global arrays (SHEFL's M members, AdaptiveFL's packed full
     model) in an evaluate message; the weighted mean of their accuracy on the server's test data is the server's."""
-    import torch
 
     import hetfl
 
@@ -373,12 +372,7 @@ def test_federated_evaluation_of_shefl_and_adaptivefl_averages_the_clients_metri
     pool = hetfl.SubmodelPool(_mlp, widths=(32, 32))
     app = adaptivefl_user_app(pool, lambda pid: None)
 
-    def accuracy(rnd, arrays):
-        model = _mlp((32, 32))
-        model.load_state_dict({k: torch.tensor(v) for k, v in hetfl.unpack_models(arrays, 1)[0].items()})
-        with torch.no_grad():
-            pred = model(torch.tensor(X[TEST], dtype=torch.float32)).argmax(1).numpy()
-        return MetricRecord({"accuracy": float((pred == Y[TEST]).mean())})
+    accuracy = _mlp_accuracy
 
     @app.evaluate()
     def evaluate_full(msg: Message, context: Context) -> Message:
