@@ -388,3 +388,25 @@ def test_federated_evaluation_of_shefl_and_adaptivefl_averages_the_clients_metri
         assert result.evaluate_metrics_clientapp[rnd]["acc"] == pytest.approx(
             result.evaluate_metrics_serverapp[rnd]["accuracy"])
         assert result.evaluate_metrics_clientapp[rnd]["num-examples"] == 3 * NODES
+
+
+def test_federated_evaluation_weights_each_clients_metrics_by_its_examples_and_drops_a_reply_to_no_message():
+    """StrategyBase.aggregate_evaluate, hand-worked: acc 0.5 on 1 example and 0.8 on 3 -> (0.5 + 2.4) / 4 = 0.725; a
+    reply from a client that was not asked is dropped, a reply with NaN is rejected."""
+    import hetfl
+    from hetfl.common.nodes import ClientMap
+
+    strategy = hetfl.SHEFL(num_models=1, fraction_evaluate=1.0)
+    cmap = ClientMap()
+    with task_identity():
+        msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=10 + c, message_type="evaluate")
+                for c in range(4)]
+        for c, m in enumerate(msgs):
+            m.metadata.__dict__["_message_id"] = f"id{c}"
+            cmap.node[c], cmap._sender[f"id{c}"] = 10 + c, c
+        strategy.map, strategy._evaluating = cmap, [0, 1, 3]
+        values = {0: (0.5, 1), 1: (0.8, 3), 2: (0.0, 100), 3: (float("nan"), 5)}
+        replies = [Message(RecordDict({"metrics": MetricRecord({"num-examples": n, "acc": a})}), reply_to=msgs[c])
+                   for c, (a, n) in values.items()]
+    out = strategy.aggregate_evaluate(1, replies)
+    assert out["num-examples"] == 4 and out["acc"] == pytest.approx(0.725)
