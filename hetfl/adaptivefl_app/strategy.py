@@ -32,7 +32,7 @@ from flwr.serverapp import Grid
 
 from hetfl.common.nodes import ClientMap
 from hetfl.common.params import FederationParams, apply_options
-from hetfl.common.strategy import StrategyBase, check_arrays, check_weight, validate_replies
+from hetfl.common.strategy import StrategyBase, evaluate_fraction, check_arrays, check_weight, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
@@ -158,12 +158,10 @@ class AdaptiveFL(StrategyBase):
                 raise ValueError(f"AdaptiveFL: variant={options['variant']!r} is not allowed; expected one of "
                                  + ", ".join(repr(v) for v in VARIANTS))
             options["variant"] = VARIANTS[options["variant"]]
-        if not 0.0 <= fraction_evaluate <= 1.0:
-            raise ValueError(f"AdaptiveFL: fraction_evaluate={fraction_evaluate!r} is not allowed; expected a float in [0, 1]")
-        self.fraction_evaluate, self._evaluating = float(fraction_evaluate), []
+        self.fraction_evaluate, self._evaluating = evaluate_fraction("AdaptiveFL", fraction_evaluate), []
         self.params, self.fed = apply_options("AdaptiveFL", options, params or AdaptiveFLParams(),
                                               federation or FederationParams())
-        self.evaluate_seed = self.fed.seed
+        self.seed = self.fed.seed  # the federated evaluation's sampling
         self.pool = pool
         self.variant = self.params.variant
         self.tiers = dict(tiers or {})

@@ -237,6 +237,12 @@ FLOP_METRICS = ("train_flops", "infer_flops")
 (:func:`~hetfl.common.costs.step_flops`: training steps, and the inference of FENS's ensemble logits)."""
 
 
+def take_traffic(grid) -> Traffic:
+    """The traffic of the period `grid` closes now (:meth:`MeteredGrid.take`); an empty one for a grid that counts
+    nothing (a Flower Grid of one's own)."""
+    return grid.take() if hasattr(grid, "take") else Traffic()
+
+
 def reported_flops(reply: Message) -> int:
     """The FLOPs a reply reports in its ``metrics`` record (:data:`FLOP_METRICS`; 0 where it reports none)."""
     if not reply.has_content() or "metrics" not in reply.content:

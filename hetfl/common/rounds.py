@@ -25,7 +25,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from .comm import UNATTRIBUTED, Traffic
+from .comm import UNATTRIBUTED, Traffic, take_traffic
 from .fleet import available, simulated_round_seconds, tiers_of
 from .nodes import error_line
 from .progress import heartbeat
@@ -100,7 +100,7 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
     with heartbeat(f"round {server_round}: evaluating", recorder.cfg.get("progress-interval", 10.0)):
         metrics = dict(evaluate_fn(server_round, arrays))
     eval_s = time.perf_counter() - t0
-    traffic = grid.take() if hasattr(grid, "take") else Traffic()
+    traffic = take_traffic(grid)
     if also is not None:
         traffic.add(also)
     own = strategy.round_metrics(traffic) if server_round and strategy is not None else {}
@@ -254,7 +254,7 @@ class Checkpointing(RoundCallback):
         random.setstate(ck["python_random"])
         np.random.set_state(ck["numpy_random"])
         self.recorder.load_state_dict(ck["recorder"])
-        before = Traffic().add(taken or Traffic()).add(self.grid.take() if hasattr(self.grid, "take") else Traffic())
+        before = Traffic().add(taken or Traffic()).add(take_traffic(self.grid))
         for key, n in (("resume_download_bytes", before.bytes_down), ("resume_upload_bytes", before.bytes_up)):
             self.recorder.extra[key] = self.recorder.extra.get(key, 0) + n  # summed over every resume of the run
         log.info("resumed from %s after round %d", self.path, ck["round"])

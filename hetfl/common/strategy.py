@@ -255,21 +255,27 @@ class StrategyBase(Strategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
 
+    seed: int = 0  # seeds the client sampling, with the round and a stream's salt
     fraction_evaluate: float = 0.0  # federated evaluation: the share of the online clients asked each round (0: none)
-    evaluate_seed: int = 0  # seeds which clients evaluate (a stream of its own, EVALUATE_SALT)
+    min_evaluate_nodes: int = 1  # at least this many of them (Flower's name)
+    arrayrecord_key, configrecord_key = "arrays", "config"  # the evaluate message's records (Flower's names)
     _evaluating: list[int] = []  # the clients sent an evaluate message this round (reassigned, never mutated)
 
+    def _sample(self, grid: Grid, server_round: int, fraction: float, minimum: int, salt: int = TRAIN_SALT) -> list[int]:
+        """Flower's count, ``max(int(n * fraction), minimum)`` of the n online clients, drawn by client id."""
+        online = self.map.online(grid, server_round)
+        return sample_clients(online, max(int(len(online) * fraction), minimum), self.seed, server_round, salt)
+
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """Federated evaluation where ``fraction_evaluate`` > 0: ``max(int(n * fraction), 1)`` of the n online clients,
-        sampled by client id from a seeded stream of their own, each sent an ``evaluate`` message with the global
-        ``arrays`` (the method's packing: SHEFL's M members, AdaptiveFL's full model) and ``config`` (start's
-        ``evaluate_config`` and ``server-round``). None at 0: hetfl's runs evaluate on the server."""
+        """Federated evaluation where ``fraction_evaluate`` > 0: ``max(int(n * fraction), min_evaluate_nodes)`` of the n
+        online clients, sampled by client id from a seeded stream of their own, each sent an ``evaluate`` message with
+        the global ``arrays`` (the method's packing: SHEFL's M members, AdaptiveFL's full model) and ``config``
+        (start's ``evaluate_config`` and ``server-round``). None at 0: hetfl's runs evaluate on the server."""
         if not self.fraction_evaluate or self.map is None:
             return []
-        online = self.map.online(grid, server_round)
-        self._evaluating = sample_clients(online, max(int(len(online) * self.fraction_evaluate), 1), self.evaluate_seed,
-                                          server_round, EVALUATE_SALT)
-        content = RecordDict({"arrays": arrays, "config": ConfigRecord({**dict(config), "server-round": server_round})})
+        self._evaluating = self._sample(grid, server_round, self.fraction_evaluate, self.min_evaluate_nodes, EVALUATE_SALT)
+        content = RecordDict({self.arrayrecord_key: arrays,
+                              self.configrecord_key: ConfigRecord({**dict(config), "server-round": server_round})})
         return [self.map.message(c, content, MessageType.EVALUATE) for c in self._evaluating]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -292,6 +298,13 @@ class StrategyBase(Strategy):
         keys = [k for k in ok[0][1] if k != "num-examples" and all(k in m for _, m in ok)]
         return MetricRecord({"num-examples": total,
                              **{k: sum(m[k] * m["num-examples"] for _, m in ok) / total for k in keys}})
+
+
+def evaluate_fraction(owner: str, fraction: float) -> float:
+    """A strategy's ``fraction_evaluate``, checked: a float in [0, 1] (ValueError in one line naming `owner`)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"{owner}: fraction_evaluate={fraction!r} is not allowed; expected a float in [0, 1]")
+    return float(fraction)
 
 
 def seeded_init(flower: type) -> Callable[..., None]:
@@ -326,10 +339,7 @@ class SeededSampling(FedAvg, StrategyBase):
 
     params_class: ClassVar[type[MethodParams]] = NoParams  # the method's parameters (from_run_config reads them)
 
-    def __init__(self, *, seed: int = 0, client_map: ClientMap | None = None, timeout: float = 600.0,
-                 **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.bind(client_map, seed, timeout)
+    __init__ = seeded_init(FedAvg)
 
     @classmethod
     def from_params(cls, params: MethodParams, federation: FederationParams, **kwargs: Any) -> SeededSampling:
@@ -351,7 +361,6 @@ class SeededSampling(FedAvg, StrategyBase):
         """Flower's constructor arguments that the method's parameters set (FedProx: ``proximal_mu``)."""
         return {}
 
-    seed: int = 0
     timeout: float = 600.0  # bounds the discovery of nodes that connect later (bind)
     accepted: list[Message] = []  # the replies the latest aggregate_train aggregated (reassigned, never mutated)
     _reference: dict[str, tuple[int, ...]] | None = None
@@ -397,21 +406,8 @@ class SeededSampling(FedAvg, StrategyBase):
         return [self.map.message(c, RecordDict({**shared, **self.client_records(c)}), self.train_type)
                 for c in self.sampled]
 
-    def _sample(self, grid: Grid, server_round: int, fraction: float, minimum: int, salt: int = TRAIN_SALT) -> list[int]:
-        """Flower's count, ``max(int(n * fraction), minimum)`` of the n online clients, drawn by client id."""
-        online = self.map.online(grid, server_round)
-        return sample_clients(online, max(int(len(online) * fraction), minimum), self.seed, server_round, salt)
-
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """Federated evaluation where ``fraction_evaluate`` > 0: clients sampled by id (seeded, a stream of its own),
-        each sent the global arrays through the client map; Flower's ``aggregate_evaluate`` averages their metrics.
-        None at 0 (the methods here evaluate on the server by default)."""
-        if self.fraction_evaluate == 0.0 or self.map is None:
-            return []
-        clients = self._sample(grid, server_round, self.fraction_evaluate, self.min_evaluate_nodes, EVALUATE_SALT)
-        config["server-round"] = server_round
-        shared = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        return [self.map.message(c, shared, MessageType.EVALUATE) for c in clients]
+    # sampled by client id, sent through the client map (not Flower's node-id sampling); Flower's aggregate_evaluate
+    configure_evaluate = StrategyBase.configure_evaluate
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop malformed replies (keys/shapes of the global model, finite values), then Flower's aggregation."""

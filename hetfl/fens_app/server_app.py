@@ -121,6 +121,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
 
     result = run_rounds(grid, strategy, ArrayRecord(), cfg, recorder, evaluate_fn, taken=taken, round0=round0,
                         start={"ensemble": ens, "on_ensemble": on_ensemble})
-    agg = {k[len("agg."):]: v for k, v in result.items() if k.startswith("agg.")}
-    final = {**pack_models([get_state(m) for m in logits["models"]]), **{f"agg.{k}": v for k, v in agg.items()}}
+    # the members as the server built them from the download, and the aggregator FENS.start returned beside them
+    final = {**pack_models([get_state(m) for m in logits["models"]]),
+             **{k: v for k, v in result.items() if k.startswith("agg.")}}
     return recorder.finish(final, builder="hetfl.fens_app.core:inference_model", members=len(ens.states))

@@ -12,7 +12,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from hetfl.common.comm import Traffic
+from hetfl.common.comm import Traffic, take_traffic
 from hetfl.common.compression import dequantize_state, quantize_state
 from hetfl.common.fedopt import SeededFedAdam, SeededFedYogi
 from hetfl.common.nodes import ClientMap
@@ -170,7 +170,7 @@ class FENS(StrategyBase):
         with heartbeat(f"FENS: ensemble download and logits on {len(clients)} clients", progress):
             replies = cmap.send_and_receive(grid, msgs, timeout)
         self.ready, _, _ = validate_replies(replies, check_logits, 0, cmap, set(clients))
-        self.download = grid.take() if hasattr(grid, "take") else Traffic()
+        self.download = take_traffic(grid)
         self.confusion = np.zeros((M, C, C), np.int64)
         for _, (own, counts) in self.ready:
             if own >= 0:

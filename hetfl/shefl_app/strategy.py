@@ -22,7 +22,7 @@ from flwr.serverapp import Grid
 from hetfl.common.compression import StateLayout
 from hetfl.common.nodes import ClientMap
 from hetfl.common.params import FederationParams, apply_options
-from hetfl.common.strategy import StrategyBase, check_sparse, validate_replies
+from hetfl.common.strategy import StrategyBase, evaluate_fraction, check_sparse, validate_replies
 from hetfl.common.task import pack_models, unpack_models
 
 from . import TRAIN
@@ -68,11 +68,9 @@ class SHEFL(StrategyBase):
     def __init__(self, params: SHEFLParams | None = None, federation: FederationParams | None = None, *,
                  device_class: Mapping[int, str] | Callable[[int], str] | None = None,
                  client_map: ClientMap | None = None, fraction_evaluate: float = 0.0, **options: Any) -> None:
-        if not 0.0 <= fraction_evaluate <= 1.0:
-            raise ValueError(f"SHEFL: fraction_evaluate={fraction_evaluate!r} is not allowed; expected a float in [0, 1]")
-        self.fraction_evaluate, self._evaluating = float(fraction_evaluate), []
+        self.fraction_evaluate, self._evaluating = evaluate_fraction("SHEFL", fraction_evaluate), []
         self.params, self.fed = apply_options("SHEFL", options, params or SHEFLParams(), federation or FederationParams())
-        self.evaluate_seed = self.fed.seed
+        self.seed = self.fed.seed  # the federated evaluation's sampling
         self.M = self.params.num_models
         self.device_class = device_class
         self.map = client_map

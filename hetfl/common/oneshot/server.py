@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-from hetfl.common.comm import UNATTRIBUTED, MeteredGrid, Traffic
+from hetfl.common.comm import UNATTRIBUTED, MeteredGrid, Traffic, take_traffic
 from hetfl.common.nodes import ClientMap
 from hetfl.common.progress import heartbeat
 from hetfl.common.strategy import check_arrays, check_weight, validate_replies
@@ -61,7 +61,7 @@ def gather_local_models(grid, cmap: ClientMap, clients: list[int], initial: Arra
 
     reference = {k: v.numpy() for k, v in initial.items()}
     kept, rejected, epochs = _usable_models(raw, cmap, clients, num_classes, reference, label)
-    traffic = grid.take() if hasattr(grid, "take") else Traffic()
+    traffic = take_traffic(grid)
     wall = time.perf_counter() - t0
     log.info("%s: %d local models in %.1fs (%.1f MB up)", label, len(kept), wall, traffic.bytes_up / 1e6)
     return Ensemble(
