@@ -14,10 +14,13 @@ _API = {  # public name -> the module that defines it
     "SeededScaffold": "hetfl.baselines.strategy", "SeededFedAvgSTC": "hetfl.baselines.strategy",
     "SeededFedAdam": "hetfl.common.fedopt", "SeededFedYogi": "hetfl.common.fedopt",
     "SHEFL": "hetfl.shefl_app.strategy", "AdaptiveFL": "hetfl.adaptivefl_app.strategy", "FENS": "hetfl.fens_app.strategy",
+    "FedKD": "hetfl.oneshot_app.strategy", "FedET": "hetfl.oneshot_app.strategy",
+    "CoBoosting": "hetfl.oneshot_app.strategy", "FedCVAEEns": "hetfl.oneshot_app.strategy",
     # client functions: what a ClientApp of one's own calls to answer a method's train message
     "shefl_train": "hetfl.shefl_app.client_app", "adaptivefl_train": "hetfl.adaptivefl_app.client_app",
     "fens_local_train": "hetfl.fens_app.client_app", "fens_logits": "hetfl.fens_app.client_app",
     "fens_aggregator_train": "hetfl.fens_app.client_app", "make_aggregator": "hetfl.fens_app.aggregators",
+    "oneshot_local_train": "hetfl.oneshot_app.client_app",
     # packing several models in one ArrayRecord (SHEFL's members, Decoupled's models): keys m<j>.<name>
     "pack_models": "hetfl.common.task", "unpack_models": "hetfl.common.task",
     # the round loop's callbacks, and what a failed run raises

@@ -4,7 +4,7 @@ Each example is a Flower App with its own pyproject, model and data (an MLP on s
 count its Python against the twin's (at most 30 lines more), check that it uses only names in ``hetfl.__all__``,
 run it in process twice (other random node ids, the same numbers), and run it with ``flwr run .`` in the Simulation
 Engine: accuracy rises and every round's metric equals the in-process run's at the same seed; the SHEFL example also
-against a SuperLink and two SuperNodes (the Deployment Engine).
+against a SuperLink and two SuperNodes (the Deployment Engine: tests/test_two_supernodes.py).
 """
 
 from __future__ import annotations
@@ -67,10 +67,11 @@ def _importable(example: str):
         sys.path.remove(str(EXAMPLES / example))
 
 
-def in_process(example: str, nodes: int = NODES, **overrides) -> dict[str, dict[str, float]]:
+def in_process(example: str, nodes: int = NODES, node_config: dict | None = None, **overrides) -> dict[str, dict[str, float]]:
+    """The example's ServerApp on an in-process grid of `nodes` nodes (`node_config`: what every node declares)."""
     cfg = {**_config(example), **overrides}
     with _importable(example) as (server, client), task_identity():
-        metrics = server.run(UserGrid(client.app, nodes, cfg), cfg)
+        metrics = server.run(UserGrid(client.app, nodes, cfg, node_config), cfg)
     return {str(r): dict(m) for r, m in metrics.items()}
 
 
@@ -137,41 +138,5 @@ def test_examples_run_with_flwr_run_in_the_simulation_engine_as_in_process(tmp_p
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.slow
-def test_the_shefl_example_runs_on_a_superlink_and_two_supernodes_as_in_process(tmp_path):
-    """The Deployment Engine: hetfl's wrapped SuperLink and two SuperNodes on loopback (docs/deployment.md), then
-    `flwr run . hetfl` in the example's directory; its rounds equal the in-process run's on two nodes."""
-    from hetfl import launch
-
-    from .test_two_supernodes import _wait_for
-
-    example, nodes = "shefl-digits", 2
-    env = {k: v for k, v in os.environ.items() if k not in ("FLWR_HOME", "PYTHONPATH")}
-    env.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]]), FLWR_DISABLE_UPDATE_CHECK="1",
-               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", HOME=str(tmp_path / "user"))
-    port, link_home, procs = launch.free_port(), tmp_path / "server", []
-
-    def start(cmd: list[str], log: Path) -> subprocess.Popen:
-        with open(log, "wb") as out:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-        return procs[-1]
-
-    try:
-        link = start([sys.executable, "-m", "hetfl.cluster", "superlink", "--port", str(port), "--insecure",
-                      "--state", "memory", "--home", str(link_home)], tmp_path / "superlink.log")
-        _wait_for(tmp_path / "superlink.log", "SuperLink serving on", link)
-        for i in range(nodes):
-            node = start([sys.executable, "-m", "hetfl.cluster", "supernode", "--superlink", f"127.0.0.1:{port}",
-                          "--insecure", "--node-config", f"partition-id={i} num-partitions={nodes}"],
-                         tmp_path / f"node{i}.log")
-            _wait_for(tmp_path / f"node{i}.log", "SuperNode of", node)
-        out = tmp_path / "metrics.json"
-        run = subprocess.run(["flwr", "run", ".", "hetfl", "--stream", "--run-config", f"out='{out}'"],
-                             env={**env, "FLWR_HOME": str(link_home)}, cwd=EXAMPLES / example, capture_output=True,
-                             text=True, timeout=300)
-        assert run.returncode == 0 and out.exists(), (run.stdout + run.stderr)[-4000:]
-        got = json.loads(out.read_text())
-        assert got == in_process(example, nodes=nodes), got
-        assert got["2"]["accuracy"] > got["0"]["accuracy"] + 0.1, got
-    finally:
-        launch.stop_tree(procs, timeout=10.0)
+# The SHEFL example on a SuperLink and two SuperNodes (the Deployment Engine) runs in
+# tests/test_two_supernodes.py, on the two SuperNodes that test starts.

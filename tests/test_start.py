@@ -73,10 +73,12 @@ class UserGrid:
     """What Flower's engines do, in one process: fresh random node ids in every run, replies in shuffled order, and
     a ClientApp's exception (such as a message type it does not handle) as an error reply."""
 
-    def __init__(self, app: ClientApp, n: int = NODES, run_config: dict | None = None) -> None:
+    def __init__(self, app: ClientApp, n: int = NODES, run_config: dict | None = None,
+                 node_config: dict | None = None) -> None:
         self.app = app
         ids = random.sample(range(1, 1 << 62), n)
-        self.contexts = {nid: Context(run_id=1, node_id=nid, node_config={"partition-id": i, "num-partitions": n},
+        self.contexts = {nid: Context(run_id=1, node_id=nid, node_config={"partition-id": i, "num-partitions": n,
+                                                                          **(node_config or {})},
                                       state=RecordDict(), run_config=dict(run_config or {})) for i, nid in enumerate(ids)}
 
     def get_node_ids(self) -> list[int]:

@@ -1,7 +1,9 @@
 """Two wrapped SuperNodes on one host (issue #75): `python -m hetfl.cluster supernode` twice, with neither --home nor a
 runtime port given, beside a SuperLink on loopback. Each gets its own free Runtime API port and its own default home
 (~/.flwr/supernode-<client-id>), and a run trains on both; a third that asks for a taken port, or a home another live
-SuperNode holds, stops in one line (exit 2) before any process starts."""
+SuperNode holds, stops in one line (exit 2) before any process starts. On the same two SuperNodes, examples/shefl-digits
+(a Flower App of its own on hetfl's public API, issue #78) runs with `flwr run . hetfl` and gives the in-process
+run's numbers on two nodes that declare the same."""
 
 from __future__ import annotations
 
@@ -51,8 +53,8 @@ def test_two_wrapped_supernodes_run_side_by_side_on_one_host(tmp_path):
 
     def node(i: int, *extra: str) -> list[str]:
         return [sys.executable, "-m", "hetfl.cluster", "supernode", "--superlink", f"127.0.0.1:{port}", "--insecure",
-                *extra, "--node-config", f'partition-id={i} num-partitions=3 client-id={i} device-class="hpc" '
-                                         'capacity="weak"']
+                *extra, "--node-config", f'partition-id={i} num-partitions={max(2, i + 1)} client-id={i} '
+                                         'device-class="hpc" capacity="weak"']  # the two that run: 2 partitions
 
     try:
         link_home = tmp_path / "server"
@@ -91,5 +93,16 @@ def test_two_wrapped_supernodes_run_side_by_side_on_one_host(tmp_path):
         assert m["summary"]["rounds_completed"] == 1 and row["replies"] == 2 and row["failures"] == 0, row
         assert set(row["bytes_up_by_client"]) == {"0", "1"}, row["bytes_up_by_client"]
         assert all(p.poll() is None for p in procs), [p.poll() for p in procs]  # nobody died of a taken port
+        # the SHEFL example on the same SuperNodes: the in-process run's numbers on two nodes declaring the same
+        from .test_examples import EXAMPLES, in_process
+
+        out = tmp_path / "example.json"
+        run = subprocess.run(["flwr", "run", ".", "hetfl", "--stream", "--run-config", f"out='{out}'"],
+                             env={**env, "FLWR_HOME": str(link_home)}, cwd=EXAMPLES / "shefl-digits",
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0 and out.exists(), (run.stdout + run.stderr)[-4000:]
+        got = json.loads(out.read_text())
+        assert got == in_process("shefl-digits", nodes=2, node_config={"device-class": "hpc", "capacity": "weak"}), got
+        assert got["2"]["accuracy"] > got["0"]["accuracy"] + 0.1, got
     finally:
         launch.stop_tree(procs, timeout=10.0)

@@ -50,6 +50,8 @@ SUPPORTING = {  # not in hetfl.__all__, documented because the public names' doc
     "hetfl.common.params": ["key", "MethodParams", "NoParams", "FederationParams", "LocalSGDParams", "apply_options"],
     "hetfl.shefl_app.keys": ["SHEFLParams"], "hetfl.adaptivefl_app.keys": ["AdaptiveFLParams", "Variant"],
     "hetfl.fens_app.keys": ["FENSParams"], "hetfl.common.oneshot.ensemble": ["Ensemble"],
+    "hetfl.oneshot_app.keys": ["FedKDParams", "FedETParams", "CoBoostParams", "FedCVAEParams"],
+    "hetfl.oneshot_app.strategy": ["OneShotStrategy"], "hetfl.common.oneshot.client": ["phase1_reply"],
     "hetfl.common.fedopt": ["FedAdamParams", "FedYogiParams", "AdamParams", "MomentParams"],
     "hetfl.baselines.params": ["FedProxParams", "FedBEParams", "FedNovaParams", "ScaffoldParams", "STCParams"],
     "hetfl.common.strategy": ["seeded_init", "validate_replies"],

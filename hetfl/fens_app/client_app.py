@@ -11,7 +11,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 
 from hetfl.common.compression import dequantize_state, quantize_state
 from hetfl.data.arrays import ArrayData
-from hetfl.common.oneshot.client import OWN, train_and_upload
+from hetfl.common.oneshot.client import OWN, phase1_reply, train_and_upload
 from hetfl.common.oneshot.ensemble import build_members, cached_logits, split_indices, states_digest, subset
 from hetfl.common.task import (arrays_to_model, client_device, compute_options, inference_flops,
                                model_to_arrays, unpack_models)
@@ -39,15 +39,10 @@ def local(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
                             p.member_patience)
 
 
-def _as_arrays(state: Mapping[str, Any]) -> ArrayRecord:
-    return ArrayRecord({k: Array(v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
-                        for k, v in state.items()})
-
-
 def fens_local_train(msg: Message, fit: Callable[[ArrayRecord | None, ConfigRecord], tuple[Mapping[str, Any],
                                                                                          Mapping[str, Any]]]) -> Message:
     """A FENS client's phase-1 reply (Sec. 3.1): its model trained once by `fit` on its local split, uploaded with
-    its label counts. The message contract is docs/api.md#fens.
+    its label counts (:func:`~hetfl.common.oneshot.client.phase1_reply`). The message contract is docs/api.md#fens.
 
     Parameters
     ----------
@@ -58,8 +53,7 @@ def fens_local_train(msg: Message, fit: Callable[[ArrayRecord | None, ConfigReco
         ``fit(arrays or None, config) -> (trained state, metrics)``; the metrics with ``num-examples`` and
         ``label_counts`` (one count per class of the rows it trained on).
     """
-    state, metrics = fit(msg.content["arrays"] if "arrays" in msg.content else None, msg.content["config"])
-    return Message(RecordDict({"arrays": _as_arrays(state), "metrics": MetricRecord(dict(metrics))}), reply_to=msg)
+    return phase1_reply(msg, fit)
 
 
 def fens_logits(msg: Message, logits_of: Callable[[list[dict[str, np.ndarray]]], np.ndarray], labels: np.ndarray,

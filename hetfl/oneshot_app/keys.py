@@ -60,9 +60,14 @@ class FedKDParams(OneShotParams):
 
     Parameters
     ----------
-    epochs, batch_size, lr, lr_min : Adam over the auxiliary set with a per-epoch cosine from lr to lr_min.
-    loss : "l1" (the authors' default: mean |student - teacher| on logits) or "kl" (T = 3).
-    weighting : "class-counts": member m's logit of class c weighted n_mc / sum_m n_mc; "data-size": n_m / n.
+    epochs, batch_size : int
+        Adam over the auxiliary set: its epochs and batch size.
+    lr, lr_min : float
+        A per-epoch cosine from lr to lr_min.
+    loss : {"l1", "kl"}
+        "l1" (the authors' default: mean abs(student - teacher) on logits) or "kl" (T = 3).
+    weighting : {"class-counts", "data-size"}
+        "class-counts": member m's logit of class c weighted n_mc / sum_m n_mc; "data-size": n_m / n.
     """
 
     epochs: int = key("fedkd-epochs", 200, "FedKD: server distillation epochs over the auxiliary set (authors: fedrounds 200)", min=1)
@@ -111,10 +116,18 @@ class FedCVAEParams(MethodParams):
 
     Parameters
     ----------
-    z_dim, beta : latent size and KL weight of the clients' CVAEs.
-    z_bound : the server's latent draws are N(0, I) truncated to [-z_bound, z_bound] per coordinate (0: none).
-    samples : size of the synthetic set, split over the clients by data size (the last client takes the rest).
-    epochs, batch_size, lr : Adam over the synthetic set, from the initial classifier.
+    z_dim : int
+        Latent size of the clients' CVAEs.
+    beta : float
+        KL weight of the clients' CVAE loss.
+    z_bound : float
+        The server's latent draws are N(0, I) truncated to plus or minus z_bound per coordinate (0: none).
+    samples : int
+        Size of the synthetic set, split over the clients by data size (the last client takes the rest).
+    epochs, batch_size : int
+        Adam over the synthetic set, from the initial classifier.
+    lr : float
+        Its learning rate.
     """
 
     z_dim: int = key("fedcvae-z-dim", 10, "FedCVAE-Ens: latent size of the clients' CVAEs (authors' FMNIST: z_dim 10)", min=1)

@@ -3,8 +3,12 @@ upload it with the label counts; FENS and the one-shot baselines answer their ph
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from hetfl.data.arrays import ArrayData, label_histogram
 from hetfl.common.models import get_state, set_state
@@ -16,6 +20,16 @@ from hetfl.common.train import Normalizer, TrainResult, evaluate
 from .ensemble import split_indices, subset
 
 OWN = "fens-own-model"  # the node-state entry of a client's own trained model (FENS's logits step reads it)
+
+
+def phase1_reply(msg: Message, fit: Callable[[ArrayRecord | None, ConfigRecord], tuple[Mapping[str, Any],
+                                                                                     Mapping[str, Any]]]) -> Message:
+    """Phase 1's reply from a user's `fit` (FENS Sec. 3.1): ``fit(arrays or None, config) -> (state, metrics)``, the
+    state (tensors or arrays) as ``arrays`` and the metrics (``num-examples``, ``label_counts``) as ``metrics``."""
+    state, metrics = fit(msg.content["arrays"] if "arrays" in msg.content else None, msg.content["config"])
+    arrays = ArrayRecord({k: v if isinstance(v, Array) else Array(v.detach().cpu().numpy() if hasattr(v, "detach")
+                                                                  else np.asarray(v)) for k, v in state.items()})
+    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(dict(metrics))}), reply_to=msg)
 
 
 def client_init_seed(cfg: dict, pid: int) -> int:
@@ -79,8 +93,8 @@ def best_epoch_training(model: torch.nn.Module, fit: ArrayData, val: ArrayData, 
 def upload(msg: Message, arrays: ArrayRecord, res: TrainResult, local_data: ArrayData, cfg: dict,
            epochs: int | None = None) -> Message:
     """Phase 1's reply: the trained `arrays` with the local data's size, label counts and training loss/time (and
-    the epochs kept, for a model trained to completion)."""
+    the epochs kept, for a model trained to completion): hetfl's own :func:`phase1_reply`."""
     counts = label_histogram(local_data.y, num_classes(cfg)).tolist()
-    metrics = MetricRecord({"num-examples": len(local_data), "train_loss": res.loss, "train_s": res.seconds,
-                            "train_flops": res.flops, "label_counts": counts, **({"epochs": int(epochs)} if epochs is not None else {})})
-    return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+    metrics = {"num-examples": len(local_data), "train_loss": res.loss, "train_s": res.seconds,
+               "train_flops": res.flops, "label_counts": counts, **({"epochs": int(epochs)} if epochs is not None else {})}
+    return phase1_reply(msg, lambda _arrays, _config: (arrays, metrics))

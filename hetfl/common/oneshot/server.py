@@ -50,15 +50,31 @@ def gather_local_models(grid, cmap: ClientMap, clients: list[int], initial: Arra
                         label: str = "phase 1", train_config: ConfigRecord | None = None) -> Ensemble:
     """Send every client the `initial` model (unless not `send_init`: each starts from its own), collect its trained
     model once; the checked uploads (keys, shapes and dtypes of `initial`, finite values, `num_classes` label counts),
-    in client-id order, are the :class:`~.ensemble.Ensemble` (FENS Sec. 3.1), with the bytes and times they cost."""
+    in client-id order, are the :class:`~.ensemble.Ensemble` (FENS Sec. 3.1), with the bytes and times they cost:
+    :func:`phase1_messages`, then :func:`phase1_ensemble` of the replies."""
     t0 = time.perf_counter()
+    messages = phase1_messages(cmap, clients, initial, message_type, send_init=send_init, train_config=train_config)
+    log.info("%s: %d clients train the model once on their data (one-shot)", label, len(clients))
+    with heartbeat(f"{label}: {len(clients)} clients training locally", progress):
+        raw = cmap.send_and_receive(grid, messages, timeout)
+    return phase1_ensemble(grid, raw, cmap, clients, initial, num_classes=num_classes, label=label, started=t0)
+
+
+def phase1_messages(cmap: ClientMap, clients: list[int], initial: ArrayRecord, message_type: str, *,
+                    send_init: bool = True, train_config: ConfigRecord | None = None) -> list[Message]:
+    """Phase 1's messages (FENS Sec. 3.1): `train_config` and ``server-round`` 0, and the `initial` model unless not
+    `send_init` (each client then starts from its own random one)."""
     content = RecordDict({"config": ConfigRecord({**dict(train_config or {}), "server-round": 0})})
     if send_init:  # the common initial model travels (and is counted); diff-init: built on the client
         content["arrays"] = initial
-    log.info("%s: %d clients train the model once on their data (one-shot)", label, len(clients))
-    with heartbeat(f"{label}: {len(clients)} clients training locally", progress):
-        raw = cmap.send_and_receive(grid, [cmap.message(c, content, message_type) for c in clients], timeout)
+    return [cmap.message(c, content, message_type) for c in clients]
 
+
+def phase1_ensemble(grid, raw: list[Message], cmap: ClientMap, clients: list[int], initial: ArrayRecord, *,
+                    num_classes: int, label: str = "phase 1", started: float | None = None) -> Ensemble:
+    """Phase 1's replies checked against `initial` (its keys, shapes and dtypes) and made the ensemble, with the
+    traffic taken from `grid` and the wall time since `started` (``time.perf_counter()``)."""
+    t0 = time.perf_counter() if started is None else started
     reference = {k: v.numpy() for k, v in initial.items()}
     kept, rejected, epochs = _usable_models(raw, cmap, clients, num_classes, reference, label)
     traffic = take_traffic(grid)
