@@ -34,6 +34,9 @@ _API = {  # public name -> the module that defines it
     "workload_weights": "hetfl.shefl_app.core", "SubmodelPool": "hetfl.adaptivefl_app.core",
     "ClientSelector": "hetfl.adaptivefl_app.core", "Aggregator": "hetfl.fens_app.aggregators",
     "quantize_int8": "hetfl.common.compression", "dequantize_int8": "hetfl.common.compression",
+    # devices that measure themselves (docs/fleets.md#measured) and the rules that assign their profile
+    "DeviceProfile": "hetfl.common.profile", "measure_training": "hetfl.common.profile",
+    "measured_classes": "hetfl.shefl_app.core", "budget_capacity": "hetfl.adaptivefl_app.core",
     # the statistics of a verdict
     "paired_interval": "hetfl.stats", "label": "hetfl.stats", "tost": "hetfl.stats", "holm": "hetfl.stats",
     "seeds_needed": "hetfl.stats",

@@ -47,10 +47,22 @@ def node_query(msg: Message, context: Context) -> Message:
         client_data(context, cfg)  # read and checked once here (and cached for the rounds)
     clients = node_clients(context, cfg)
     answer: dict = {CLIENT_IDS: clients}
+    measured = measured_profile(context, cfg, clients[0]) if cfg["measure-devices"] and clients else {}
     for c in clients:
-        for k, v in methods.node_info(cfg["method"], context, cfg, c).items():
+        for k, v in {**measured, **methods.node_info(cfg["method"], context, cfg, c)}.items():
             answer.setdefault(k, []).append(v)
     return tag_host(Message(RecordDict({"config": ConfigRecord(answer)}), reply_to=msg))
+
+
+def measured_profile(context: Context, cfg: dict, client: int) -> dict:
+    """This node's measured profile (:func:`hetfl.common.profile.measure_run`, on `client`'s data), measured once
+    per run and kept in the node state (AdaptiveFL's client reads it back): the discovery answer's fields."""
+    from hetfl.common.profile import PROFILE, measure_run
+
+    if PROFILE not in context.state:
+        torch.set_num_threads(cfg["client-threads"])  # as the node's training runs
+        context.state[PROFILE] = ConfigRecord(measure_run(cfg, client_data(context, cfg, client)).answer())
+    return dict(context.state[PROFILE])
 
 
 def _register(message_type: str, handler) -> None:

@@ -42,6 +42,8 @@ def task_identity() -> Iterator[None]:
 class InProcessGrid:
     """`num_nodes` nodes with partitions 0..n-1 behind random node ids; shuffled replies."""
 
+    simulated = True  # a simulation: measured device timing decides nothing here (hetfl.common.nodes.simulated)
+
     def __init__(self, run_config: dict[str, Any], num_nodes: int, callbacks: Sequence[Any] = ()) -> None:
         """`callbacks`: round callbacks (:class:`hetfl.common.rounds.RoundCallback`) the run adds to its own."""
         self.callbacks = tuple(callbacks)

@@ -19,7 +19,7 @@ from hetfl.common.rundata import client_data, model_input_shape
 from .core import SubmodelPool, request_capacity, slice_state
 from .keys import CAPACITY, TIERS, AdaptiveFLParams
 from .scalefl import scalefl_loss
-from .task import device_capacity, pool_of
+from .task import device_capacity, pool_of, remember_speed
 
 
 def node_info(context: Context, cfg: dict[str, Any], client: int) -> dict[str, Any]:
@@ -118,9 +118,16 @@ def train(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
     if p.variant.pool == "scalefl":  # early exits; distillation after the first 25% of the rounds
         loss_fn = scalefl_loss(p.scalefl_kd if rnd - 1 > 0.25 * cfg["num-server-rounds"] else 0.0)
 
+    work = [0.0, 0.0]  # this round's FLOPs and seconds (a measured device's next capacity)
+
     def fit(model: torch.nn.Module, conf: ConfigRecord, j: int) -> dict[str, float]:
         res = local_train(model, data, cfg, rnd, seed_offset=pid + 7919 * j, loss_fn=loss_fn)
+        work[0], work[1] = work[0] + res.flops, work[1] + res.seconds
         return {"train_s": res.seconds, "train_flops": res.flops, "train_loss": res.loss}
 
     per_request = None if capacity is None else (lambda j: request_capacity(capacity, cfg["seed"], rnd, pid, j))
-    return adaptivefl_train(msg, pool_of(cfg), fit, len(data), per_request)
+    reply = adaptivefl_train(msg, pool_of(cfg), fit, len(data), per_request)
+    if cfg["measure-devices"] and p.round_budget_s > 0 and capacity is not None:
+        reply.content["metrics"]["capacity"] = float(capacity.loc)  # this round's (a measured device's is fixed)
+        remember_speed(context, *work)  # the next round's capacity follows this round's speed
+    return reply

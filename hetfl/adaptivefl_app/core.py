@@ -463,6 +463,14 @@ def tier_capacities(pool: SubmodelPool, mode: str = "gaussian") -> dict[str, Cap
     return out
 
 
+def budget_capacity(sizes: Sequence[float], seconds: Sequence[float], budget_s: float) -> float:
+    """A measured device's capacity under a time budget (Sec. 3.2: devices prune to their available resources):
+    the size of the largest pool member whose predicted local training time (`seconds`, aligned with `sizes`, the
+    pool in increasing size) fits `budget_s`; the smallest member's size where none fits."""
+    fits = [size for size, t in zip(sizes, seconds, strict=True) if t <= budget_s]
+    return float(max(fits) if fits else min(sizes))
+
+
 def request_capacity(capacity: Capacity, seed: int, server_round: int, pid: int, request: int = 0) -> float:
     """This request's capacity of device `pid` (deterministic per seed, round, device and request)."""
     return capacity.draw(np.random.default_rng([seed, server_round, pid, request, 0xF1]))

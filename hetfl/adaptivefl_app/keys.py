@@ -138,6 +138,7 @@ class AdaptiveFLParams(MethodParams):
     starts: tuple[int, ...] = key("adaptivefl-starts", "", "AdaptiveFL pool: start layers I_1 > .. > I_p ('' = model default; one value = coarse-grained)", parse=ints())
     tau: int = key("adaptivefl-tau", 1, "AdaptiveFL pool: shallow-layer threshold tau (I >= tau)", min=0)
     tier_proportions: tuple[float, ...] = key("adaptivefl-tier-proportions", "4:3:3", "AdaptiveFL and its baselines: weak:medium:strong device tiers (simulation)", parse=floats(":"))
+    round_budget_s: float = key("adaptivefl-round-budget-s", 0.0, "AdaptiveFL and its baselines: a device that measured itself (measure-devices) and declares no capacity may train the largest submodel whose predicted local training time per round fits this many seconds, re-predicted every round from its last round's speed (0 = off; deployment: timing decides)", min=0.0)
     tier_capacity: str = key("adaptivefl-tier-capacity", "gaussian", "AdaptiveFL and its baselines: a tier's capacity per request: the authors' clipped Gaussian (uncertain environments), or fixed S1/M1/L1 sizes", choices=("gaussian", "fixed"))
     bn: str = key("adaptivefl-bn", "batch", "AdaptiveFL and its baselines: BatchNorm with batch statistics (authors: track_running_stats=False) or running statistics aggregated by Alg. 2", choices=("batch", "running"))
     scalefl_exits: tuple[int, ...] = key("scalefl-exits", "", "ScaleFL: hidden layers followed by an early exit ('' = model default: VGG16 '8,10', CNN '2,3')", parse=ints(), methods=("scalefl",))

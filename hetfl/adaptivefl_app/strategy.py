@@ -126,6 +126,8 @@ class _Tally:
     failed: int = 0
     pruned: int = 0
     untrained: int = 0
+    back_by_client: dict[int, int] = field(default_factory=dict)  # client -> the largest model it returned (params)
+    capacity_by_client: dict[int, float] = field(default_factory=dict)  # a measured device's own capacity (record)
 
 
 class AdaptiveFL(StrategyBase):
@@ -299,6 +301,10 @@ class AdaptiveFL(StrategyBase):
             tally.back_sizes += [0] * len(todo)
             return
         backs, states, weight, loss = parsed
+        metrics = r.content["metrics"]
+        if "capacity" in metrics:  # what a measured device could afford: recorded, never read by the RL tables
+            tally.capacity_by_client[client] = float(metrics["capacity"])
+        tally.back_by_client[client] = max((self.pool[b].size for b in backs if b is not None), default=0)
         for (slot, m), back, state in zip(todo, backs, states, strict=True):
             self.selector.update(client, m, back)
             if back is None:
@@ -322,6 +328,9 @@ class AdaptiveFL(StrategyBase):
             "params_sent": int(sum(tally.sent_sizes)), "params_back": int(sum(tally.back_sizes)),
             "pruned": tally.pruned, "untrained": tally.untrained, "failed": tally.failed, "rejected": rejected,
             **{f"back_{e.name}": n for e, n in zip(self.pool.entries, tally.returned, strict=True)},
+            "largest_back_by_client": {str(c): n for c, n in sorted(tally.back_by_client.items())},
+            **({"capacity_by_client": {str(c): v for c, v in sorted(tally.capacity_by_client.items())}}
+               if tally.capacity_by_client else {}),
         }
 
     def round_metrics(self, traffic: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from hetfl.common.nodeconfig import NodeProfile
 from hetfl.common.hosting import device_value, num_clients
 from hetfl.common.rundata import dataset_info
 
-from .core import TIERS, Capacity, SubmodelPool, assign_tiers, tier_capacities, uniform_ratio
+from .core import TIERS, Capacity, SubmodelPool, assign_tiers, budget_capacity, tier_capacities, uniform_ratio
 from .keys import CAPACITY, AdaptiveFLParams
 from .scalefl import ScaleFLPool
 
@@ -71,6 +71,9 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
     pool, p = reference_pool(cfg), AdaptiveFLParams.from_config(cfg)
     tiers = tier_capacities(pool, p.tier_capacity)
     value = device_value(context, cfg, client, CAPACITY)  # the node's declared, else its fleet tier's
+    if value is None and p.round_budget_s > 0 and cfg["measure-devices"] and (gamma := measured_capacity(context, cfg, client)):
+        fits = [t for t in TIERS if pool.tier_capacity(t) <= gamma]
+        return (fits[-1] if fits else "weak"), Capacity(gamma, 0.0, gamma, gamma)
     if value is not None:
         if value in TIERS:
             return str(value), tiers[str(value)]
@@ -82,6 +85,40 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
                          "capacity=\"weak\" | \"medium\" | \"strong\" or a number of parameters (docs/deployment.md)")
     tier = _tiers(num_clients(context, cfg), p.tier_proportions, cfg["seed"])[client]
     return tier, tiers[tier]
+
+
+def measured_capacity(context: Context, cfg: dict[str, Any], client: int) -> float | None:
+    """The parameters a measured device can train in ``adaptivefl-round-budget-s`` (:func:`~.core.budget_capacity`):
+    each pool member's local work per round (``local-steps`` x ``batch-size`` samples, or ``local-epochs`` passes
+    over the client's data) at its FLOPs per sample (PyTorch's counter) over the device's achieved FLOP/s (measured
+    at discovery, then its last round's). None before the node measured itself."""
+    from hetfl.common.costs import step_flops
+    from hetfl.common.profile import PROFILE
+    from hetfl.common.rundata import client_data, model_input_shape
+
+    if PROFILE not in context.state:
+        return None
+    flops_per_s = float(context.state[PROFILE]["flops-per-s"])
+    pool, p = pool_of(cfg), AdaptiveFLParams.from_config(cfg)
+    batch = int(cfg["batch-size"])
+    samples = cfg["local-steps"] * batch if cfg["local-steps"] else cfg["local-epochs"] * len(client_data(context, cfg, client))
+    shape = tuple(model_input_shape(cfg))
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # building the pool's models leaves the device's RNG as it was
+        seconds = [samples * step_flops(pool.build(i), shape, batch) / batch / flops_per_s for i in range(len(pool))]
+    return budget_capacity([pool[i].size for i in range(len(pool))], seconds, p.round_budget_s)
+
+
+def remember_speed(context: Context, flops: float, seconds: float) -> None:
+    """A measured device's achieved FLOP/s of its latest round, for the next round's capacity (AdaptiveFL's
+    uncertain environments: the budget follows the device as it changes)."""
+    from flwr.app import ConfigRecord
+
+    from hetfl.common.profile import PROFILE
+
+    if PROFILE in context.state and flops > 0 and seconds > 0:
+        context.state[PROFILE] = ConfigRecord({**dict(context.state[PROFILE]), "flops-per-s": float(flops / seconds)})
 
 
 def inference_model(cfg: dict[str, Any], tensors: dict[str, Any]) -> Any:

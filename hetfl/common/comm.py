@@ -119,11 +119,16 @@ class Traffic:
     hosts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # host -> replies from ClientApps there
     flops: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # client -> FLOPs its replies report
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # Flower error code name -> failures
+    # client -> seconds from sending its message to its reply's arrival, as the server saw it (Flower's polling
+    # included: a reply is seen at the first pull after it came, every `pull_interval` s; 3 s on a SuperLink)
+    reply_s: dict[int, float] = field(default_factory=lambda: defaultdict(float))
+    train_s: dict[int, float] = field(default_factory=lambda: defaultdict(float))  # client -> training s it reported
 
     def add(self, other: Traffic) -> Traffic:
         """Fold another period into this one (e.g. several phases reported as one round)."""
         for mine, theirs in ((self.down, other.down), (self.up, other.up), (self.hosts, other.hosts),
-                             (self.flops, other.flops), (self.errors, other.errors)):
+                             (self.flops, other.flops), (self.errors, other.errors), (self.reply_s, other.reply_s),
+                             (self.train_s, other.train_s)):
             for node, b in theirs.items():
                 mine[node] = mine.get(node, 0) + b
         self.replies += other.replies
@@ -174,7 +179,8 @@ class MeteredGrid(Grid):
             with self._lock:
                 self.current.down[_client_or_node(m, m.metadata.dst_node_id)] += nbytes
 
-    def _count_up(self, replies: list[Message], sent: dict[str, Message] | None = None) -> None:
+    def _count_up(self, replies: list[Message], sent: dict[str, Message] | None = None,
+                  seconds: dict[str, float] | None = None) -> None:
         for r in replies:
             host = take_host(r)  # the host tag is bookkeeping, not the method's traffic: off before counting
             nbytes = message_nbytes(r)
@@ -191,6 +197,10 @@ class MeteredGrid(Grid):
                     flops = reported_flops(r)
                     if flops:
                         self.current.flops[_client_or_node(to, r.metadata.src_node_id)] += flops
+                    if seconds and r.metadata.reply_to_message_id in seconds and to is not None:
+                        who = _client_or_node(to, r.metadata.src_node_id)
+                        self.current.reply_s[who] += seconds[r.metadata.reply_to_message_id]
+                        self.current.train_s[who] += reported_train_s(r)
 
     # --- Grid API (forwarded) -------------------------------------------------------
     def set_run(self, run):  # noqa: D102
@@ -219,14 +229,42 @@ class MeteredGrid(Grid):
         self._count_up(replies)
         return replies
 
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:  # noqa: D102
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Flower's ``send_and_receive``, counting bytes and keeping when each reply was seen (:class:`Traffic`'s
+        ``reply_s``)."""
         messages = list(messages)
         self._count_down(messages)
         t0 = time.perf_counter()
-        replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+        if hasattr(self._inner, "push_messages") and hasattr(self._inner, "pull_messages"):
+            replies, seconds = self._push_and_pull(messages, timeout, t0)
+        else:  # a grid of one's own: every reply is seen when the call returns
+            replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+            seconds = dict.fromkeys((r.metadata.reply_to_message_id for r in replies), time.perf_counter() - t0)
         self.current.comm_s += time.perf_counter() - t0
-        self._count_up(replies, {m.metadata.message_id: m for m in messages})  # pushing gave each message its id
+        self._count_up(replies, {m.metadata.message_id: m for m in messages}, seconds)  # pushing gave each its id
         return replies
+
+    def _push_and_pull(self, messages: list[Message], timeout: float | None, t0: float
+                       ) -> tuple[list[Message], dict[str, float]]:
+        """Flower 1.41's ``Grid.send_and_receive`` loop (push all, then pull every ``pull_interval`` s, 3 s on a
+        SuperLink, until every message is answered or `timeout` passes), noting the seconds since `t0` at which
+        each reply was pulled."""
+        ids = set(self._inner.push_messages(messages))
+        interval = float(getattr(self._inner, "pull_interval", FLOWER_PULL_S))
+        end = time.time() + (timeout if timeout is not None else 0.0)
+        replies: list[Message] = []
+        seconds: dict[str, float] = {}
+        while timeout is None or time.time() < end:
+            got = list(self._inner.pull_messages(ids))
+            now = time.perf_counter() - t0
+            for r in got:
+                seconds[r.metadata.reply_to_message_id] = now
+            replies.extend(got)
+            ids.difference_update(r.metadata.reply_to_message_id for r in got)
+            if not ids:
+                break
+            time.sleep(interval)
+        return replies, seconds
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
@@ -235,6 +273,18 @@ class MeteredGrid(Grid):
 FLOP_METRICS = ("train_flops", "infer_flops")
 """Reply metrics in which a client reports the floating-point operations it computed for the message
 (:func:`~hetfl.common.costs.step_flops`: training steps, and the inference of FENS's ensemble logits)."""
+
+
+FLOWER_PULL_S = 3.0
+"""Seconds between two pulls of Flower 1.41's Grid on a SuperLink (``Grid.send_and_receive``)."""
+
+
+def reported_train_s(reply: Message) -> float:
+    """The training seconds a reply reports (``train_s`` of its ``metrics`` record; 0 where it reports none)."""
+    if not reply.has_content() or "metrics" not in reply.content:
+        return 0.0
+    v = reply.content["metrics"].get("train_s", 0.0)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else 0.0
 
 
 def take_traffic(grid) -> Traffic:

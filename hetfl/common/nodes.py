@@ -248,6 +248,18 @@ class ClientMap:
         return self._sender.get(reply.metadata.reply_to_message_id)
 
 
+def simulated(grid) -> bool:
+    """Whether `grid` is a simulation's (Flower's Simulation Engine, or hetfl's in-process grid), seen through
+    MeteredGrid and other wrappers: there a device's measured timing must not decide anything (same seed, same
+    run)."""
+    from flwr.superlink.grid import InMemoryGrid
+
+    inner = grid
+    while hasattr(inner, "_inner"):  # MeteredGrid and other wrappers
+        inner = inner._inner
+    return isinstance(inner, InMemoryGrid) or bool(getattr(inner, "simulated", False))
+
+
 def error_line(reply: Message) -> str:
     """A failed reply's error as one line (Flower's reason can hold a whole traceback)."""
     reason = " ".join(str(reply.error.reason).split())
@@ -358,12 +370,7 @@ def wait_for_nodes(grid, min_nodes: int, timeout: float = 600.0, stall: float | 
     from .config import ConfigError
 
     if stall is None:
-        from flwr.superlink.grid import InMemoryGrid
-
-        inner = grid
-        while hasattr(inner, "_inner"):  # MeteredGrid and other wrappers
-            inner = inner._inner
-        stall = 5.0 if isinstance(inner, InMemoryGrid) else 120.0
+        stall = 5.0 if simulated(grid) else 120.0
     start = last_change = last_log = time.monotonic()
     count = -1
     while True:

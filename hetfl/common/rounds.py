@@ -116,6 +116,10 @@ def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, ser
         columns["bytes_down_by_client"] = {str(c): b for c, b in sorted(traffic.down.items()) if who(c)}
         columns["flops_by_client"] = {str(c): f for c, f in sorted(traffic.flops.items())}
         columns["client_flops"] = sum(traffic.flops.values())
+        # when each client's reply was seen (from its message's send, Flower's polling included) and the training
+        # seconds it reported: their difference estimates its communication time (docs/fleets.md#observed)
+        columns["reply_s_by_client"] = {str(c): round(v, 3) for c, v in sorted(traffic.reply_s.items()) if who(c)}
+        columns["train_s_by_client"] = {str(c): round(v, 3) for c, v in sorted(traffic.train_s.items()) if who(c)}
         tiers = tiers_of(recorder.cfg)
         if tiers and UNATTRIBUTED not in traffic.up:  # the round on the fleet's devices (FedScale's clock: its slowest client's download + work + upload)
             columns["sim_round_s"] = simulated_round_seconds(tiers, columns["bytes_down_by_client"],
@@ -183,6 +187,7 @@ class Evaluation(RoundCallback):
         if (tiers := tiers_of(cfg)) is not None:  # a simulated fleet's availability
             strategy.map.available = lambda c, rnd: c < len(tiers) and available(tiers[c], c, rnd, cfg["seed"])
         _note_left_out(self.recorder, strategy.map)
+        _note_devices(self.recorder, strategy.map)
         if first == 1:
             self._record(0, arrays, self.round0)
 
@@ -379,6 +384,21 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
                                       checkpointing, *extra]
     return strategy.start(grid, initial_arrays, num_rounds=recorder.last_round, timeout=cfg["round-timeout"],
                           callbacks=callbacks, progress=cfg.get("progress-interval", 10.0), **(start or {})).arrays
+
+
+def _note_devices(recorder: RunRecorder, cmap) -> None:
+    """The profiles that nodes measured at discovery (measure-devices), per client, with the run's record."""
+    from .profile import PROFILE_KEYS
+
+    fields = {k: cmap.field(k) for k in PROFILE_KEYS} if cmap is not None else {}
+    clients = sorted({c for v in fields.values() for c in v})
+    if clients and "devices" not in recorder.extra:
+        recorder.extra["devices"] = {str(c): {k: fields[k][c] for k in PROFILE_KEYS if c in fields[k]} for c in clients}
+        for c in clients:
+            d = recorder.extra["devices"][str(c)]
+            log.info("client %d measured itself: %.1f training samples/s, %.3g FLOP/s, %.0f MiB free (%s)", c,
+                     d.get("samples-per-s", 0.0), d.get("flops-per-s", 0.0), d.get("memory-bytes", 0) / 2**20,
+                     d.get("measured-on", ""))
 
 
 def _note_left_out(recorder: RunRecorder, cmap) -> None:

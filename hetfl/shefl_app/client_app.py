@@ -20,12 +20,15 @@ from .core import hpc_partitions
 from .keys import DEVICE_CLASS, SHEFLParams
 
 
-def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
-    """'hpc' | 'lpc': the node config's device-class (a real device declares it), else its fleet tier's, else drawn
-    from the client id and shefl-hpc-fraction (simulation). docs/deployment.md#device-profile"""
+def device_class(context: Context, cfg: dict[str, Any], client: int) -> str | None:
+    """'hpc' | 'lpc': the node config's device-class (a real device declares it), else its fleet tier's, else with
+    measure-devices None (the server ranks the measured speeds), else drawn from the client id and
+    shefl-hpc-fraction (simulation). docs/deployment.md#device-profile"""
     value = device_value(context, cfg, client, DEVICE_CLASS)
     if value is not None:
         return str(value)
+    if cfg["measure-devices"]:
+        return None
     if NodeProfile(context.node_config).own_data:
         raise ValueError("node config lacks 'device-class': a SuperNode with data of its own declares its device, "
                          "device-class=\"hpc\" or \"lpc\" (docs/deployment.md)")
@@ -33,8 +36,10 @@ def device_class(context: Context, cfg: dict[str, Any], client: int) -> str:
 
 
 def node_info(context: Context, cfg: dict[str, Any], client: int) -> dict[str, Any]:
-    """What a SHEFL node reports for a client when discovered: its device class."""
-    return {"device-class": device_class(context, cfg, client)}
+    """What a SHEFL node reports for a client when discovered: its device class (none where it measured itself and
+    declares none)."""
+    dc = device_class(context, cfg, client)
+    return {} if dc is None else {"device-class": dc}
 
 
 Fit = Callable[[int, ArrayRecord, ConfigRecord], tuple[Mapping[str, Any], Mapping[str, float]]]

@@ -13,6 +13,17 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def measured_classes(speeds: dict[int, float], hpc_fraction: float, hpc_speed: float = 0.0) -> dict[int, str]:
+    """HPC or LPC from measured training speed (Sec. 3: clients are grouped into HPCs and LPCs beforehand by their
+    computing power): at or above `hpc_speed` samples/s, or with `hpc_speed` 0 the fastest
+    round(n x `hpc_fraction`) of the n devices (ties by client id). Client id -> "hpc" | "lpc"."""
+    if hpc_speed > 0:
+        return {c: "hpc" if v >= hpc_speed else "lpc" for c, v in speeds.items()}
+    ranked = sorted(speeds, key=lambda c: (-float(speeds[c]), c))
+    fast = set(ranked[: int(round(len(ranked) * hpc_fraction))])
+    return {c: "hpc" if c in fast else "lpc" for c in speeds}
+
+
 @lru_cache(maxsize=8)
 def hpc_partitions(num_partitions: int, hpc_fraction: float, seed: int) -> frozenset[int]:
     """Partition ids that are high-power clients in simulation: a seeded subset of round(N * fraction).

@@ -59,7 +59,10 @@ class SHEFLParams(MethodParams):
     num_models : int
         Ensemble size M.
     hpc_fraction : float
-        Share of simulated clients that are high-power (a real device declares its class instead).
+        Share of simulated clients that are high-power (a real device declares its class instead, or is ranked by
+        its measured speed: :func:`~hetfl.shefl_app.core.measured_classes`).
+    hpc_speed : float
+        Measured devices: an HPC at this many training samples/s or more; 0 = the fastest `hpc_fraction` of them.
     hpc_per_round : int
         HPC clusters C_h: HPCs sampled per round; the other sampled clients are LPCs.
     topk_density : float
@@ -80,6 +83,7 @@ class SHEFLParams(MethodParams):
 
     num_models: int = key("shefl-models", 5, "SHEFL: ensemble size M", min=1, max=64)
     hpc_fraction: float = key("shefl-hpc-fraction", 0.5, "SHEFL: fraction of all clients that are high-power (simulation)", min=0.0, max=1.0)
+    hpc_speed: float = key("shefl-hpc-speed", 0.0, "SHEFL: a device that measured itself (measure-devices) and declares no class is an HPC at this many training samples/s or more; 0 = the fastest shefl-hpc-fraction of such devices are", min=0.0)
     hpc_per_round: int = key("shefl-hpc-per-round", 5, "SHEFL: HPC clusters C_h (HPCs sampled per round)", min=0)
     topk_density: float = key("shefl-topk-density", 0.1, "SHEFL: LPC top-k density k (fraction of d); 1.0 = dense", min=0.0, max=1.0, min_inclusive=False)
     resource_ratio: float = key("shefl-resource-ratio", 5.0, "SHEFL: HPC:LPC budget r; HPC density per model = min(1, k r / M)", min=0.0, min_inclusive=False)

@@ -32,6 +32,7 @@ from .core import (
     RoundPlan,
     aggregate_deltas,
     make_clusters,
+    measured_classes,
     sample_from_clusters,
     topk_densities,
     workload_weights,
@@ -75,6 +76,7 @@ class SHEFL(StrategyBase):
         self.device_class = device_class
         self.map = client_map
         self.roles: dict[int, str] = {}
+        self.measured_roles: dict[int, str] = {}  # the classes assigned from measured speed (attach)
         self.rng = np.random.default_rng([self.fed.seed, 0x5A])
         self.k_l, self.k_h = topk_densities(self.params.topk_density, self.params.resource_ratio, self.M)
         self.sent: dict[int, tuple[str, list[int]]] = {}  # client -> (role, models) of the current round
@@ -107,23 +109,36 @@ class SHEFL(StrategyBase):
 
     def attach(self, cmap: ClientMap) -> None:
         """Plan over `cmap`'s clients: their device classes (``device_class``, else what their nodes declared, else
-        LPC), then the HPC and LPC clusters and the permutation schedule (Alg. 1 lines 1-4)."""
+        from their measured speed by :func:`~hetfl.shefl_app.core.measured_classes` where nodes measured themselves,
+        else LPC), then the HPC and LPC clusters and the permutation schedule (Alg. 1 lines 1-4). The classes are
+        fixed for the run (SHEFL's clusters are made once)."""
         super().attach(cmap)
         clients = cmap.clients()
         declared = {c: str(r) for c, r in cmap.field("device-class").items()}
         dc = self.device_class
+        speeds = {c: float(v) for c, v in cmap.field("samples-per-s").items()
+                  if c not in declared and not callable(dc) and c not in (dc or {})}  # the caller's classes first
+        measured = measured_classes(speeds, self.params.hpc_fraction, self.params.hpc_speed) if speeds else {}
+
         def role(c: int) -> str:
             if isinstance(dc, Mapping) and c in dc:
                 return str(dc[c])
-            return str(dc(c)) if callable(dc) else declared.get(c, "lpc")
+            return str(dc(c)) if callable(dc) else declared.get(c, measured.get(c, "lpc"))
 
         roles = {c: role(c) for c in clients}
         bad = sorted({r for r in roles.values() if r not in ("hpc", "lpc")})
         if bad:
             raise ValueError(f"SHEFL: device class {bad[0]!r}; allowed: 'hpc', 'lpc'")
-        if not callable(dc) and (undeclared := [c for c in clients if c not in declared and c not in (dc or {})]):
+        if not callable(dc) and (undeclared := [c for c in clients if c not in declared and c not in (dc or {})
+                                                and c not in measured]):
             log.info("SHEFL: %d client(s) declared no device class: LPCs (pass device_class= to say otherwise)",
                      len(undeclared))
+        rule = (f"at least {self.params.hpc_speed:g} samples/s" if self.params.hpc_speed > 0 else
+                f"the fastest {self.params.hpc_fraction:g} of them")
+        for c in sorted(measured):
+            log.info("SHEFL: client %d measured %.1f training samples/s: %s (HPC: %s)", c, speeds[c],
+                     roles[c].upper(), rule)
+        self.measured_roles = {c: roles[c] for c in measured}
         self._plan(roles)
         log.info("device classes: %d HPC, %d LPC", len([r for r in roles.values() if r == "hpc"]),
                  len([r for r in roles.values() if r != "hpc"]))
