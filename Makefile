@@ -20,7 +20,7 @@ export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 export FLWR_DISABLE_UPDATE_CHECK := 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-fast docs test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-fens-iterative reproduce-oneshot reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl
+.PHONY: install data compose-cli run test test-fast docs test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-fens-iterative reproduce-oneshot reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl quickstart-tabular
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -52,6 +52,11 @@ run: install data
 # One short real run per method on Fashion-MNIST (configs/quickstart-<method>.toml; each under 2 min here).
 quickstart-shefl quickstart-fens quickstart-adaptivefl: quickstart-%: install data
 	$(BIN)/python -m hetfl.launch configs/quickstart-$*.toml
+
+# AdaptiveFL on a table that ships offline (scikit-learn's breast cancer as CSV; docs/node-data.md#tables).
+quickstart-tabular: install
+	$(BIN)/hetfl tables breast_cancer data/breast-cancer
+	$(BIN)/python -m hetfl.launch configs/quickstart-tabular.toml
 
 # Three pytest workers on 2 cores (pytest-xdist): the deployment tests spend much of their time waiting on Flower's
 # 3-s polls and heartbeats, so a third worker fills some of those waits (measured once each: -n 2 1,196 s, -n 3 975 s,

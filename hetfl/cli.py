@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("hetfl.launch", "run one simulation of a preset (Flower's Simulation Engine)"),
     "cluster": ("hetfl.cluster", "a deployment: SuperLink and SuperNodes here, or one role of a real one"),
     "export": ("hetfl.export", "write a run's partition as one directory per client, for devices"),
+    "tables": ("hetfl.data.tables", "write one of scikit-learn's bundled tables as a dir: dataset (CSV or Parquet)"),
     "tune": ("hetfl.tune", "choose a method's hyperparameters on validation data (Optuna; docs/tuning.md)"),
     "compare": ("hetfl.compare", "every heterogeneous method on one simulated fleet, tuned alike (docs/compare.md)"),
     "study": ("hetfl.study", "a verdict as a declared study: tune alike, train the seeds, decide (docs/verdicts.md)"),

@@ -30,7 +30,7 @@ from hetfl.common.models import build_model, count_parameters, hidden_widths, pr
 from .keys import TIERS  # weak, medium, strong (declared with the node-config key capacity)
 
 TYPES = ("S", "M", "L")
-DEFAULT_STARTS = {"cnn": (2, 1), "resnet8": (2, 1), "resnet18": (6, 4, 2), "resnet34": (10, 6, 2), "vgg16": (8, 6, 4),
+DEFAULT_STARTS = {"cnn": (2, 1), "mlp": (2, 1), "resnet8": (2, 1), "resnet18": (6, 4, 2), "resnet34": (10, 6, 2), "vgg16": (8, 6, 4),
                   "resnet18-afl": (7, 5, 3)}  # the authors' stage-level starts 4, 3, 2 (stem + stages kept whole)
 
 

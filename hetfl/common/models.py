@@ -53,6 +53,24 @@ class CNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+class MLP(nn.Module):
+    """A multilayer perceptron for a table's F features (``model = "mlp"``): three ReLU hidden layers (16, 64, 256: deeper layers wider, so that the pool of AdaptiveFL's Sec. 3.2, which keeps shallow layers whole, grows strictly in size),
+    width-prunable (each hidden layer's outputs a leading slice of the full model's, as AdaptiveFL and HeteroFL
+    prune)."""
+
+    def __init__(self, num_classes: int, in_features: int, width: float = 1.0, hidden: tuple[int, ...] = (16, 64, 256),
+                 widths: tuple[int, ...] | None = None) -> None:
+        super().__init__()
+        sizes = [in_features, *(widths if widths is not None else [_w(h, width) for h in hidden])]
+        layers: list[nn.Module] = []
+        for a, b in zip(sizes, sizes[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
+        self.net = nn.Sequential(*layers, nn.Linear(sizes[-1], num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.flatten(1))
+
+
 class BasicBlock(nn.Module):
     """ResNet basic block (two 3x3 convs) with a 1x1 projection shortcut when shapes change."""
 
@@ -268,6 +286,7 @@ MODELS: dict[str, ModelSpec] = {
                        widths=tuple(v for v in VGG16_CFG if v != "M") + (4096, 4096), min_size=16, batchnorm=True,
                        small=(VGG16_SMALL[0], tuple(v for v in VGG16_CFG if v != "M") + (VGG16_SMALL[1],) * 2)),
     "mobilenetv2": ModelSpec(lambda nc, c, h, width: mobilenetv2(nc, c, width), min_size=1),
+    "mlp": ModelSpec(lambda nc, f, _h, width, **kw: MLP(nc, f, width, **kw), kind="tabular", widths=(16, 64, 256)),
     "text": ModelSpec(None, kind="text"),
 }
 """The single source of the run-config `model` choices (name -> :class:`ModelSpec`)."""
@@ -366,8 +385,10 @@ def build_model(name: str, num_classes: int, in_shape: tuple[int, ...], width: f
         raise ValueError(f"unknown image model {name!r}; expected one of {[n for n, s in MODELS.items() if s.builder]}")
     if widths is not None and not spec.prunable:
         raise ValueError(f"model {name!r} does not take per-layer widths; use one of {PRUNABLE}")
-    c, h, _ = in_shape
     kw: dict = {} if widths is None else {"widths": tuple(widths)}
+    if spec.kind == "tabular":  # in_shape = (F,): the table's feature count
+        return spec.builder(num_classes, int(in_shape[0]), 0, width, **kw)
+    c, h, _ = in_shape
     if batch_stats and spec.batchnorm:
         kw["norm"] = partial(nn.BatchNorm2d, track_running_stats=False)
     return spec.builder(num_classes, c, h, width, **kw)

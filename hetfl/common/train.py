@@ -60,7 +60,8 @@ def autocast(device: str | torch.device, precision: str) -> contextlib.AbstractC
 
 
 class Normalizer:
-    """uint8 NCHW -> float32 normalised tensors for one dataset (token ids of text pass through).
+    """uint8 NCHW -> float32 normalised tensors for one dataset (token ids of text pass through; a table's float
+    features are standardised per feature).
 
     `dataset` is a run-config ``dataset`` value (a named dataset, or a reference this process has described) or its
     :class:`~hetfl.data.catalog.DatasetInfo`.
@@ -70,8 +71,12 @@ class Normalizer:
         info = info_by_name(dataset) if isinstance(dataset, str) else dataset
         self.text = info.kind == "text"
         c = max(1, len(info.mean))
-        self.mean = torch.tensor(info.mean or (0.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
-        self.std = torch.tensor(info.std or (1.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
+        if info.kind == "tabular":  # float features (N, F): standardised by the server's per-feature statistics
+            self.mean = torch.tensor(info.mean, dtype=torch.float32).view(1, c)
+            self.std = torch.tensor(info.std, dtype=torch.float32).view(1, c)
+        else:
+            self.mean = torch.tensor(info.mean or (0.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
+            self.std = torch.tensor(info.std or (1.0,), dtype=torch.float32).view(1, c, 1, 1) * 255.0
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:

@@ -310,8 +310,11 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
     where = where or f"run-config key 'dataset' = {name!r}"
     cols = list(ds.column_names)
     icol, lcol = _input_column(cols, input_col), label_col or "label"
+    if icol is None and not input_col and lcol in cols and (features := tabular_features(ds, lcol)):
+        return _describe_table(ds, features, lcol, num_classes, where, run)
     if icol is None or icol not in cols:
-        wanted = f"{icol!r} (input-column)" if icol else f"one of {INPUT_COLUMNS} (or name it with input-column)"
+        wanted = f"{icol!r} (input-column)" if icol else (f"one of {INPUT_COLUMNS} (or name it with input-column), or "
+                                                          "numeric feature columns beside the label (a table)")
         raise LocalDataError(f"{where}: has the columns {cols}; expected an input column {wanted}")
     if lcol not in cols:
         raise LocalDataError(f"{where}: has the columns {cols}; expected a label column {lcol!r} (label-column)")
@@ -338,6 +341,54 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
         return DatasetInfo("", icol, lcol, int(n), (), (), (), BYO_THRESHOLD, kind="text", class_names=names)
     return DatasetInfo("", icol, lcol, int(n), shape, (BYO_NORM,) * shape[0], (BYO_NORM,) * shape[0], BYO_THRESHOLD,
                        class_names=names)
+
+
+def tabular_features(ds, label_col: str) -> tuple[str, ...]:
+    """A table's feature columns: every numeric column (integers, floats, booleans) but the label, in file order."""
+    from datasets import Value
+
+    return tuple(c for c in ds.column_names if c != label_col and isinstance(ds.features[c], Value)
+                 and ds.features[c].dtype.startswith(("int", "uint", "float", "bool")))
+
+
+def _describe_table(ds, features: tuple[str, ...], lcol: str, num_classes: int, where: str,
+                    run: DatasetInfo | None) -> DatasetInfo:
+    """A table (CSV or Parquet with a label column): F numeric features standardised with the mean and standard
+    deviation of this split (the server's train split; a node with its own data takes the run's, and must hold
+    exactly the run's feature columns)."""
+    from dataclasses import replace
+
+    from datasets import ClassLabel
+
+    if run is not None:
+        if run.kind != "tabular":
+            raise LocalDataError(f"{where}: holds a table (numeric columns {list(features)}); the run expects "
+                                 f"{run.kind} inputs")
+        missing, extra = [f for f in run.features if f not in features], [f for f in features if f not in run.features]
+        if missing or extra:
+            raise LocalDataError(f"{where}: its feature columns differ from the run's (missing {missing}, extra "
+                                 f"{extra}); expected exactly {list(run.features)} beside the label {lcol!r}")
+        return replace(run, label_col=lcol)
+    try:
+        found = _label_classes(ds.features[lcol])
+    except ValueError:
+        raise LocalDataError(f"{where}: label column {lcol!r} is {ds.features[lcol]}; expected integer class ids "
+                             "(a ClassLabel or int column)") from None
+    names = tuple(ds.features[lcol].names) if isinstance(ds.features[lcol], ClassLabel) else ()
+    names = () if is_integer_names(names) else names
+    if len(ds) == 0:
+        raise LocalDataError(f"{where}: holds no rows; expected at least one labelled example")
+    labels = np.asarray(ds.with_format("numpy", columns=[lcol])[:][lcol])
+    n = num_classes or found or int(labels.max()) + 1
+    x = np.stack([np.asarray(ds.with_format("numpy", columns=[f])[:][f], dtype=np.float64) for f in features], 1)
+    if not np.all(np.isfinite(x)):
+        raise LocalDataError(f"{where}: feature column(s) {[f for f, ok in zip(features, np.isfinite(x).all(0)) if not ok]} "
+                             "hold missing or infinite values; expected a number in every cell")
+    mean, std = x.mean(0), x.std(0)
+    std = np.where(std > 0, std, 1.0)
+    return DatasetInfo("", "", lcol, int(n), (len(features),), tuple(float(v) for v in mean),
+                       tuple(float(v) for v in std), BYO_THRESHOLD, kind="tabular", class_names=names,
+                       features=features)
 
 
 def _input_kind(ds, icol: str, where: str) -> tuple[str, tuple[int, ...]]:

@@ -27,6 +27,7 @@ class DatasetInfo:
     local_dirs: tuple[str, ...] = ()
     how_to_get: str = ""
     class_names: tuple[str, ...] = ()  # the name of each class id (a ClassLabel's names); () = plain integer ids
+    features: tuple[str, ...] = ()  # a table's feature columns, in order (kind "tabular"; shape = (len(features),))
 
 
 DATASETS: dict[str, DatasetInfo] = {

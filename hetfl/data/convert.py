@@ -24,6 +24,8 @@ def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) 
     """
     where = where or "dataset"
     cols = list(ds.column_names)
+    if info.kind == "tabular":
+        return _table_arrays(ds, info, where, allow_empty)
     for col, key in ((info.image_col, "input-column"), (info.label_col, "label-column")):
         if col not in cols:
             raise LocalDataError(f"{where}: has the columns {cols}; the run expects the columns "
@@ -65,6 +67,37 @@ def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) 
     return ArrayData(np.ascontiguousarray(x), _run_labels(ds, y, info, where))
 
 
+def _table_arrays(ds, info: DatasetInfo, where: str, allow_empty: bool) -> ArrayData:
+    """A table's rows as float32 features (N, F) in the run's feature order and int64 labels; LocalDataError for a
+    missing or extra feature column, a non-numeric or missing value, or a label the run does not know."""
+    from .byo import tabular_features
+
+    cols = list(ds.column_names)
+    if info.label_col not in cols:
+        raise LocalDataError(f"{where}: has the columns {cols}; the run expects a label column {info.label_col!r}")
+    found = tabular_features(ds, info.label_col)
+    missing = [f for f in info.features if f not in found]
+    extra = [f for f in found if f not in info.features]
+    if missing or extra:
+        raise LocalDataError(f"{where}: its feature columns differ from the run's (missing {missing}, extra {extra}); "
+                             f"expected exactly {list(info.features)} beside the label {info.label_col!r}")
+    if len(ds) == 0:
+        if not allow_empty:
+            raise LocalDataError(f"{where}: holds no rows; the run expects at least one labelled example")
+        return ArrayData(np.zeros((0, len(info.features)), np.float32), np.zeros(0, np.int64))
+    data = ds.with_format("numpy", columns=[*info.features, info.label_col])[:]
+    x = np.stack([np.asarray(data[f], dtype=np.float32) for f in info.features], 1)
+    if not np.all(np.isfinite(x)):
+        bad = [f for f, ok in zip(info.features, np.isfinite(x).all(0), strict=True) if not ok]
+        raise LocalDataError(f"{where}: feature column(s) {bad} hold missing or infinite values; expected a number in "
+                             "every cell")
+    y = np.asarray(data[info.label_col])
+    if y.dtype.kind not in "iu":
+        raise LocalDataError(f"{where}: label column {info.label_col!r} holds {y.dtype} values; the run expects "
+                             f"integer class ids in [0, {info.num_classes})")
+    return ArrayData(np.ascontiguousarray(x), _run_labels(ds, y, info, where))
+
+
 def _run_labels(ds, y: np.ndarray, info: DatasetInfo, where: str) -> np.ndarray:
     """A split's labels as the run's class ids: a ClassLabel's ids matched by name (:func:`class_ids`), plain integers
     as they are; LocalDataError for a class the run does not know or an id outside [0, num_classes)."""
@@ -99,6 +132,10 @@ def to_hf(dataset: str | DatasetInfo, split: ArrayData):
     if info.kind == "text":
         feats = Features({info.image_col: Value("string"), info.label_col: label})
         return Dataset.from_dict({info.image_col: [str(t) for t in split.x], info.label_col: split.y}, features=feats)
+    if info.kind == "tabular":
+        feats = Features({**{f: Value("float32") for f in info.features}, info.label_col: label})
+        return Dataset.from_dict({**{f: split.x[:, j] for j, f in enumerate(info.features)}, info.label_col: split.y},
+                                 features=feats)
     c, h, w = info.shape
     if c == 1:
         feats = Features({info.image_col: Array2D((h, w), "uint8"), info.label_col: label})

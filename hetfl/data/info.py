@@ -88,16 +88,24 @@ RUN_DATA = "run-data"
 def run_description(info: DatasetInfo) -> dict[str, Any]:
     """What the server tells nodes about a bring-your-own dataset (a ConfigRecord's fields): the classes by name,
     their count, the kind of input and the image shape. A node that holds only its own data cannot know them."""
-    return {"class-names": list(info.class_names), "num-classes": int(info.num_classes), "kind": info.kind,
-            "shape": [int(v) for v in info.shape]}
+    out = {"class-names": list(info.class_names), "num-classes": int(info.num_classes), "kind": info.kind,
+           "shape": [int(v) for v in info.shape]}
+    if info.kind == "tabular":  # a table's columns and the server's standardisation, the same on every node
+        out.update(features=list(info.features), mean=[float(v) for v in info.mean], std=[float(v) for v in info.std])
+    return out
 
 
 def from_run_description(fields: dict[str, Any]) -> DatasetInfo:
     """The run's :class:`DatasetInfo` from :func:`run_description` (columns are filled in from the node's data)."""
     shape = tuple(int(v) for v in fields.get("shape", []))
+    names = tuple(str(n) for n in fields.get("class-names", []))
+    if str(fields["kind"]) == "tabular":
+        return DatasetInfo("", "", "", int(fields["num-classes"]), shape, tuple(float(v) for v in fields["mean"]),
+                           tuple(float(v) for v in fields["std"]), BYO_THRESHOLD, kind="tabular", class_names=names,
+                           features=tuple(str(f) for f in fields["features"]))
     norm = (BYO_NORM,) * shape[0] if shape else ()
     return DatasetInfo("", "", "", int(fields["num-classes"]), shape, norm, norm, BYO_THRESHOLD,
-                       kind=str(fields["kind"]), class_names=tuple(str(n) for n in fields.get("class-names", [])))
+                       kind=str(fields["kind"]), class_names=names)
 
 
 def info_by_name(name: str) -> DatasetInfo:
