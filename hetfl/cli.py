@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("hetfl.export", "write a run's partition as one directory per client, for devices"),
     "tables": ("hetfl.data.tables", "write one of scikit-learn's bundled tables as a dir: dataset (CSV or Parquet)"),
     "tune": ("hetfl.tune", "choose a method's hyperparameters on validation data (Optuna; docs/tuning.md)"),
+    "fleet": ("hetfl.fleets", "a fleet file from a real cluster's measured devices, or its clock checked against a run"),
     "compare": ("hetfl.compare", "every heterogeneous method on one simulated fleet, tuned alike (docs/compare.md)"),
     "study": ("hetfl.study", "a verdict as a declared study: tune alike, train the seeds, decide (docs/verdicts.md)"),
     "keys": ("hetfl.keys", "list the run-config keys (default, allowed values, which methods read them)"),

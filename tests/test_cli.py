@@ -44,7 +44,7 @@ def test_every_subcommand_documents_every_option_under_its_own_name(sub, capsys)
 def test_unknown_command_is_one_line_and_exit_2(capsys):
     assert cli.main(["train"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: hetfl 'train': no such command; expected one of run, cluster, export, tables, tune, compare, study, keys, presets (hetfl --help)"]
+        "error: hetfl 'train': no such command; expected one of run, cluster, export, tables, tune, fleet, compare, study, keys, presets (hetfl --help)"]
 
 
 def test_presets_name_what_each_runs(capsys):

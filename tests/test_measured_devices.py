@@ -101,7 +101,7 @@ def test_a_capped_device_measures_slower_becomes_an_lpc_and_affords_a_smaller_su
         assert len(capped_tree) >= 2 and all(f"cpu,cpuacct:/{group.name}" in Path(f"/proc/{p}/cgroup").read_text()
                                              or f":cpu:/{group.name}" in Path(f"/proc/{p}/cgroup").read_text()
                                              for p in capped_tree), capped_tree  # its SuperExec and ClientApps too
-        dev = shefl["devices"]
+        dev = shefl["measured_devices"]
         fast, slow = dev["0"], dev["1"]
         assert slow["samples-per-s"] <= 0.5 * fast["samples-per-s"], dev  # the cap shows as a sustained rate
         assert slow["memory-bytes"] > 0 and "cnn" in slow["measured-on"], slow
@@ -116,7 +116,7 @@ def test_a_capped_device_measures_slower_becomes_an_lpc_and_affords_a_smaller_su
         ada = run("adaptivefl", {"method": "adaptivefl", "adaptivefl-round-budget-s": budget})
         caps = ada["rounds"][1]["capacity_by_client"]
         back = ada["rounds"][1]["largest_back_by_client"]
-        assert caps["1"] < caps["0"], (caps, ada["devices"])
+        assert caps["1"] < caps["0"], (caps, ada["measured_devices"])
         assert all(back[c] <= caps[c] for c in back), (back, caps)  # every returned model fits its device
         print(f"measured: {dev}; SHEFL roles {shefl['roles']['measured']}; AdaptiveFL budget {budget:.2f} s, "
               f"capacities {caps}; reply s {row['reply_s_by_client']}, train s {row['train_s_by_client']}")

@@ -147,10 +147,10 @@ def test_in_a_simulation_measured_devices_are_recorded_and_decide_nothing(tmp_pa
     assert rows(measured)[1:] == rows(plain)[1:]
     assert rows(measured)[0][:4] == rows(plain)[0][:4] and rows(measured)[0][4] > rows(plain)[0][4]
     assert measured["roles"] == plain["roles"]
-    devices = measured["devices"]
+    devices = measured["measured_devices"]
     assert sorted(devices, key=int) == [str(c) for c in range(nodes)], devices
     assert all(d["samples-per-s"] > 0 and d["flops-per-s"] > 0 and d["memory-bytes"] > 0 for d in devices.values())
-    assert "cnn" in devices["0"]["measured-on"] and "devices" not in plain
+    assert "cnn" in devices["0"]["measured-on"] and "measured_devices" not in plain
     row = measured["rounds"][1]
     assert set(row["reply_s_by_client"]) == set(map(str, row["clients"])) == set(row["train_s_by_client"])
     assert all(row["reply_s_by_client"][c] >= row["train_s_by_client"][c] > 0 for c in row["reply_s_by_client"])

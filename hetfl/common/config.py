@@ -183,7 +183,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("fleet", str, "", "a fleet file (fleets/*.toml): each simulated client gets a tier's device profile and availability; "
         "rows add the round's simulated wall clock ('' = none)"),
     Key("measure-devices", bool, False, "each node times training steps of the run's model on its data when it answers "
-        "discovery and reports samples/s, FLOP/s and memory (metrics.json 'devices'); in deployment SHEFL's device "
+        "discovery and reports samples/s, FLOP/s and memory (metrics.json 'measured_devices'); in deployment SHEFL's device "
         "class and AdaptiveFL's capacity follow from it where a node declares none (docs/fleets.md#measured)"),
     Key("measure-seconds", float, 2.0, "measure-devices: seconds of timed training steps after 3 warm-up steps "
         "(2 s: 20 CFS periods, sustained rather than burst speed)", min=0.5, max=60.0),

@@ -392,10 +392,11 @@ def _note_devices(recorder: RunRecorder, cmap) -> None:
 
     fields = {k: cmap.field(k) for k in PROFILE_KEYS} if cmap is not None else {}
     clients = sorted({c for v in fields.values() for c in v})
-    if clients and "devices" not in recorder.extra:
-        recorder.extra["devices"] = {str(c): {k: fields[k][c] for k in PROFILE_KEYS if c in fields[k]} for c in clients}
+    if clients and "measured_devices" not in recorder.extra:
+        recorder.extra["measured_devices"] = {str(c): {k: fields[k][c] for k in PROFILE_KEYS if c in fields[k]}
+                                              for c in clients}
         for c in clients:
-            d = recorder.extra["devices"][str(c)]
+            d = recorder.extra["measured_devices"][str(c)]
             log.info("client %d measured itself: %.1f training samples/s, %.3g FLOP/s, %.0f MiB free (%s)", c,
                      d.get("samples-per-s", 0.0), d.get("flops-per-s", 0.0), d.get("memory-bytes", 0) / 2**20,
                      d.get("measured-on", ""))
