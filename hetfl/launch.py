@@ -166,6 +166,32 @@ def process_tree(roots: set[int]) -> list[int]:
     return sorted(p for p in found if p in table and table[p][2] != psutil.STATUS_ZOMBIE)
 
 
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller
+
+
+@contextlib.contextmanager
+def cpu_capped(name: str, share: float, root: Path = CPU_CGROUP) -> Iterator[Path]:
+    """A cgroup v1 cpu group that caps its processes at `share` of one core (``cpu.cfs_quota_us`` over a 100 ms
+    period): a slow device on this machine (root; docs/fleets.md#measured). Processes left in it when the block ends
+    go back to the root group, and the group is removed. OSError where it cannot be made."""
+    group = root / name
+    group.mkdir()
+    try:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(int(share * 100000)))
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError), open(root / "cgroup.procs", "w") as f:
+                f.write(pid)
+        group.rmdir()
+
+
+def in_cgroup(group: Path, cmd: list[str]) -> list[str]:
+    """`cmd` run inside `group` from its start: everything it starts (a SuperNode's SuperExec and ClientApps) too."""
+    return ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh", *cmd]
+
+
 def connect_address(host: str, port: int) -> str:
     """host:port that reaches a server bound to `host` from this machine (a wildcard means loopback; IPv6 in [])."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)

@@ -13,6 +13,7 @@ simulated clock. Prints every number the closing note gives; stops everything it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -26,7 +27,6 @@ sys.path.insert(0, str(ROOT))
 
 from hetfl import launch  # noqa: E402
 
-CPU = Path("/sys/fs/cgroup/cpu")
 CAPS = {1: 0.5, 2: 0.2}  # node -> share of one core
 RUN = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "partitioner": "iid", "fraction-train": 1.0,
        "local-steps": 20, "batch-size": 32, "lr": 0.05, "max-test-samples": 500, "num-server-rounds": 3,
@@ -51,7 +51,7 @@ def main() -> int:
     env.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]]), FLWR_DISABLE_UPDATE_CHECK="1",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", HF_HUB_OFFLINE="1", HOME=str(out / "user"),
                OMP_WAIT_POLICY="PASSIVE")
-    port, link_home, procs, groups = launch.free_port(), out / "server", [], []
+    port, link_home, procs, groups = launch.free_port(), out / "server", [], contextlib.ExitStack()
 
     def start(cmd: list[str], log: Path) -> subprocess.Popen:
         with open(log, "wb") as f:
@@ -76,12 +76,8 @@ def main() -> int:
             node = [sys.executable, "-m", "hetfl.cluster", "supernode", "--superlink", f"127.0.0.1:{port}",
                     "--insecure", "--node-config", f"partition-id={i} num-partitions=3 client-id={i}"]
             if i in CAPS:
-                g = CPU / f"hetfl-cluster-{os.getpid()}-{i}"
-                g.mkdir()
-                groups.append(g)
-                (g / "cpu.cfs_period_us").write_text("100000")
-                (g / "cpu.cfs_quota_us").write_text(str(int(CAPS[i] * 100000)))
-                node = ["sh", "-c", f'echo $$ > {g}/cgroup.procs && exec "$@"', "sh", *node]
+                node = launch.in_cgroup(groups.enter_context(launch.cpu_capped(f"hetfl-cluster-{os.getpid()}-{i}",
+                                                                                CAPS[i])), node)
             _wait(out / f"node{i}.log", "SuperNode of", start(node, out / f"node{i}.log"))
         app = launch.stage_app(ROOT, out / "app")
         a_run = run("measure-shefl", {"method": "shefl", "shefl-models": 2, "shefl-hpc-per-round": 1,
@@ -118,11 +114,7 @@ def main() -> int:
         print(check)
     finally:
         launch.stop_tree(procs, timeout=10.0)
-        for g in groups:
-            for pid in (g / "cgroup.procs").read_text().split():
-                with open(CPU / "cgroup.procs", "w") as f:
-                    f.write(pid)
-            g.rmdir()
+        groups.close()  # the cgroups removed
     return 0
 
 

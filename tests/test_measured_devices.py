@@ -8,6 +8,7 @@ is slowed by sharing, never capped)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -23,7 +24,7 @@ from .conftest import require_fmnist
 from .test_two_supernodes import _wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU = Path("/sys/fs/cgroup/cpu")
+CPU = launch.CPU_CGROUP
 QUOTA = 0.2  # of one core
 RUN = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "partitioner": "iid", "fraction-train": 1.0,
        "local-steps": 4, "batch-size": 32, "lr": 0.05, "max-test-samples": 200, "num-server-rounds": 1,
@@ -31,20 +32,15 @@ RUN = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "part
        "client-threads": 1}
 
 
-def _cgroup(name: str) -> Path:
-    """A cgroup v1 cpu group capped at QUOTA of a core, or a skip naming why it cannot be made here."""
+def _cgroup(stack: contextlib.ExitStack, name: str) -> Path:
+    """A cgroup v1 cpu group capped at QUOTA of a core, removed when the test ends, or a skip naming why it cannot be
+    made here."""
     if os.geteuid() != 0 or not (CPU / "cpu.cfs_quota_us").exists():
         pytest.skip(f"no writable cgroup v1 cpu controller at {CPU} (root: {os.geteuid() == 0})")
-    group = CPU / name
     try:
-        group.mkdir()
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text(str(int(QUOTA * 100000)))
+        return stack.enter_context(launch.cpu_capped(name, QUOTA))
     except OSError as ex:
-        if group.exists():
-            group.rmdir()
-        pytest.skip(f"cannot make the cgroup {group}: {ex}")
-    return group
+        pytest.skip(f"cannot make the cgroup {CPU / name}: {ex}")
 
 
 def _full_model_seconds(flops_per_s: float) -> float:
@@ -63,7 +59,8 @@ def _full_model_seconds(flops_per_s: float) -> float:
 @pytest.mark.slow
 def test_a_capped_device_measures_slower_becomes_an_lpc_and_affords_a_smaller_submodel(tmp_path):
     require_fmnist()
-    group = _cgroup(f"hetfl-test-{os.getpid()}")
+    stack = contextlib.ExitStack()
+    group = _cgroup(stack, f"hetfl-test-{os.getpid()}")
     env = {k: v for k, v in os.environ.items() if k not in ("FLWR_HOME", "PYTHONPATH")}
     env.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]]), FLWR_DISABLE_UPDATE_CHECK="1",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", HF_HUB_OFFLINE="1", HOME=str(tmp_path / "user"))
@@ -92,7 +89,7 @@ def test_a_capped_device_measures_slower_becomes_an_lpc_and_affords_a_smaller_su
             node = [sys.executable, "-m", "hetfl.cluster", "supernode", "--superlink", f"127.0.0.1:{port}",
                     "--insecure", "--node-config", f"partition-id={i} num-partitions=2 client-id={i}"]
             if i == 1:  # into the capped cgroup before it starts: everything it starts inherits the cap
-                node = ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh", *node]
+                node = launch.in_cgroup(group, node)
             _wait_for(tmp_path / f"node{i}.log", "SuperNode of", start(node, tmp_path / f"node{i}.log"))
         app = launch.stage_app(ROOT, tmp_path / "app")
 
@@ -122,8 +119,4 @@ def test_a_capped_device_measures_slower_becomes_an_lpc_and_affords_a_smaller_su
               f"capacities {caps}; reply s {row['reply_s_by_client']}, train s {row['train_s_by_client']}")
     finally:
         launch.stop_tree(procs, timeout=10.0)
-        if group.exists():
-            for pid in (group / "cgroup.procs").read_text().split():  # nothing we started stays capped
-                with open(CPU / "cgroup.procs", "w") as root:
-                    root.write(pid)
-            group.rmdir()
+        stack.close()  # the cgroup removed, nothing we started left in it

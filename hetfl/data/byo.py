@@ -305,7 +305,6 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
         input or image shape is a LocalDataError naming both. The node's class names are matched to the run's when
         its data is read (:func:`class_ids`).
     """
-    from datasets import ClassLabel
 
     where = where or f"run-config key 'dataset' = {name!r}"
     cols = list(ds.column_names)
@@ -320,12 +319,7 @@ def describe(ds, name: str, input_col: str = "", label_col: str = "", num_classe
         raise LocalDataError(f"{where}: has the columns {cols}; expected a label column {lcol!r} (label-column)")
     if len(ds) == 0:
         raise LocalDataError(f"{where}: holds no rows; expected at least one labelled example")
-    try:
-        found = _label_classes(ds.features[lcol])
-    except ValueError:
-        raise LocalDataError(f"{where}: label column {lcol!r} is {ds.features[lcol]}; expected integer class ids "
-                             "(a ClassLabel or int column)") from None
-    names = tuple(ds.features[lcol].names) if isinstance(ds.features[lcol], ClassLabel) else ()
+    found, names = _label_feature(ds, lcol, where)
     if run is not None:
         return _fit_to_run(ds, icol, lcol, run, where)
     if num_classes and found and num_classes < found:
@@ -351,6 +345,27 @@ def tabular_features(ds, label_col: str) -> tuple[str, ...]:
                  and ds.features[c].dtype.startswith(("int", "uint", "float", "bool")))
 
 
+def _label_feature(ds, lcol: str, where: str) -> tuple[int | None, tuple[str, ...]]:
+    """(class count of a ClassLabel or None for plain integers, its class names) of a split's label column;
+    LocalDataError for a label column of another type."""
+    from datasets import ClassLabel
+
+    try:
+        found = _label_classes(ds.features[lcol])
+    except ValueError:
+        raise LocalDataError(f"{where}: label column {lcol!r} is {ds.features[lcol]}; expected integer class ids "
+                             "(a ClassLabel or int column)") from None
+    return found, tuple(ds.features[lcol].names) if isinstance(ds.features[lcol], ClassLabel) else ()
+
+
+def check_features(found: Sequence[str], expected: Sequence[str], label_col: str, where: str) -> None:
+    """A table's feature columns must be exactly the run's (any order); one LocalDataError line naming both lists."""
+    missing, extra = [f for f in expected if f not in found], [f for f in found if f not in expected]
+    if missing or extra:
+        raise LocalDataError(f"{where}: its feature columns differ from the run's (missing {missing}, extra {extra}); "
+                             f"expected exactly {list(expected)} beside the label {label_col!r}")
+
+
 def _describe_table(ds, features: tuple[str, ...], lcol: str, num_classes: int, where: str,
                     run: DatasetInfo | None) -> DatasetInfo:
     """A table (CSV or Parquet with a label column): F numeric features standardised with the mean and standard
@@ -358,23 +373,14 @@ def _describe_table(ds, features: tuple[str, ...], lcol: str, num_classes: int, 
     exactly the run's feature columns)."""
     from dataclasses import replace
 
-    from datasets import ClassLabel
 
     if run is not None:
         if run.kind != "tabular":
             raise LocalDataError(f"{where}: holds a table (numeric columns {list(features)}); the run expects "
                                  f"{run.kind} inputs")
-        missing, extra = [f for f in run.features if f not in features], [f for f in features if f not in run.features]
-        if missing or extra:
-            raise LocalDataError(f"{where}: its feature columns differ from the run's (missing {missing}, extra "
-                                 f"{extra}); expected exactly {list(run.features)} beside the label {lcol!r}")
+        check_features(features, run.features, lcol, where)
         return replace(run, label_col=lcol)
-    try:
-        found = _label_classes(ds.features[lcol])
-    except ValueError:
-        raise LocalDataError(f"{where}: label column {lcol!r} is {ds.features[lcol]}; expected integer class ids "
-                             "(a ClassLabel or int column)") from None
-    names = tuple(ds.features[lcol].names) if isinstance(ds.features[lcol], ClassLabel) else ()
+    found, names = _label_feature(ds, lcol, where)
     names = () if is_integer_names(names) else names
     if len(ds) == 0:
         raise LocalDataError(f"{where}: holds no rows; expected at least one labelled example")

@@ -70,17 +70,12 @@ def to_arrays(ds, info: DatasetInfo, where: str = "", allow_empty: bool = True) 
 def _table_arrays(ds, info: DatasetInfo, where: str, allow_empty: bool) -> ArrayData:
     """A table's rows as float32 features (N, F) in the run's feature order and int64 labels; LocalDataError for a
     missing or extra feature column, a non-numeric or missing value, or a label the run does not know."""
-    from .byo import tabular_features
+    from .byo import check_features, tabular_features
 
     cols = list(ds.column_names)
     if info.label_col not in cols:
         raise LocalDataError(f"{where}: has the columns {cols}; the run expects a label column {info.label_col!r}")
-    found = tabular_features(ds, info.label_col)
-    missing = [f for f in info.features if f not in found]
-    extra = [f for f in found if f not in info.features]
-    if missing or extra:
-        raise LocalDataError(f"{where}: its feature columns differ from the run's (missing {missing}, extra {extra}); "
-                             f"expected exactly {list(info.features)} beside the label {info.label_col!r}")
+    check_features(tabular_features(ds, info.label_col), info.features, info.label_col, where)
     if len(ds) == 0:
         if not allow_empty:
             raise LocalDataError(f"{where}: holds no rows; the run expects at least one labelled example")
