@@ -131,6 +131,19 @@ def label(iv: Interval, margin: float) -> str:
            f"{margin:g}-point margin at SD {iv.sd:.2f})"
 
 
+def direction_label(iv: Interval) -> str:
+    """The verdict on a claim with no claimed margin (a reading of ours, not a paper's number): "held" where the
+    interval lies wholly above 0, "not held (reversed)" wholly below it, else "inconclusive at n seeds" (no margin, so
+    no power calculation)."""
+    if iv.n < 2:
+        return "inconclusive at 1 seed (an interval needs at least 2)"
+    if iv.low > 0:
+        return "held"
+    if iv.high < 0:
+        return "not held (reversed)"
+    return f"inconclusive at {iv.n} seeds (no margin claimed)"
+
+
 @dataclass(frozen=True)
 class Equivalence:
     """Two one-sided tests of ``|mean difference| < margin``: p is the larger one-sided p; equivalent when p < alpha

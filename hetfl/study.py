@@ -55,13 +55,15 @@ class Study:
     primary: tuple[str, str]  # (the method the paper favours, the one it is compared with)
     statistic: str
     methods: dict[str, str]  # method label -> preset path (relative to the repository)
-    space: str
+    space: str  # the search space of every method not in `spaces`
     sampler: str
     trials: int
     rounds: int
     seeds: tuple[int, ...]
     final_rounds: int
     overrides: dict[str, Any] = field(default_factory=dict)
+    spaces: dict[str, str] = field(default_factory=dict)  # method -> its own space (``[tune.space-by-method]``)
+    why: str = ""  # why a method searches another space (``tune.why``: required with ``space-by-method``)
     out: Path = STUDIES
 
     @classmethod
@@ -104,6 +106,7 @@ class Study:
             for k in keys:
                 if k not in d[sec]:
                     raise StudyError(f"study file {str(path)!r} lacks '{sec}.{k}'")
+        spaces = _own_spaces(t, methods)
         seeds = tuple(int(s) for s in f["seeds"])
         if len(seeds) < 2 or len(set(seeds)) != len(seeds):
             raise StudyError(f"study key 'final.seeds' = {list(seeds)!r} is not allowed; expected at least 2 distinct "
@@ -114,7 +117,8 @@ class Study:
         return cls(name=d["name"], claim=d["claim"], kind=kind, margin=float(margin), primary=primary,  # type: ignore[arg-type]
                    statistic=d["statistic"], methods=methods, space=t["space"], sampler=t.get("sampler", "grid"),
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
-                   overrides=dict(d.get("overrides", {})), out=out or STUDIES)
+                   overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")),
+                   out=out or STUDIES)
 
     @property
     def folder(self) -> Path:
@@ -123,11 +127,14 @@ class Study:
     def base(self, method: str) -> dict[str, Any]:
         return {**tomllib.loads((ROOT / self.methods[method]).read_text()), **self.overrides}
 
+    def space_of(self, method: str) -> str:
+        return self.spaces.get(method, self.space)
+
     def tune_spec(self, method: str):
         from hetfl.tune import TuneSpec, parse_space
 
         base = self.base(method)
-        return TuneSpec(base=base, space=tuple(parse_space(self.space)), trials=self.trials, rounds=self.rounds,
+        return TuneSpec(base=base, space=tuple(parse_space(self.space_of(method))), trials=self.trials, rounds=self.rounds,
                         nodes=int(base.get("min-available-nodes", 2)), sampler=self.sampler, seed=0)
 
     def final_config(self, method: str, values: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -135,15 +142,56 @@ class Study:
                 "eval-split": "test-half", "checkpoint": True, "resume": True}
 
 
-def statistic(metrics: dict[str, Any], name: str) -> float:
-    """A run's statistic, in points of test accuracy (:data:`STATISTICS`)."""
+def _own_spaces(t: dict[str, Any], methods: dict[str, str]) -> dict[str, str]:
+    """``[tune]``'s keys checked, and its ``space-by-method`` (method -> space), which needs a ``why``."""
+    unknown = sorted(set(t) - {"space", "sampler", "trials", "rounds", "space-by-method", "why"})
+    if unknown:
+        raise StudyError(f"study key 'tune.{unknown[0]}' is not known; expected space, sampler, trials, rounds, "
+                         "space-by-method, why")
+    spaces = dict(t.get("space-by-method", {}))
+    for label in spaces:
+        if label not in methods:
+            raise StudyError(f"study key 'tune.space-by-method.{label}' names no method; expected one of "
+                             f"{sorted(methods)}")
+    if spaces and not str(t.get("why", "")).strip():
+        raise StudyError("study key 'tune.why' is missing: a method with its own search space "
+                         f"({sorted(spaces)}) needs the file to say why")
+    return spaces
+
+
+def statistic(metrics: dict[str, Any], name: str) -> float | None:
+    """A run's statistic, in points of test accuracy: one of :data:`STATISTICS`, or a spec ``<what>[@<row key>]``
+    (the row key defaults to ``accuracy``) where ``<what>`` is ``final``, ``mean-last:<k>`` (the last k rounds),
+    ``mean-rounds:<first>-<last>``, ``round-to:<level>`` (the first round whose accuracy reaches `level`, a count of
+    rounds, lower is better; None if no round does) or ``best-static`` (FENS: the best static rule on the same
+    members, ``static_aggregators_test_accuracy``)."""
+    what, _, key = name.partition("@")
+    key = key or "accuracy"
+    if what == "best-static":
+        return 100.0 * max(float(v) for v in metrics["static_aggregators_test_accuracy"].values())
     rows = [r for r in metrics["rounds"] if r["round"] >= 1]
     if not rows:
         raise StudyError("a run without rounds has no statistic")
-    if name == "final":
-        return 100.0 * float(rows[-1]["accuracy"])
-    last = rows[-5:]
-    return 100.0 * sum(float(r["accuracy"]) for r in last) / len(last)
+    kind, _, arg = what.partition(":")
+    try:
+        if what == "final":
+            return 100.0 * float(rows[-1][key])
+        if what == "mean-last-5" or kind == "mean-last":
+            last = rows[-(int(arg) if arg else 5):]
+        elif kind == "mean-rounds":
+            lo, hi = (int(x) for x in arg.split("-"))
+            last = [r for r in rows if lo <= r["round"] <= hi]
+            if len(last) != hi - lo + 1:
+                raise StudyError(f"statistic {name!r}: the run has {len(last)} of rounds {lo}-{hi}")
+        elif kind == "round-to":
+            return next((float(r["round"]) for r in rows if float(r[key]) >= float(arg)), None)
+        else:
+            raise ValueError(what)
+    except (ValueError, KeyError) as err:
+        raise StudyError(f"statistic {name!r} is not allowed (or the run lacks its key: {err}); expected one of "
+                         f"{sorted(STATISTICS)}, final, mean-last:<k>, mean-rounds:<a>-<b>, round-to:<level>, "
+                         "best-static, each with an optional @<row key>") from None
+    return 100.0 * sum(float(r[key]) for r in last) / len(last)
 
 
 def relative_paths(obj: Any, root: Path = ROOT) -> Any:
@@ -268,9 +316,11 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
              f"experiments/{study.name}.toml`. Tuning reads validation only (the first half of the test split); "
              f"each seed's statistic is {STATISTICS[study.statistic]} on the test half, which tuning never read.", "",
              "## Budget and choices", "",
-             f"Every method: the grid `{study.space}` ({study.sampler}), {study.trials} trials x {study.rounds} rounds "
+             f"Every method: the space `{study.space}` ({study.sampler}), {study.trials} trials x {study.rounds} rounds "
              f"at seed 0, steps past an edge as `hetfl.tune` brackets them; then seeds {list(study.seeds)} x "
              f"{study.final_rounds} rounds with the chosen values.", "",
+             *(["Own spaces, with the same trials x rounds: " + "; ".join(f"{m} `{s}`" for m, s in study.spaces.items())
+                + f". Why: {study.why}", ""] if study.spaces else []),
              "| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
              "| --- | --- | --- | --- | --- |"]
     for m, preset in study.methods.items():

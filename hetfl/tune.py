@@ -23,8 +23,10 @@ half is the test set, which the tuner never reads. The objective is the validati
   (``--trials`` // 2 more trials, at least 3). At most :data:`MAX_EXTENSIONS` steps a key; each one is in the
   summary (``extensions``), with the trials it added.
 * **Resume**: the study lives in a SQLite file (``<study>/study.db``) and every trial keeps its own
-  ``<study>/trials/t<k>/metrics.json``. A stopped process leaves its running trial behind: the next call marks it
-  failed, queues its values again and goes on until ``--trials`` trials have finished (completed or pruned).
+  ``<study>/trials/t<k>/metrics.json`` and a checkpoint after each round. A stopped process leaves its running trial
+  behind: the next call marks it failed, queues its values again and continues that trial from its last checkpoint
+  (:func:`adopt_stopped`; a resumed run ends as an uninterrupted one), then goes on until ``--trials`` trials have
+  finished (completed or pruned). A trial longer than a working session therefore still finishes.
 * **The chosen values** are run once more from scratch with ``--final`` (the default): that run must give the best
   trial's validation accuracy again (same seed, same run), and its test accuracy is the one number reported
   (``<study>/summary.json``, ``<study>/chosen/metrics.json``).
@@ -173,7 +175,7 @@ class TuneSpec:
 
     def trial_config(self, values: dict[str, Any], run_dir: Path, name: str) -> dict[str, Any]:
         return {**self.base, **values, "num-server-rounds": self.rounds, "eval-split": "test-half",
-                "checkpoint": False, "resume": False, "results-dir": str(run_dir), "run-name": name}
+                "checkpoint": True, "resume": True, "results-dir": str(run_dir), "run-name": name}
 
 
 def check_spec(spec: TuneSpec) -> None:
@@ -345,6 +347,8 @@ def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, na
 
     try:
         ran = earlier_trial(spec, values, earlier)
+        if ran is None and _resumable(trials_dir / name):
+            _replay_checkpointed(trials_dir / name, report)
         m = _replayed(ran, trials_dir / name, report) if ran is not None else run_trial(spec, values, trials_dir, name, report)
     except optuna.TrialPruned as why:
         return "pruned", str(why)
@@ -433,7 +437,40 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1,
     return summarize(spec, study, study_dir, final, time.perf_counter() - t0)
 
 
+def _resumable(run_dir: Path) -> bool:
+    return (run_dir / "checkpoint.json").is_file() and (run_dir / "metrics.json").is_file()
+
+
+def _replay_checkpointed(run_dir: Path, report) -> None:
+    """Report the rounds a stopped trial's checkpoint holds (its resumed run reports only the rounds after them)."""
+    from hetfl.common.checkpoint import read_checkpoint_entry
+
+    done = int(read_checkpoint_entry(run_dir / "checkpoint.json", "round", 0))
+    for row in json.loads((run_dir / "metrics.json").read_text())["rounds"]:
+        if 1 <= row["round"] <= done and row.get(OBJECTIVE) is not None:
+            report(row["round"], float(row[OBJECTIVE]))
+
+
+def adopt_stopped(study, values: dict[str, Any], trials_dir: Path, name: str) -> Path | None:
+    """The folder of the newest trial with these `values` that a stopped process left with a checkpoint (failed
+    without a run error: :func:`_stopped`, :func:`_recover`), renamed to `name`, so that this trial continues it
+    (same config and seed: the resumed run ends as an uninterrupted one, docs/checkpoints.md); None if there is none."""
+    from optuna.trial import TrialState
+
+    target = trials_dir / name
+    if target.exists():
+        return None
+    for t in sorted(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)), key=lambda t: -t.number):
+        old = trials_dir / f"t{t.number:03d}"
+        if "run_error" not in t.user_attrs and t.params == values and _resumable(old):
+            old.rename(target)
+            log.info("%s: continues trial %d's run from its checkpoint (%s)", name, t.number, target)
+            return target
+    return None
+
+
 def _run_one(spec: TuneSpec, study, trial, values: dict[str, Any], trials_dir: Path, earlier: tuple[Path, ...]) -> None:
+    adopt_stopped(study, values, trials_dir, f"t{trial.number:03d}")
     try:
         outcome = _attempt(spec, trial, values, trials_dir, f"t{trial.number:03d}", earlier)
     except BaseException:
@@ -628,6 +665,7 @@ def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, wor
                     if nxt is None:
                         break
                     trial, values = nxt
+                    adopt_stopped(study, values, trials_dir, f"t{trial.number:03d}")
                     fut = pool.submit(_attempt_in_child, spec, str(study_dir / "study.db"), trial._trial_id, values,
                                       trials_dir, f"t{trial.number:03d}", earlier)
                     running[fut] = (trial, values)

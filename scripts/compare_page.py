@@ -1,7 +1,7 @@
 """docs/compare.md's results, from the committed comparisons (docs/results/compare/<fleet>-<preset>/): per fleet, the
 table of every method with finished runs (hetfl.compare.table: final accuracy and accuracy at equal client bytes,
 client FLOPs and simulated time, mean ± std over the committed seeds), its Pareto plot, and which method leads at
-each budget, by how much, against the seed spread. Nothing is trained: a method or seed not yet committed is listed
+each budget, by how much, with a paired t interval by seed (Holm-corrected over a fleet's budgets). Nothing is trained: a method or seed not yet committed is listed
 as missing.
 
     python scripts/compare_page.py           # rewrite the page's results and README's winner lines (between their
@@ -45,39 +45,50 @@ def kept_results(folder: Path) -> dict[str, Any]:
 
 
 def leaders(results: dict[str, dict[str, Any]], budget: dict[str, float]) -> list[dict[str, Any]]:
-    """Per column: the leading method, its mean, the runner-up, the margin and whether it exceeds the seed spread (the
-    larger std of the two; one seed: no spread, said so)."""
+    """Per column: the leading method (highest mean), its mean, the runner-up and the paired comparison of the two on
+    the seeds both ran (hetfl.stats: n, mean difference, 95% t interval, paired t p), the p-values Holm-corrected over
+    the columns of this fleet. The leader is "ahead" only where the corrected p is below 0.05; one common seed: no
+    interval, said so."""
+    from hetfl import stats
+
     out = []
     for col, label in COLUMNS.items():
         per = {}
         for m, res in results.items():
-            cs = [curve(r["rounds"]) for r in res["runs"].values()]
-            xs = [c["accuracy"][-1] if col == "final" else accuracy_at(c, col, budget[col]) for c in cs]
-            if all(x is not None for x in xs):
-                per[m] = [100 * x for x in xs]
+            cs = {s: curve(r["rounds"]) for s, r in res["runs"].items()}
+            xs = {s: c["accuracy"][-1] if col == "final" else accuracy_at(c, col, budget[col]) for s, c in cs.items()}
+            if all(x is not None for x in xs.values()):
+                per[m] = {s: 100 * x for s, x in xs.items()}
         if len(per) < 2:
             continue
-        ranked = sorted(per, key=lambda m: -statistics.mean(per[m]))
+        ranked = sorted(per, key=lambda m: -statistics.mean(per[m].values()))
         a, b = ranked[0], ranked[1]
-        margin = statistics.mean(per[a]) - statistics.mean(per[b])
-        # a spread only where both have several seeds: one method's spread says nothing of the other's
-        spreads = [statistics.stdev(per[m]) for m in (a, b)] if min(len(per[a]), len(per[b])) > 1 else []
-        if not spreads:
-            verdict = "one seed each: no spread yet" if max(len(per[a]), len(per[b])) == 1 else \
-                f"{title(a if len(per[a]) == 1 else b)} has one seed: no spread yet"
-        elif margin > max(spreads):
-            verdict = f"beyond the seed spread ({max(spreads):.2f})"
-        else:
-            verdict = f"within the seed spread ({max(spreads):.2f}): a tie"
-        out.append({"column": col, "label": label, "leader": a, "mean": statistics.mean(per[a]), "next": b,
-                    "margin": margin, "verdict": verdict, "spread": max(spreads) if spreads else None,
-                    "tie": bool(spreads) and margin <= max(spreads)})
+        seeds = sorted(set(per[a]) & set(per[b]))
+        row = {"column": col, "label": label, "leader": a, "mean": statistics.mean(per[a].values()), "next": b,
+               "margin": statistics.mean(per[a].values()) - statistics.mean(per[b].values()), "n": len(seeds)}
+        if len(seeds) >= 2:
+            diffs = stats.paired_differences([per[a][s] for s in seeds], [per[b][s] for s in seeds])
+            iv = stats.paired_interval(diffs)
+            row.update(diff=iv.mean, low=iv.low, high=iv.high, p=stats.paired_p_value(diffs))
+        out.append(row)
+    tested = [x for x in out if "p" in x]
+    for x, p_adj in zip(tested, stats.holm([x["p"] for x in tested])):
+        x["p_holm"] = p_adj
+        x["ahead"] = p_adj < 0.05
     return out
 
 
+def _paired(x: dict[str, Any]) -> str:
+    if "p" not in x:
+        return f"{x['n']} common seed{'s' if x['n'] != 1 else ''}: no interval"
+    return (f"n = {x['n']}, paired {x['diff']:+.2f}, 95% CI [{x['low']:.2f}, {x['high']:.2f}], "
+            f"Holm p = {x['p_holm']:.3f}")
+
+
 def lead_line(x: dict[str, Any]) -> str:
+    word = "ahead" if x.get("ahead") else "not resolved"
     return (f"{x['label']}: **{title(x['leader'])}** {x['mean']:.2f}%, {x['margin']:.2f} points over {title(x['next'])} "
-            f"({x['verdict']})")
+            f"({word}: {_paired(x)})")
 
 
 def winner_line(c: dict[str, Any]) -> str:
@@ -88,23 +99,21 @@ def winner_line(c: dict[str, Any]) -> str:
 
 def winner_text(name: str, seeds: list[int], lead: list[dict[str, Any]], committed: list[str],
                 missing: list[str]) -> str:
-    """Who leads at each budget and by how much, or who ties within the seed spread; fewer than two committed
-    methods: said so."""
+    """Who leads at each budget, with the paired comparison by seed of the leader and the runner-up (:func:`leaders`):
+    "ahead" where the Holm-corrected paired t test rejects equality at 0.05, else "not resolved"; fewer than two
+    committed methods: said so."""
     head = f"- **{name}, seeds {', '.join(map(str, seeds)) or 'none'}): "
     if not lead:
         return head + f"fewer than two methods committed yet ({', '.join(map(title, committed)) or 'none'})"
     parts = []
     for x in lead:
         what = "final accuracy" if x["column"] == "final" else "equal " + COSTS[x["column"]].split(" (")[0]
-        if x["tie"]:
-            parts.append(f"{what}: {title(x['leader'])} and {title(x['next'])} tie ({x['margin']:.2f} points apart, "
-                         f"seed spread {x['spread']:.2f})")
+        if x.get("ahead"):
+            parts.append(f"{what}: {title(x['leader'])} ahead of {title(x['next'])} ({_paired(x)})")
         else:
-            spread = "" if x["spread"] is None else f", beyond the seed spread ({x['spread']:.2f})"
-            parts.append(f"{what}: {title(x['leader'])} by {x['margin']:.2f} over {title(x['next'])}{spread}")
-    tail = "; no seed spread yet where a method has one seed" if any(x["spread"] is None for x in lead) else ""
-    tail += f"; not yet committed: {', '.join(map(title, missing))}" if missing else ""
-    return head + "; ".join(parts) + f" (points of test accuracy{tail}; [table](docs/compare.md))"
+            parts.append(f"{what}: {title(x['leader'])} over {title(x['next'])} not resolved ({_paired(x)})")
+    tail = f"; not yet committed: {', '.join(map(title, missing))}" if missing else ""
+    return head + "; ".join(parts) + f" (points of test accuracy, paired by seed{tail}; [table](docs/compare.md))"
 
 
 def section(c: dict[str, Any], write: bool = True) -> str:

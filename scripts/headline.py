@@ -103,7 +103,7 @@ def headline() -> str:
         _table(["method", "accuracy, rounds 26-30 (%)", "round to 80%", "seeds"], shefl_rows()),
         "**FENS**, FMNIST, 20 clients, test accuracy (%) ([fens-fmnist](docs/results/fens-fmnist.md), "
         "[fens-fair](docs/results/fens-fair.md); tuned: seed 0; to completion: seed 0, or the mean ± std of the seeds named):",
-        _table(["split", "as its authors run it (3 seeds)", "aggregator tuned", "+ members to completion",
+        _table(["split", "5-epoch members, as preset (3 seeds)", "aggregator tuned", "+ members to completion",
                 "FedAdam, lr tuned, 50 rounds", "FedAvg, lr tuned, 50 rounds"], fens_rows()),
         "**AdaptiveFL** vs All-Large and HeteroFL, FMNIST Dir(0.6), 100 clients, 30 rounds, full model "
         "([adaptivefl-fmnist-r30](docs/results/adaptivefl-fmnist-r30.md)):",

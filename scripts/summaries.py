@@ -191,7 +191,7 @@ def fens() -> str:
         found = oneshot_table.load_runs([RES / f"oneshot-fmnist-dir{a}/runs", RES / f"fens-fmnist-dir{a}/runs"])
         table1[a] = oneshot_table.collect(found, float(a), [0, 1, 2])
     rows = []
-    for key, name in (("fens", "FENS (one shot + 500 aggregator rounds, as its authors run it)"),
+    for key, name in (("fens", "FENS (one shot with 5-epoch members + 500 aggregator rounds, as preset; the authors train members to completion)"),
                       ("fedcvae", "FedCVAE-Ens (best one-shot baseline)"), ("coboost", "Co-Boosting"),
                       ("weighted-average", "weighted averaging of FENS's members (a static rule)")):
         rs = [table1[a][key] for a in alphas]

@@ -4,6 +4,7 @@ the iterative methods' round axis."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -39,24 +40,69 @@ def test_the_comparison_page_is_generated_from_the_committed_comparisons():
         assert f"committed runs in `docs/results/compare/{folder.parent.name}/`" in text, folder.parent.name
 
 
-def test_readme_winner_lines_say_ties_leads_and_too_few_methods():
+def test_readme_winner_lines_say_leads_unresolved_cells_and_too_few_methods():
     compare_page = _script("compare_page")
-
-    def lead(col, a, b, margin, spread):
-        return {"column": col, "leader": a, "next": b, "margin": margin, "spread": spread,
-                "tie": spread is not None and margin <= spread}
-
-    line = compare_page.winner_text("wifi** (p", [0, 1, 2], [lead("final", "fedavg", "shefl", 0.3, 0.5),
-                                                             lead("sim_s", "fens", "fedavg", 2.0, 0.5)],
-                                    ["fedavg", "shefl", "fens"], ["heterofl"])
-    assert line.startswith("- **wifi** (p, seeds 0, 1, 2): final accuracy: FedAvg and SHEFL tie (0.30 points apart, "
-                           "seed spread 0.50); equal simulated seconds: FENS by 2.00 over FedAvg, beyond the seed "
-                           "spread (0.50)"), line
-    assert "spread yet" not in line and line.endswith("not yet committed: HeteroFL; [table](docs/compare.md))")
-    one = compare_page.winner_text("w** (p", [0], [lead("client_bytes", "fedavg", "fens", 1.0, None)], ["fedavg", "fens"], [])
-    assert "equal client bytes: FedAvg by 1.00 over FENS (points of test accuracy; no seed spread yet where a method has one seed;" in one
+    # hand-worked: leader - runner-up by seed (+1, +2, +3): mean 2, SD 1, t_{0.975,2} = 4.303, half-width 2.484;
+    # paired t p = 0.0742. Three equal differences of +2: SD 0, p = 0. Holm over the two: 0 and 0.0742.
+    results = {"fedavg": {"runs": {s: {"rounds": []} for s in (0, 1, 2)}},
+               "fens": {"runs": {s: {"rounds": []} for s in (0, 1, 2)}}}
+    final = {"fedavg": {0: 0.80, 1: 0.82, 2: 0.84}, "fens": {0: 0.79, 1: 0.80, 2: 0.81}}
+    at_time = {"fedavg": {0: 0.70, 1: 0.71, 2: 0.72}, "fens": {0: 0.72, 1: 0.73, 2: 0.74}}
+    for m, res in results.items():  # each run's "curve" names its method and seed; the two columns read those
+        for s, run in res["runs"].items():
+            run["rounds"] = {"accuracy": [final[m][s]], "m": m, "s": s}
+    old = compare_page.curve, compare_page.accuracy_at, compare_page.COLUMNS
+    compare_page.curve = lambda rows: rows
+    compare_page.accuracy_at = lambda c, col, b: at_time[c["m"]][c["s"]]
+    compare_page.COLUMNS = {"final": "final accuracy", "sim_s": "accuracy at equal simulated seconds"}
+    try:
+        lead = compare_page.leaders(results, {"sim_s": 1.0})
+    finally:
+        compare_page.curve, compare_page.accuracy_at, compare_page.COLUMNS = old
+    fin, tim = lead
+    assert (fin["leader"], fin["next"], fin["n"]) == ("fedavg", "fens", 3)
+    assert fin["diff"] == pytest.approx(2.0) and fin["high"] - fin["diff"] == pytest.approx(4.3027 / 3 ** 0.5, abs=1e-3)
+    assert fin["p"] == pytest.approx(0.0742, abs=1e-3) and not fin["ahead"]  # Holm: the larger p stays 0.0742
+    assert (tim["leader"], tim["diff"], tim["p"], tim["ahead"]) == ("fens", pytest.approx(2.0), 0.0, True)
+    line = compare_page.winner_text("wifi** (p", [0, 1, 2], lead, ["fedavg", "fens"], ["heterofl"])
+    assert line.startswith("- **wifi** (p, seeds 0, 1, 2): final accuracy: FedAvg over FENS not resolved (n = 3, "
+                           "paired +2.00, 95% CI [-0.48, 4.48], Holm p = 0.074); equal simulated seconds: FENS ahead "
+                           "of FedAvg (n = 3, paired +2.00, 95% CI [2.00, 2.00], Holm p = 0.000)"), line
+    assert line.endswith("paired by seed; not yet committed: HeteroFL; [table](docs/compare.md))")
+    one = compare_page.winner_text("w** (p", [0], [{"column": "client_bytes", "leader": "fedavg", "next": "fens",
+                                                    "margin": 1.0, "n": 1}], ["fedavg", "fens"], [])
+    assert "equal client bytes: FedAvg over FENS not resolved (1 common seed: no interval)" in one
     assert compare_page.winner_text("w** (p", [0], [], ["fedavg"], ["fens"]).endswith(
         "fewer than two methods committed yet (FedAvg)")
+
+
+def test_the_readme_verdicts_are_recomputed_from_the_committed_runs():
+    assert _script("verdict_table").main(["--check"]) == 0, "run: python scripts/verdict_table.py"
+
+
+def test_a_verdict_cell_pairs_by_seed_turns_rounds_to_the_papers_direction_and_leaves_out_censored_seeds(tmp_path,
+                                                                                                      monkeypatch):
+    vt = _script("verdict_table")
+
+    def run(name, seed, accs):
+        path = tmp_path / f"{name}-s{seed}.json"
+        path.write_text(json.dumps({"config": {"seed": seed},
+                                    "rounds": [{"round": k + 1, "accuracy": a} for k, a in enumerate(accs)]}))
+        return str(path)
+
+    monkeypatch.setattr(vt, "ROOT", tmp_path)
+    # rounds to 0.8: A reaches it at rounds 2, 3, never; B at 4, 4, 2. Paper direction b - a: +2, +1; seed 2 censored
+    a = [run("a", 0, [0.5, 0.8, 0.9]), run("a", 1, [0.5, 0.6, 0.85]), run("a", 2, [0.5, 0.6, 0.7])]
+    b = [run("b", 2, [0.5, 0.9, 0.9, 0.9]), run("b", 0, [0.1, 0.2, 0.3, 0.8]), run("b", 1, [0.1, 0.2, 0.3, 0.8])]
+    c = vt.cell_result({"name": "x", "statistic": "round-to:0.8", "a": a, "b": b}, "superiority", 1.0)
+    assert c["seeds"] == [0, 1] and c["censored"] == [2] and c["diffs"] == [2.0, 1.0]
+    # mean 1.5, SD 0.7071, t(0.975, 1) = 12.706: half-width 6.353; contains 0, reaches the margin 1: inconclusive
+    assert c["low"] == pytest.approx(1.5 - 6.353, abs=1e-3) and c["label"].startswith("inconclusive at 2 seeds")
+    # final accuracy, a parity claim within 5 points: diffs (0.9-0.8, 0.85-0.8) * 100 = +10, +5: not shown
+    c = vt.cell_result({"name": "y", "statistic": "final", "a": a[:2], "b": b[1:]}, "parity", 5.0)
+    assert c["diffs"] == pytest.approx([10.0, 5.0]) and c["label"].startswith("not shown: parity within +-5")
+    with pytest.raises(ValueError, match="2 primary cells"):
+        vt.row_result({"claim": "z", "kind": "direction", "cell": [{"primary": True}, {"primary": True}]})
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/results/README.md",

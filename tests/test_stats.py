@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from hetfl.stats import (Interval, StatsError, holm, label, paired_differences, paired_interval, paired_p_value,
+from hetfl.stats import (Interval, StatsError, direction_label, holm, label, paired_differences, paired_interval, paired_p_value,
                          seeds_needed, tost)
 
 SPREAD = [0.1, -0.1, 0.2, 0.0, -0.2]  # mean 0, SD sqrt(0.025) = 0.158114, SE 0.0707107
@@ -49,6 +49,13 @@ def test_label_follows_the_rule_in_its_order():
     assert label(paired_interval([5.0]), 1.0).startswith("inconclusive at 1 seed")
     with pytest.raises(StatsError, match="margin"):
         label(paired_interval([1.0, 2.0]), 0.0)
+
+
+def test_direction_label_without_a_claimed_margin():
+    assert direction_label(paired_interval([2.0, 3.0, 4.0])) == "held"  # [0.52, 5.48]
+    assert direction_label(paired_interval([-2.0, -3.0, -4.0])) == "not held (reversed)"
+    assert direction_label(paired_interval([1.0, 2.0, 3.0])) == "inconclusive at 3 seeds (no margin claimed)"
+    assert direction_label(paired_interval([5.0])).startswith("inconclusive at 1 seed")
 
 
 def test_seeds_needed_matches_published_power_tables():

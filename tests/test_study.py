@@ -90,6 +90,34 @@ def test_a_seed_that_diverges_is_named_in_the_verdict_and_left_out_of_the_pairs(
     assert v["n"] == 1 and "seeds that diverged, left out of the pairs: {'fedprox': [1]}" in v["label"]
 
 
+def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_path):
+    f = tmp_path / "own.toml"
+    f.write_text(SMALL.replace("rounds = 2\n\n[final]", 'rounds = 2\nspace-by-method = { fedprox = "lr=0.1 '
+                               'fedprox-mu=0.01,0.1" }\nwhy = "FedProx has its own key"\n\n[final]'))
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    prox, avg = study.tune_spec("fedprox"), study.tune_spec("fedavg")
+    assert [d.key for d in prox.space] == ["lr", "fedprox-mu"] and [d.key for d in avg.space] == ["lr"]
+    assert (prox.trials, prox.rounds) == (avg.trials, avg.rounds) == (2, 2)
+    page = S.page(study, {}, {}, {"label": "not run yet"})
+    assert "Own spaces, with the same trials x rounds: fedprox `lr=0.1 fedprox-mu=0.01,0.1`. Why: FedProx" in page
+
+
+def test_statistics_by_hand():
+    m = {"rounds": [{"round": 0, "accuracy": 0.1, "acc_S1": 0.0}, *({"round": k, "accuracy": k / 10, "acc_S1": k / 20}
+                                                                    for k in range(1, 8))],
+         "static_aggregators_test_accuracy": {"average": 0.3, "voting": 0.45}}
+    assert S.statistic(m, "final") == pytest.approx(70.0) and S.statistic(m, "final@acc_S1") == pytest.approx(35.0)
+    assert S.statistic(m, "mean-last-5") == pytest.approx(50.0)  # rounds 3-7
+    assert S.statistic(m, "mean-last:2") == pytest.approx(65.0)
+    assert S.statistic(m, "mean-rounds:2-4") == pytest.approx(30.0)
+    assert S.statistic(m, "round-to:0.45") == 5.0 and S.statistic(m, "round-to:0.95") is None  # never: censored
+    assert S.statistic(m, "best-static") == pytest.approx(45.0)
+    with pytest.raises(S.StudyError, match="of rounds 5-9"):
+        S.statistic(m, "mean-rounds:5-9")
+    with pytest.raises(S.StudyError, match="'median' is not allowed"):
+        S.statistic(m, "median")
+
+
 def test_committed_files_name_paths_relative_to_the_repository():
     assert S.relative_paths({"a": f"{S.ROOT}/docs/x", "b": [f"{S.ROOT}/y"], "c": 3}) == {"a": "docs/x", "b": ["y"], "c": 3}
 
@@ -102,6 +130,11 @@ def test_committed_files_name_paths_relative_to_the_repository():
     (("claimed-margin = 5.0", "claimed-margin = 1.0"), "needs at least 5 seeds"),
     (("configs/quickstart.toml", "configs/nope.toml"), "'methods.fedavg' = 'configs/nope.toml': no such preset"),
     (("name = \"tiny\"", "name = \"tiny\"\nseeds = 3"), "study key 'seeds' is not known"),
+    (("rounds = 2\n\n[final]", "rounds = 2\nspace-by-method = { fedprox = \"lr=0.1 fedprox-mu=0.01,0.1\" }\n\n[final]"),
+     "study key 'tune.why' is missing"),
+    (("rounds = 2\n\n[final]", "rounds = 2\nspace-by-method = { fedyogi = \"lr=0.1\" }\nwhy = \"x\"\n\n[final]"),
+     "'tune.space-by-method.fedyogi' names no method"),
+    (("rounds = 2\n\n[final]", "rounds = 2\nbudget = 3\n\n[final]"), "study key 'tune.budget' is not known"),
 ])
 def test_a_bad_study_file_is_one_line(tmp_path, edit, fragment):
     f = tmp_path / "bad.toml"

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from hetfl import tune as T
+from hetfl.common.rounds import RoundCallback
 from hetfl.tune import Dim, TuneError, TuneSpec, parse_space
 
 BASE = {"method": "fedavg", "dataset": "digits", "partitioner": "dirichlet", "dirichlet-alpha": 0.5,
@@ -106,6 +107,49 @@ def test_an_interrupted_study_resumes_from_its_file(tmp_path, monkeypatch):
     assert out["trial_seconds"] > out["seconds_this_call"]  # 3 trials, one of them run by the interrupted call
     with pytest.raises(TuneError, match="holds a study with other settings"):
         T.tune(spec("lr=log:0.01:0.3", trials=3, rounds=5, prune=False), study)
+
+
+def test_a_trial_stopped_mid_run_continues_from_its_checkpoint_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """A process stopped in round 2 of a 3-round trial (its checkpoint holds round 1): the next call queues the
+    values again, takes the stopped trial's folder and trains rounds 2 and 3 only; the study ends as one never
+    stopped (same rows, same choice)."""
+    s = spec("lr=0.1,0.01", sampler="grid", trials=2, rounds=3, prune=False, bracket=False)
+    whole = T.tune(s, tmp_path / "whole", final=False)
+    real = T.run_trial
+
+    def stopped_after_round_2_of_the_second(spec_, values, run_dir, name, report=None):
+        def rep(rnd, val):
+            if values["lr"] == 0.01 and rnd == 2:
+                raise KeyboardInterrupt  # round 2's row is reported before its checkpoint is written
+            report(rnd, val)
+        return real(spec_, values, run_dir, name, rep)
+
+    monkeypatch.setattr(T, "run_trial", stopped_after_round_2_of_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        T.tune(s, tmp_path / "cut", final=False)
+    from hetfl.common.checkpoint import read_checkpoint_entry
+
+    assert read_checkpoint_entry(tmp_path / "cut" / "trials" / "t001" / "checkpoint.json", "round") == 1
+    monkeypatch.setattr(T, "run_trial", real)
+    rounds_run = []
+    import hetfl.inprocess as ip
+    real_run = ip.run_in_process
+
+    def counted(cfg, nodes, results, name, callbacks=()):
+        class Count(RoundCallback):
+            def on_row(self, row):
+                rounds_run.append(row["round"])
+        return real_run(cfg, nodes, results, name, callbacks=[*callbacks, Count()])
+
+    monkeypatch.setattr(ip, "run_in_process", counted)
+    out = T.tune(s, tmp_path / "cut", final=False)
+    assert rounds_run == [2, 3], rounds_run  # only the rounds after the checkpoint trained
+    assert not (tmp_path / "cut" / "trials" / "t001").exists()  # taken over by the queued trial t002
+    rows = lambda d, t: [(r["round"], r["val_accuracy"], r["accuracy"]) for r in  # noqa: E731
+                         json.loads((tmp_path / d / "trials" / t / "metrics.json").read_text())["rounds"]]
+    assert rows("cut", "t002") == rows("whole", "t001")
+    assert [t["val_accuracy"] for t in out["trials"]] == [t["val_accuracy"] for t in whole["trials"]]
+    assert out["best"]["values"] == whole["best"]["values"]
 
 
 def test_a_trial_whose_run_fails_uses_its_budget_and_the_study_goes_on(tmp_path, monkeypatch):

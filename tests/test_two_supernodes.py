@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,11 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen, seconds: float = 120
 
 
 @pytest.mark.slow
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def test_two_wrapped_supernodes_run_side_by_side_on_one_host(tmp_path):
     require_fmnist()
     home = tmp_path / "user"  # the devices' $HOME: their default homes go under it
@@ -70,7 +76,12 @@ def test_two_wrapped_supernodes_run_side_by_side_on_one_host(tmp_path):
         for i in (0, 1):
             lock = home / ".flwr" / f"supernode-{i}" / "supernode.lock"
             assert lock.read_text().strip() == str(procs[1 + i].pid), lock  # each its own home, held by its process
-        # a third asking for a taken port, and one whose default home is held: one line each, nothing started
+        # a third asking for a taken port, and one whose default home is held: one line each, nothing started. The
+        # log line comes before the Runtime API listens: wait for it to listen, or a loaded machine races the check
+        deadline = time.monotonic() + 120
+        while not _listening(ports[0]):
+            assert time.monotonic() < deadline, f"node 0's Runtime API never listened on {ports[0]}"
+            time.sleep(0.2)
         taken = subprocess.run(node(2, "--runtime-port", str(ports[0])), env=env, cwd=ROOT, capture_output=True,
                                text=True, timeout=60)
         errors = [ln for ln in taken.stderr.splitlines() if not ln.startswith("warning: --insecure")]

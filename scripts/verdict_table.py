@@ -1,0 +1,145 @@
+"""The README's verdict table, recomputed from the committed runs that docs/results/verdicts.toml names: per row, each
+cell's paired differences by seed (hetfl.stats), the primary cell's 95% t interval and its label by the rule of
+docs/verdicts.md, the other cells Holm-corrected. Nothing is trained.
+
+    python scripts/verdict_table.py           # rewrite the table between README.md's markers
+    python scripts/verdict_table.py --check   # exit 1 if the README's table differs from what the runs give
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hetfl import stats  # noqa: E402
+from hetfl.study import statistic  # noqa: E402
+
+LEDGER = ROOT / "docs/results/verdicts.toml"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- verdicts: scripts/verdict_table.py -->", "<!-- end verdicts -->"
+KINDS = ("superiority", "parity", "direction")
+
+
+def _by_seed(paths: list[str], spec: str) -> dict[int, float | None]:
+    out = {}
+    for p in paths:
+        m = json.loads((ROOT / p).read_text())
+        seed = int(m["config"].get("seed", 0))
+        if seed in out:
+            raise ValueError(f"{p}: seed {seed} is listed twice in one cell")
+        out[seed] = statistic(m, spec)
+    return out
+
+
+def cell_result(cell: dict[str, Any], kind: str, margin: float | None) -> dict[str, Any]:
+    """One cell: the pairs (seeds both sides ran; a side that never reached a ``round-to`` level is censored and
+    left out, counted), the differences in the paper's direction (b - a for ``round-to``, fewer rounds being
+    better), the interval, the paired t p and the label."""
+    sa, sb = cell["statistic"], cell.get("b-statistic", cell["statistic"])
+    a, b = _by_seed(cell["a"], sa), _by_seed(cell["b"], sb)
+    seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
+    censored = sorted(s for s in set(a) & set(b) if a[s] is None or b[s] is None)
+    lower_better = sa.startswith("round-to")
+    diffs = [(b[s] - a[s]) if lower_better else (a[s] - b[s]) for s in seeds]
+    out: dict[str, Any] = {"name": cell["name"], "seeds": seeds, "censored": censored, "diffs": diffs,
+                           "margin": cell.get("margin", margin)}
+    if not diffs:
+        out["label"] = "no pair yet"
+        return out
+    iv = stats.paired_interval(diffs)
+    out.update(n=iv.n, mean=iv.mean, low=iv.low, high=iv.high, sd=iv.sd)
+    if iv.n >= 2:
+        out["p"] = stats.paired_p_value(diffs)
+    if kind == "direction" or out["margin"] is None:
+        out["label"] = stats.direction_label(iv)
+    elif kind == "parity":
+        if iv.n >= 2:
+            eq = stats.tost(diffs, out["margin"])
+            out["label"] = (f"{'held' if eq.equivalent else 'not shown'}: parity within +-{out['margin']:g} "
+                            f"(TOST p = {eq.p:.3f})")
+        else:
+            out["label"] = "inconclusive at 1 seed (an interval needs at least 2)"
+    else:
+        out["label"] = stats.label(iv, out["margin"])
+    return out
+
+
+def row_result(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's cells; exactly one is primary, the others carry Holm-adjusted p-values."""
+    kind = row["kind"]
+    if kind not in KINDS:
+        raise ValueError(f"verdicts.toml: kind = {kind!r} is not allowed; expected one of {KINDS}")
+    primaries = [c for c in row["cell"] if c.get("primary")]
+    if len(primaries) != 1:
+        raise ValueError(f"verdicts.toml: row {row['claim']!r} has {len(primaries)} primary cells; expected 1")
+    cells = [cell_result(c, kind, row.get("margin")) for c in row["cell"]]
+    primary = cells[[c.get("primary", False) for c in row["cell"]].index(True)]
+    others = [c for c in cells if c is not primary]
+    tested = [c for c in others if "p" in c]
+    for c, p in zip(tested, stats.holm([c["p"] for c in tested])):
+        c["p_holm"] = p
+    return {"row": row, "primary": primary, "others": others}
+
+
+def _iv(c: dict[str, Any]) -> str:
+    if "n" not in c:
+        return "no pair yet"
+    if c["n"] < 2:
+        return f"{c['mean']:+.2f}, n = 1"
+    return f"{c['mean']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}], n = {c['n']}"
+
+
+def verdict_cell(r: dict[str, Any]) -> str:
+    p, kind = r["primary"], r["row"]["kind"]
+    unit = " rounds" if r["row"]["cell"][0]["statistic"].startswith("round-to") else ""
+    claimed = ("no margin claimed" if kind == "direction" or p["margin"] is None else
+               f"parity within +-{p['margin']:g}{unit}" if kind == "parity" else f"claimed {p['margin']:+g}{unit}")
+    text = f"**{p['label']}**: {p['name']}: {_iv(p)} ({claimed})"
+    if p["censored"]:
+        text += f"; seeds {p['censored']} never reached the level (left out)"
+    if r["others"]:
+        text += "; other cells: " + "; ".join(
+            f"{c['name']} {_iv(c)}" + (f", Holm p {c['p_holm']:.2f}" if "p_holm" in c else "") for c in r["others"])
+    return text
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    lines = [BEGIN, "| paper's claim | verdict here: the primary cell's mean paired difference [95% t interval], n "
+             "seeds | budget (the same for the methods compared unless said) | what moved it |",
+             "| --- | --- | --- | --- |"]
+    for r in results:
+        row = r["row"]
+        lines.append(f"| {row['claim']} | {verdict_cell(r)} | {row['budget']} | {row['moved']} |")
+    return "\n".join(lines + [END])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if README.md's verdict table differs from the runs")
+    a = p.parse_args(argv)
+    rows = tomllib.loads(LEDGER.read_text())["row"]
+    text = README.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"{README}: no {BEGIN} ... {END} markers", file=sys.stderr)
+        return 2
+    new = text[: text.index(BEGIN)] + render([row_result(r) for r in rows]) + text[text.index(END) + len(END):]
+    if new == text:
+        return 0
+    if a.check:
+        print("README.md's verdict table differs from the committed runs: run python scripts/verdict_table.py",
+              file=sys.stderr)
+        return 1
+    README.write_text(new)
+    print(f"wrote {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
