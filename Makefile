@@ -1,7 +1,8 @@
 # hetfl: heterogeneous federated learning on Flower 1.41.
 #   make run    short real FedAvg run on Fashion-MNIST (offline), prints accuracy and plot path
 #   make quickstart-shefl | quickstart-fens | quickstart-adaptivefl   one short real run per method (< 2 min)
-#   make test   the test suite (unit + end-to-end simulations)
+#   make test   the test suite (unit + end-to-end simulations + local SuperLink/SuperNode clusters)
+#   make test-deploy  deployments on hosts the tests make (network namespaces, shaped links, cgroups; root)
 #   make test-docker  Docker Compose cluster on a real Docker engine, 2 rounds to the end (root; installs what is missing)
 #   make bench  simulated round vs plain PyTorch loop (light and paper regime), bf16 vs fp32, 10,000-SuperNode probe
 #   make reproduce-shefl | reproduce-shefl-studies | calibrate-shefl | reproduce-fens | reproduce-fens-iterative
@@ -20,7 +21,7 @@ export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 export FLWR_DISABLE_UPDATE_CHECK := 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-fast docs test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-fens-iterative reproduce-oneshot reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl quickstart-tabular
+.PHONY: install data compose-cli run test test-deploy test-fast docs test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-fens-iterative reproduce-oneshot reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl quickstart-tabular
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -64,7 +65,14 @@ quickstart-tabular: install
 TEST_WORKERS ?= 3
 test: install data compose-cli
 	$(BIN)/ruff check --select F,E9 hetfl tests scripts
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15 -m "not hosts"
+
+# The deployments on hosts and devices the tests make for themselves (marker "hosts"; root): the README's walk-through
+# across network namespaces (every method, secured), a slow and a dropping device on shaped links, a Ray cluster of two
+# hosts, a CPU-capped device that measures itself. Skipped with the reason where there is no root. CI runs it after
+# make test (.ci/run).
+test-deploy: install data
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=5 -m hosts
 
 # The API reference (docs/reference, Sphinx autodoc of every name in hetfl.__all__): warnings and broken
 # cross-references fail the build (tests/test_api.py runs it with these flags). Open docs/reference/_build/html/index.html.

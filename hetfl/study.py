@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
+import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("hetfl")
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = ROOT / "docs" / "results" / "studies"
@@ -64,6 +68,8 @@ class Study:
     overrides: dict[str, Any] = field(default_factory=dict)
     spaces: dict[str, str] = field(default_factory=dict)  # method -> its own space (``[tune.space-by-method]``)
     why: str = ""  # why a method searches another space (``tune.why``: required with ``space-by-method``)
+    earlier: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method -> committed tune folders to reuse
+    earlier_runs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method -> committed run folders to reuse
     out: Path = STUDIES
 
     @classmethod
@@ -98,15 +104,20 @@ class Study:
         if len(primary) != 2 or any(m not in methods for m in primary) or primary[0] == primary[1]:
             raise StudyError(f"study key 'primary' = {list(primary)!r} is not allowed; expected two different methods "
                              f"of {sorted(methods)}")
-        if d["statistic"] not in STATISTICS:
+        if describe(d["statistic"]) is None:
             raise StudyError(f"study key 'statistic' = {d['statistic']!r} is not allowed; expected one of "
-                             f"{sorted(STATISTICS)}")
+                             f"{sorted(STATISTICS)}, mean-last:<k> or mean-rounds:<a>-<b> (each with an optional "
+                             "@<row key>)")
         t, f = d["tune"], d["final"]
         for sec, keys in (("tune", ("space", "trials", "rounds")), ("final", ("seeds", "rounds"))):
             for k in keys:
                 if k not in d[sec]:
                     raise StudyError(f"study file {str(path)!r} lacks '{sec}.{k}'")
+        if unknown := sorted(set(f) - {"seeds", "rounds", "earlier"}):
+            raise StudyError(f"study key 'final.{unknown[0]}' is not known; expected seeds, rounds, earlier")
         spaces = _own_spaces(t, methods)
+        earlier = _earlier(t, "tune", methods, "trials", "a committed hetfl.tune folder")
+        earlier_runs = _earlier(f, "final", methods, "metrics.json", "a committed run folder")
         seeds = tuple(int(s) for s in f["seeds"])
         if len(seeds) < 2 or len(set(seeds)) != len(seeds):
             raise StudyError(f"study key 'final.seeds' = {list(seeds)!r} is not allowed; expected at least 2 distinct "
@@ -117,7 +128,8 @@ class Study:
         return cls(name=d["name"], claim=d["claim"], kind=kind, margin=float(margin), primary=primary,  # type: ignore[arg-type]
                    statistic=d["statistic"], methods=methods, space=t["space"], sampler=t.get("sampler", "grid"),
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
-                   overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")),
+                   overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")), earlier=earlier,
+                   earlier_runs=earlier_runs,
                    out=out or STUDIES)
 
     @property
@@ -142,12 +154,25 @@ class Study:
                 "eval-split": "test-half", "checkpoint": True, "resume": True}
 
 
+def _earlier(sec: dict[str, Any], name: str, methods: dict[str, str], holds: str, what: str) -> dict[str, tuple[str, ...]]:
+    """``<name>.earlier``: method -> committed folders (relative to the repository) whose finished trials or runs of
+    the same config are reused instead of run again (same config and seed, same run)."""
+    out = {m: tuple(v) for m, v in dict(sec.get("earlier", {})).items()}
+    for m, folders in out.items():
+        if m not in methods:
+            raise StudyError(f"study key '{name}.earlier.{m}' names no method; expected one of {sorted(methods)}")
+        for folder in folders:
+            if not (ROOT / folder / holds).exists():
+                raise StudyError(f"study key '{name}.earlier.{m}' = {folder!r}: no {holds} there; expected {what}")
+    return out
+
+
 def _own_spaces(t: dict[str, Any], methods: dict[str, str]) -> dict[str, str]:
     """``[tune]``'s keys checked, and its ``space-by-method`` (method -> space), which needs a ``why``."""
-    unknown = sorted(set(t) - {"space", "sampler", "trials", "rounds", "space-by-method", "why"})
+    unknown = sorted(set(t) - {"space", "sampler", "trials", "rounds", "space-by-method", "why", "earlier"})
     if unknown:
         raise StudyError(f"study key 'tune.{unknown[0]}' is not known; expected space, sampler, trials, rounds, "
-                         "space-by-method, why")
+                         "space-by-method, why, earlier")
     spaces = dict(t.get("space-by-method", {}))
     for label in spaces:
         if label not in methods:
@@ -157,6 +182,20 @@ def _own_spaces(t: dict[str, Any], methods: dict[str, str]) -> dict[str, str]:
         raise StudyError("study key 'tune.why' is missing: a method with its own search space "
                          f"({sorted(spaces)}) needs the file to say why")
     return spaces
+
+
+def describe(spec: str) -> str | None:
+    """A scored run's statistic in words, or None if a study cannot use `spec` (:func:`statistic`; ``round-to`` and
+    ``best-static`` are for verdict tables, not for a study's seeds)."""
+    what, _, key = spec.partition("@")
+    on = f" ({key})" if key else ""
+    if what in STATISTICS:
+        return STATISTICS[what] + on
+    if m := re.fullmatch(r"mean-last:(\d+)", what):
+        return f"the mean test accuracy of the last {m[1]} rounds{on}"
+    if m := re.fullmatch(r"mean-rounds:(\d+)-(\d+)", what):
+        return f"the mean test accuracy of rounds {m[1]}-{m[2]}{on}"
+    return None
 
 
 def statistic(metrics: dict[str, Any], name: str) -> float | None:
@@ -228,11 +267,40 @@ def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | Non
 
     folder = study.folder / method / "tune"
     if train:
-        out = tune(study.tune_spec(method), folder, final=False, earlier=(folder,))
+        out = tune(study.tune_spec(method), folder, final=False,
+                   earlier=(folder, *(ROOT / f for f in study.earlier.get(method, ()))))
         _normalise(folder)
         return out
     path = folder / "summary.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def _reused_run(study: Study, method: str, cfg: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
+    """A committed run of ``final.earlier`` that finished with this config and seed (every key, apart from where it
+    is kept), copied to `run_dir` (metrics.json and its plot); None if there is none."""
+    import shutil
+
+    from hetfl.common.config import ConfigError
+    from hetfl.inprocess import same_config
+    from hetfl.methods import validate
+
+    want = validate(cfg)
+    for folder in study.earlier_runs.get(method, ()):
+        path = ROOT / folder / "metrics.json"
+        m = json.loads(path.read_text())
+        try:
+            ok = (m["summary"].get("rounds_completed") == study.final_rounds
+                  and same_config(m, cfg, every_key=True, want=want))
+        except (KeyError, ConfigError):
+            ok = False
+        if ok:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            for name in ("metrics.json", "accuracy.png"):
+                if (ROOT / folder / name).exists():
+                    shutil.copy2(ROOT / folder / name, run_dir / name)
+            log.info("%s seed %s: the committed run %s, reused", method, cfg["seed"], folder)
+            return m
+    return None
 
 
 def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool = True,
@@ -250,6 +318,8 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
     for seed in study.seeds:
         cfg = study.final_config(method, values, seed)
         m = finished_run(runs / f"s{seed}", cfg)
+        if m is None and not (runs / f"s{seed}" / "metrics.json").exists():
+            m = _reused_run(study, method, cfg, runs / f"s{seed}")
         stopped = runs / f"s{seed}" / "metrics.json"
         if m is None and stopped.exists() and (why := json.loads(stopped.read_text()).get("stopped")):
             failed[seed] = why["reason"]
@@ -314,7 +384,7 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
              f"Declared in `experiments/{study.name}.toml` before its runs; run with `hetfl study run "
              f"experiments/{study.name}.toml`, this page rebuilt from the committed runs by `hetfl study table "
              f"experiments/{study.name}.toml`. Tuning reads validation only (the first half of the test split); "
-             f"each seed's statistic is {STATISTICS[study.statistic]} on the test half, which tuning never read.", "",
+             f"each seed's statistic is {describe(study.statistic)} on the test half, which tuning never read.", "",
              "## Budget and choices", "",
              f"Every method: the space `{study.space}` ({study.sampler}), {study.trials} trials x {study.rounds} rounds "
              f"at seed 0, steps past an edge as `hetfl.tune` brackets them; then seeds {list(study.seeds)} x "

@@ -4,8 +4,10 @@ last tests finished, the CPU seconds the tests used against what the cores could
 tests with their CPU, and what the same durations would take if the longest tests were handed out first (LPT: a
 greedy list schedule, an estimate only, since a test's duration depends on what runs beside it).
 
-A test's CPU is its worker's and that of the processes the worker started and reaped while the test ran (SuperLink,
-SuperNodes and their ClientApps, `flwr run`); processes that leave their parent (Ray's daemons) are not counted.
+A test's CPU is that of every process that ran in its own cpuacct cgroup (tests/conftest.py, as root where cgroup
+v1's cpuacct is writable: the worker and everything it started, reaped or not; a line ending in "leaked" had a
+process still running after the test), else its worker's and that of the processes the worker started and reaped
+(processes that leave their parent, such as Ray's daemons, are then not counted).
 
     HETFL_TEST_TIMELINE=/tmp/tl.txt python -m pytest -q -p no:cacheprovider -n 3 --dist worksteal
     python scripts/test_timeline.py /tmp/tl.txt --workers 3

@@ -33,23 +33,68 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
+# Where cgroup v1's cpuacct hierarchy is writable (root), a timeline test runs with its worker in a cpuacct cgroup of
+# its own, so that every process it starts, reaped or not (Ray's daemons, SuperExec's ClientApps), counts to it; the
+# cgroup is removed after the test (a process left running keeps it, and the timeline line says "leaked").
+_CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def _cgroup_enter(nodeid: str) -> Path | None:
+    if not os.access(_CPUACCT / "cgroup.procs", os.W_OK):
+        return None
+    group = _CPUACCT / f"hetfl-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{len(_STARTED)}-{time.time_ns()}"
+    try:
+        group.mkdir()
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        return None
+    return group
+
+
+def _cgroup_leave(group: Path) -> tuple[float, bool]:
+    """(CPU seconds of everything that ran in `group`, whether a process is still in it); the worker back at the root."""
+    (_CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+    cpu = int((group / "cpuacct.usage").read_text()) / 1e9
+    leaked = bool((group / "cgroup.procs").read_text().split())
+    if not leaked:
+        group.rmdir()
+    return cpu, leaked
+
+
 def pytest_configure(config):
     global _TIMELINE
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         _TIMELINE = None  # the xdist controller
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The cpuacct cgroups a leaked process kept: its processes back at the root, the cgroup removed."""
+    if not _TIMELINE or not os.access(_CPUACCT / "cgroup.procs", os.W_OK):
+        return
+    for group in _CPUACCT.glob(f"hetfl-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-*"):
+        for pid in (group / "cgroup.procs").read_text().split():
+            try:
+                (_CPUACCT / "cgroup.procs").write_text(pid)
+            except OSError:  # it ended meanwhile
+                pass
+        try:
+            group.rmdir()
+        except OSError:
+            pass
+
+
 def pytest_runtest_logstart(nodeid, location):
     if _TIMELINE:
-        _STARTED[nodeid] = (time.time(), _cpu_seconds())
+        _STARTED[nodeid] = (time.time(), _cpu_seconds(), _cgroup_enter(nodeid))
 
 
 def pytest_runtest_logfinish(nodeid, location):
     if _TIMELINE and nodeid in _STARTED:
-        start, cpu = _STARTED.pop(nodeid)
+        start, cpu, group = _STARTED.pop(nodeid)
+        used, leaked = _cgroup_leave(group) if group else (_cpu_seconds() - cpu, False)
         with open(_TIMELINE, "a") as f:
             f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {start:.2f} {time.time():.2f} "
-                    f"{_cpu_seconds() - cpu:.2f} {nodeid}\n")
+                    f"{used:.2f} {nodeid}{' leaked' if leaked else ''}\n")
 
 
 @pytest.fixture(scope="session", autouse=True)

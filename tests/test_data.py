@@ -40,6 +40,22 @@ def test_partitions_cover_train_split_disjointly(partitioner):
     assert len(np.unique(np.c_[rows, ys], axis=0)) >= len(rows) - 5  # digits has a few duplicate images
 
 
+def test_a_train_fraction_partitions_the_first_rows_of_the_seeded_shuffle_and_keeps_the_servers_holdout():
+    """FENS Sec. 3.3.1's data volume: the same clients share the first `train_fraction` of the shuffled rows left
+    after the server's holdout; the holdout and, at 1.0, every cache key are those of a run without the key."""
+    n_train = len(local_datasetdict("digits")["train"])
+    whole = spec(server_holdout=100)
+    assert spec().key() == spec(train_fraction=1.0).key() and spec(train_fraction=0.5).key() != spec().key()
+    clients, server = load._local_train_splits(whole)
+    for frac in (0.5, 0.1):
+        s = spec(server_holdout=100, train_fraction=frac)
+        k = round(frac * (n_train - 100))
+        part_clients, part_server = load._local_train_splits(s)
+        assert part_clients[ROW] == clients[ROW][:k] and part_server[ROW] == server[ROW]  # the first k, same holdout
+        sizes = [len(load_partition(s, i)) for i in range(s.num_partitions)]
+        assert sum(sizes) == k and min(sizes) >= s.min_partition_size, sizes  # every client keeps data
+
+
 def test_partitions_are_deterministic_and_seeded(tmp_path):
     a = load_partition(spec(), 3, cache_dir=str(tmp_path / "a"))
     cache._MEM.clear()
@@ -81,9 +97,11 @@ def test_hub_path_gives_the_same_partitions_as_local(monkeypatch, tmp_path):
     monkeypatch.setitem(DATASETS, "digits", DATASETS["digits"].__class__(**{**DATASETS["digits"].__dict__, "hub_id": "fake/digits"}))
     # the local path partitions a row index (labels + row positions) and takes the rows from the arrays;
     # the hub path partitions the full rows, images included: both must give the same arrays
-    for partitioner, holdout in (("iid", 0), ("dirichlet", 0), ("shards", 0), ("dirichlet", 100)):
-        s_local = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout)
-        s_hub = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout, source="hub")
+    for partitioner, holdout, frac in (("iid", 0, 1.0), ("dirichlet", 0, 1.0), ("shards", 0, 1.0), ("dirichlet", 100, 1.0),
+                                       ("iid", 0, 0.25), ("dirichlet", 100, 0.5)):
+        s_local = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout, train_fraction=frac)
+        s_hub = spec(partitioner=partitioner, shards_per_client=2, server_holdout=holdout, source="hub",
+                     train_fraction=frac)
         hub_part = load._partitioner_for(s_hub)
         loc_part = load._partitioner_for(s_local)
         assert ROW in loc_part.dataset.column_names and "image" not in loc_part.dataset.column_names
@@ -93,7 +111,7 @@ def test_hub_path_gives_the_same_partitions_as_local(monkeypatch, tmp_path):
             pairs.append((from_hf("digits", hub_part.load_split("server")),
                           load._to_arrays(s_local, load._local_train_splits(s_local)[1])))
         for h, l in pairs:
-            assert len(h) > 0 and np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y), (partitioner, holdout)
+            assert len(h) > 0 and np.array_equal(h.x, l.x) and np.array_equal(h.y, l.y), (partitioner, holdout, frac)
     # the test split: the hub's shuffled rows
     h = from_hf("digits", load._partitioner_for(spec(partitioner="iid", num_partitions=1, source="hub")).load_split("test"))
     l = load_test("digits", "local", cache_dir=str(tmp_path))

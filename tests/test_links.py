@@ -63,6 +63,7 @@ def _start(ns: str, cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
                                 cwd=ROOT, start_new_session=True)
 
 
+@pytest.mark.hosts
 @pytest.mark.slow
 def test_a_slow_device_and_a_dropping_device_on_real_links(tmp_path):
     require_namespaces()

@@ -56,6 +56,7 @@ def _full_model_seconds(flops_per_s: float) -> float:
     return RUN["local-steps"] * flops / flops_per_s
 
 
+@pytest.mark.hosts
 @pytest.mark.slow
 def test_a_capped_device_measures_slower_becomes_an_lpc_and_affords_a_smaller_submodel(tmp_path):
     require_fmnist()

@@ -184,6 +184,7 @@ class Hosts:
                 shutil.copytree(data, self.home(dev) / "data")
 
 
+@pytest.mark.hosts
 @pytest.mark.slow
 def test_readme_deployment_on_separate_hosts_runs_every_method(tmp_path):
     require_namespaces()

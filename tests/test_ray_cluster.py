@@ -147,6 +147,7 @@ def _hosts_of(m: dict) -> list[dict[str, int]]:
     return [r["hosts"] for r in m["rounds"]]
 
 
+@pytest.mark.hosts
 @pytest.mark.slow
 def test_shefl_on_a_ray_cluster_of_two_hosts_matches_one_process(tmp_path, task_identity):
     from .inprocess import run_in_process

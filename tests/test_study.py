@@ -71,6 +71,35 @@ def test_a_study_runs_resumes_and_writes_its_verdict(tmp_path, monkeypatch):
     assert S.run(study) == v
 
 
+def test_a_study_reuses_the_committed_trials_and_runs_it_names_and_trains_only_what_differs(tmp_path, monkeypatch):
+    """Another study (another folder) naming the first one's tuning folders and scored runs as ``earlier``: every
+    trial and run of the same config is taken from there; a seed the first did not run trains."""
+    first = tmp_path / "tiny.toml"
+    first.write_text(SMALL)
+    v = S.run(S.Study.from_file(first, out=tmp_path / "studies"))
+    old = tmp_path / "studies" / "tiny"
+    second = tmp_path / "again.toml"
+    second.write_text(SMALL.replace('name = "tiny"', 'name = "again"')
+                      .replace("rounds = 2\n\n[final]", f"rounds = 2\n\n[tune.earlier]\nfedprox = [\"{old}/fedprox/tune\"]\n"
+                               f"fedavg = [\"{old}/fedavg/tune\"]\n\n[final]")
+                      .replace("seeds = [0, 1]\nrounds = 2", "seeds = [0, 1, 2]\nrounds = 2\n\n[final.earlier]\n"
+                               + "".join(f"{m} = [\"{old}/{m}/runs/s0\", \"{old}/{m}/runs/s1\"]\n"
+                                         for m in ("fedprox", "fedavg"))))
+    from hetfl import inprocess, tune
+
+    real, trained = inprocess.run_in_process, []
+
+    def counted(cfg, nodes, results_dir, name, **kw):
+        trained.append((cfg["method"], cfg.get("seed"), cfg["num-server-rounds"]))
+        return real(cfg, nodes, results_dir, name, **kw)
+
+    monkeypatch.setattr(inprocess, "run_in_process", counted)
+    monkeypatch.setattr(tune, "run_trial", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a trial reran")))
+    w = S.run(S.Study.from_file(second, out=tmp_path / "studies"))
+    assert sorted(trained) == [("fedavg", 2, 2), ("fedprox", 2, 2)], trained  # only the new seed trained
+    assert w["n"] == 3 and w["diffs"][:2] == v["diffs"]
+
+
 def test_a_seed_that_diverges_is_named_in_the_verdict_and_left_out_of_the_pairs(tmp_path, monkeypatch):
     from hetfl import inprocess
     from hetfl.common.results import NoClientSucceeded

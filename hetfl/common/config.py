@@ -152,6 +152,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("dirichlet-max-draws", int, 11, "Dirichlet: redraw up to this many times until every client has dirichlet-min-size (11 = flwr-datasets)", min=1),
     Key("shards-per-client", int, 4, "pathological split: shards per client (400 shards for 100 clients)", min=1),
     Key("server-holdout", int, 0, "train samples held out of every partition for the server (FedBE's unlabeled set; 0 = none)", min=0),
+    Key("train-fraction", float, 1.0, "the share of the train split the clients partition, the first of its seeded shuffle after any server holdout (FENS Sec. 3.3.1's data volume at a fixed number of clients; 1.0 = all)", min=0.0, max=1.0, min_inclusive=False),
     Key("partition-seed", int, 42, "seed of the dataset shuffle and the partitioner", min=0),
     Key("max-test-samples", int, 0, "evaluate on the first N test samples (0 = all)", min=0),
     Key("eval-split", str, "all", "report accuracy on the whole test split, or on its second half (first half = validation, FENS)",

@@ -127,14 +127,15 @@ def _partitioner_for(spec: DataSpec):
                 f"dataset '{spec.dataset}' could not be loaded from the Hugging Face hub ({info.hub_id}): {err}. "
                 f"Offline: {info.how_to_get}, and set data-source = 'local'."
             ) from err
-        if not spec.server_holdout:
+        if not spec.server_holdout and spec.train_fraction == 1.0:
             return FederatedDataset(
                 dataset=info.hub_id, subset=info.subset,
                 partitioners={"train": make_partitioner(spec, n_train)}, shuffle=True, seed=spec.seed,
             )
-        return FederatedDataset(  # the first server_holdout shuffled rows go to the server, the rest to clients
-            dataset=info.hub_id, subset=info.subset, preprocessor=_holdout_divider(spec, n_train),
-            partitioners={"clients": make_partitioner(spec, n_train - spec.server_holdout)}, shuffle=True, seed=spec.seed,
+        return FederatedDataset(  # the shuffled rows: the server's holdout first, then the clients' share
+            dataset=info.hub_id, subset=info.subset, preprocessor=_divider(spec, n_train),
+            partitioners={"clients": make_partitioner(spec, _clients_rows(spec, n_train))}, shuffle=True,
+            seed=spec.seed,
         )
     # exactly what FederatedDataset does with the hub's DatasetDict: shuffle every split with the seed
     train = _local_train_splits(spec)[0]
@@ -143,14 +144,22 @@ def _partitioner_for(spec: DataSpec):
     return part
 
 
-def _holdout_divider(spec: DataSpec, n_train: int):
-    """flwr-datasets Divider: the shuffled train split's first `server_holdout` rows -> 'server', the rest -> 'clients'."""
+def _clients_rows(spec: DataSpec, n_train: int) -> int:
+    """How many train rows the clients partition: `train_fraction` of those the server does not hold out (>= 1)."""
+    return max(1, round(spec.train_fraction * (n_train - spec.server_holdout)))
+
+
+def _divider(spec: DataSpec, n_train: int):
+    """flwr-datasets Divider of the shuffled train split: its first `server_holdout` rows -> 'server', the next
+    `train_fraction` of the rest -> 'clients', what remains -> 'unused' (dropped)."""
     from flwr_datasets.preprocessor import Divider
 
-    if not 0 < spec.server_holdout < n_train:
+    if spec.server_holdout and not 0 < spec.server_holdout < n_train:
         raise ValueError(f"server-holdout = {spec.server_holdout}: expected 0 < n < {n_train} (the train split's size)")
-    return Divider(divide_config={"server": spec.server_holdout, "clients": n_train - spec.server_holdout},
-                   divide_split="train", drop_remaining_splits=True)
+    k = _clients_rows(spec, n_train)
+    parts = {"server": spec.server_holdout, "clients": k, "unused": n_train - spec.server_holdout - k}
+    return Divider(divide_config={s: n for s, n in parts.items() if n}, divide_split="train",
+                   drop_remaining_splits=True)
 
 
 def _local_train_splits(spec: DataSpec):
@@ -158,10 +167,10 @@ def _local_train_splits(spec: DataSpec):
     from datasets import DatasetDict
 
     train = row_index(spec.info, source_arrays(spec)[0]).shuffle(seed=spec.seed)
-    if not spec.server_holdout:
+    if not spec.server_holdout and spec.train_fraction == 1.0:
         return train, None
-    dd = _holdout_divider(spec, len(train))(DatasetDict({"train": train}))
-    return dd["clients"], dd["server"]
+    dd = _divider(spec, len(train))(DatasetDict({"train": train}))
+    return dd["clients"], dd["server"] if spec.server_holdout else None
 
 
 SERVER_SPLITS = ("test", "holdout")  # the splits of a server-data-path directory (python -m hetfl.export writes both)

@@ -29,6 +29,7 @@ class DataSpec:
     shards_per_client: int = 4
     seed: int = 42
     server_holdout: int = 0  # train samples kept out of every partition for the server (FedBE's unlabeled set)
+    train_fraction: float = 1.0  # the share of the (shuffled) train split the clients partition (FENS Sec. 3.3.1)
     input_col: str = ""  # bring your own dataset: run-config input-column, label-column, num-classes
     label_col: str = ""
     num_classes: int = 0
@@ -42,7 +43,8 @@ class DataSpec:
             alpha=cfg["dirichlet-alpha"], min_partition_size=cfg["dirichlet-min-size"],
             balance=cfg["dirichlet-balance"], max_draws=cfg["dirichlet-max-draws"],
             shards_per_client=cfg["shards-per-client"], seed=cfg["partition-seed"],
-            server_holdout=cfg["server-holdout"], input_col=cfg["input-column"], label_col=cfg["label-column"],
+            server_holdout=cfg["server-holdout"], train_fraction=cfg["train-fraction"],
+            input_col=cfg["input-column"], label_col=cfg["label-column"],
             num_classes=cfg["num-classes"], server_data_path=cfg["server-data-path"],
         )
 
@@ -60,6 +62,8 @@ class DataSpec:
             d.pop("shards_per_client")
         if not self.server_holdout:  # keys of specs without a holdout are unchanged
             d.pop("server_holdout")
+        if self.train_fraction == 1.0:  # nor those of specs on the whole train split
+            d.pop("train_fraction")
         for k in ("input_col", "label_col", "num_classes"):  # '' / 0 for named datasets: their keys are unchanged
             if not d[k]:
                 d.pop(k)
