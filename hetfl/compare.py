@@ -149,8 +149,9 @@ def accuracy_at(c: dict[str, list[float]], cost: str, budget: float) -> float | 
 def same_profiles(ran_on: str | Path, fleet_path: Path, what: str) -> None:
     """One CompareError line unless the fleet `what` ran on has `fleet_path`'s profiles (Fleet.profiles)."""
     from hetfl.common.fleet import load_fleet
+    from hetfl.common.results import stored_path
 
-    if load_fleet(ran_on).profiles() != load_fleet(fleet_path).profiles():
+    if load_fleet(stored_path(ran_on)).profiles() != load_fleet(fleet_path).profiles():
         raise CompareError(f"{what} ran on fleet {ran_on}, whose tiers' share, device-class, capacity or availability "
                            f"differ from {fleet_path}'s; only flops-per-s, down-mbps and up-mbps may differ")
 
@@ -173,8 +174,10 @@ def reclock(metrics: dict[str, Any], fleet_path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, metrics: dict[str, Any]) -> None:
+    from hetfl.common.results import relative_paths
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(metrics, indent=1))
+    path.write_text(json.dumps(relative_paths(metrics), indent=1))
 
 
 def tuned_values(plan: Plan, preset: dict[str, Any], out: Path, keep: Path | None = None,

@@ -139,7 +139,10 @@ def same_config(metrics: dict[str, Any], run_config: dict[str, Any], every_key: 
     validated already."""
     from hetfl.methods import validate
 
+    from hetfl.common.results import relative_paths
+
     want = validate(run_config) if want is None else want
     have = validate(metrics.get("config", {})) if every_key else metrics.get("config", {})
     keys = set(want) | set(have) if every_key else set(run_config)
-    return all(want.get(k) == have.get(k) for k in keys if k not in RUN_CONTROL)
+    # a path under this checkout reads the same as the relative path a committed file holds
+    return all(relative_paths(want.get(k)) == relative_paths(have.get(k)) for k in keys if k not in RUN_CONTROL)

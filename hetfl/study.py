@@ -233,30 +233,14 @@ def statistic(metrics: dict[str, Any], name: str) -> float | None:
     return 100.0 * sum(float(r[key]) for r in last) / len(last)
 
 
-def relative_paths(obj: Any, root: Path = ROOT) -> Any:
-    """`obj` (a metrics.json or summary.json) with every string that names a path under `root` made relative."""
-    prefix = str(root) + "/"
-    if isinstance(obj, str):
-        return obj.replace(prefix, "")
-    if isinstance(obj, list):
-        return [relative_paths(v, root) for v in obj]
-    if isinstance(obj, dict):
-        return {k: relative_paths(v, root) for k, v in obj.items()}
-    return obj
-
-
 def _normalise(folder: Path) -> None:
-    """Paths relative to the repository in every metrics.json and summary.json under `folder`; of a run's ``config``
-    only the keys that say where a run is kept (``hetfl.inprocess.RUN_CONTROL``), since the others are compared
-    when a finished run is reused (a ``dir:`` dataset names its directory as the run read it)."""
-    from hetfl.inprocess import RUN_CONTROL
+    """Paths relative to the repository in every metrics.json and summary.json under `folder` (the reuse checks
+    compare configs with such paths made relative on both sides: hetfl.inprocess.same_config)."""
+    from hetfl.common.results import relative_paths
 
     for path in list(folder.rglob("metrics.json")) + list(folder.rglob("summary.json")):
         data = json.loads(path.read_text())
-        config = data.get("config") if isinstance(data, dict) else None
         rel = relative_paths(data)
-        if isinstance(config, dict):
-            rel["config"] = {k: relative_paths(v) if k in RUN_CONTROL else v for k, v in config.items()}
         if rel != data:
             path.write_text(json.dumps(rel, indent=2))
 

@@ -148,7 +148,14 @@ def test_statistics_by_hand():
 
 
 def test_committed_files_name_paths_relative_to_the_repository():
-    assert S.relative_paths({"a": f"{S.ROOT}/docs/x", "b": [f"{S.ROOT}/y"], "c": 3}) == {"a": "docs/x", "b": ["y"], "c": 3}
+    from hetfl.common.results import relative_paths
+
+    assert relative_paths({"a": f"{S.ROOT}/docs/x", "b": [f"{S.ROOT}/y"], "c": 3}) == {"a": "docs/x", "b": ["y"], "c": 3}
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "docs/results"], cwd=S.ROOT, capture_output=True, text=True).stdout
+    here = [f for f in tracked.split() if f.endswith(".json") and f"{S.ROOT}/" in (S.ROOT / f).read_text()]
+    assert not here, here[:5]  # committed runs name no machine's paths (a run config's compared paths included)
 
 
 @pytest.mark.parametrize("edit,fragment", [

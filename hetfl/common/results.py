@@ -38,14 +38,42 @@ from .tracking import Trackers, write_csv
 log = logging.getLogger("hetfl")
 
 
+REPO = Path(__file__).resolve().parents[2]  # the checkout: committed files name paths relative to it
+
+
+def relative_paths(obj: Any, root: Path = REPO) -> Any:
+    """`obj` (a metrics.json, summary.json or run config) with every string that names a path under `root` made
+    relative to it, so that a file recorded in one checkout reads the same in another."""
+    prefix = str(root) + "/"
+    if isinstance(obj, str):
+        return obj.replace(prefix, "")
+    if isinstance(obj, list):
+        return [relative_paths(v, root) for v in obj]
+    if isinstance(obj, dict):
+        return {k: relative_paths(v, root) for k, v in obj.items()}
+    return obj
+
+
+def stored_path(value: str | Path) -> Path:
+    """A path as a committed file names it: absolute as it is; relative, under the checkout where it exists there
+    (:func:`relative_paths` wrote it so), else as given."""
+    path = Path(value)
+    return path if path.is_absolute() or not (REPO / path).exists() else REPO / path
+
+
 def copy_files(files: list[Path], src: Path, dst: Path) -> list[Path]:
     """Copy each of `files` (paths under `src`) to the same relative path under `dst`, making folders; what a
-    reproduction keeps for committing (finished runs' metrics.json, study summaries). Returns the copies."""
+    reproduction keeps for committing (finished runs' metrics.json, study summaries), a JSON file's paths under the
+    checkout made relative (:func:`relative_paths`). Returns the copies."""
     out = []
     for f in files:
         to = dst / Path(f).relative_to(src)
         to.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, to)
+        if Path(f).suffix == ".json":
+            to.write_text(json.dumps(relative_paths(json.loads(Path(f).read_text())), indent=1))
+            shutil.copystat(f, to)
+        else:
+            shutil.copy2(f, to)
         out.append(to)
     return out
 
