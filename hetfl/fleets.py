@@ -91,12 +91,14 @@ def check(fleet_path: str | Path, metrics: dict[str, Any]) -> list[dict[str, flo
     by_name = {t.name: t for t in fleet.tiers}
     out = []
     for r in _rows(metrics):
-        clients = sorted({int(c) for c in r.get("reply_s_by_client", {})})
+        # every client the round heard from or sent to, each on its own measured tier (none stands in for another)
+        clients = sorted({int(c) for key in ("reply_s_by_client", "bytes_down_by_client", "bytes_up_by_client",
+                                              "flops_by_client") for c in r.get(key, {})})
         missing = [c for c in clients if f"client-{c}" not in by_name]
         if missing:
             raise FleetError(f"{fleet_path}: no tier 'client-{missing[0]}' for client {missing[0]} of round {r['round']}; "
                              "expected a fleet written by hetfl fleet measure from the same cluster")
-        tiers = [by_name.get(f"client-{c}", fleet.tiers[0]) for c in range(max(clients) + 1)] if clients else []
+        tiers = [by_name[f"client-{c}"] if c in clients else None for c in range(max(clients) + 1)] if clients else []
         sim = simulated_round_seconds(tiers, r.get("bytes_down_by_client", {}), r.get("bytes_up_by_client", {}),
                                       r.get("flops_by_client", {}))
         out.append({"round": r["round"], "real_s": float(r["comm_s"]), "simulated_s": sim})

@@ -41,7 +41,7 @@ STATISTICS = {
     "final": "the test accuracy after the last round",
 }
 TOP_KEYS = {"name", "claim", "kind", "claimed-margin", "equivalence-margin", "primary", "statistic", "methods",
-            "overrides", "tune", "final"}
+            "overrides", "tune", "final", "sweep"}
 
 
 class StudyError(ValueError):
@@ -64,12 +64,16 @@ class Study:
     trials: int
     rounds: int
     seeds: tuple[int, ...]
-    final_rounds: int
+    final_rounds: int  # of every method not in `rounds_by_method`
     overrides: dict[str, Any] = field(default_factory=dict)
     spaces: dict[str, str] = field(default_factory=dict)  # method -> its own space (``[tune.space-by-method]``)
     why: str = ""  # why a method searches another space (``tune.why``: required with ``space-by-method``)
     earlier: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method -> committed tune folders to reuse
     earlier_runs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method -> committed run folders to reuse
+    rounds_by_method: dict[str, int] = field(default_factory=dict)  # ``final.rounds-by-method`` (needs ``final.why``)
+    why_rounds: str = ""
+    sweep: tuple[str, tuple[Any, ...], Any] | None = None  # (run-config key, its values, the value that decides)
+    file: str = ""  # the study file, for the page (a sweep's cells name their parent's)
     out: Path = STUDIES
 
     @classmethod
@@ -113,8 +117,7 @@ class Study:
             for k in keys:
                 if k not in d[sec]:
                     raise StudyError(f"study file {str(path)!r} lacks '{sec}.{k}'")
-        if unknown := sorted(set(f) - {"seeds", "rounds", "earlier"}):
-            raise StudyError(f"study key 'final.{unknown[0]}' is not known; expected seeds, rounds, earlier")
+        by_method = _rounds_by_method(f, methods)
         spaces = _own_spaces(t, methods)
         earlier = _earlier(t, "tune", methods, "trials", "a committed hetfl.tune folder")
         earlier_runs = _earlier(f, "final", methods, "metrics.json", "a committed run folder")
@@ -129,7 +132,8 @@ class Study:
                    statistic=d["statistic"], methods=methods, space=t["space"], sampler=t.get("sampler", "grid"),
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
                    overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")), earlier=earlier,
-                   earlier_runs=earlier_runs,
+                   earlier_runs=earlier_runs, rounds_by_method=by_method,
+                   why_rounds=str(f.get("why", "")), sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
 
     @property
@@ -138,6 +142,10 @@ class Study:
 
     def base(self, method: str) -> dict[str, Any]:
         return {**tomllib.loads((ROOT / self.methods[method]).read_text()), **self.overrides}
+
+    def rounds_of(self, method: str) -> int:
+        """The scored runs' rounds of `method`."""
+        return self.rounds_by_method.get(method, self.final_rounds)
 
     def space_of(self, method: str) -> str:
         return self.spaces.get(method, self.space)
@@ -150,7 +158,7 @@ class Study:
                         nodes=int(base.get("min-available-nodes", 2)), sampler=self.sampler, seed=0)
 
     def final_config(self, method: str, values: dict[str, Any], seed: int) -> dict[str, Any]:
-        return {**self.base(method), **values, "seed": seed, "num-server-rounds": self.final_rounds,
+        return {**self.base(method), **values, "seed": seed, "num-server-rounds": self.rounds_of(method),
                 "eval-split": "test-half", "checkpoint": True, "resume": True}
 
 
@@ -165,6 +173,46 @@ def _earlier(sec: dict[str, Any], name: str, methods: dict[str, str], holds: str
             if not (ROOT / folder / holds).exists():
                 raise StudyError(f"study key '{name}.earlier.{m}' = {folder!r}: no {holds} there; expected {what}")
     return out
+
+
+def _rounds_by_method(f: dict[str, Any], methods: dict[str, str]) -> dict[str, int]:
+    """``[final]``'s keys checked, and its ``rounds-by-method`` (method -> rounds), which needs a ``why``."""
+    if unknown := sorted(set(f) - {"seeds", "rounds", "earlier", "rounds-by-method", "why"}):
+        raise StudyError(f"study key 'final.{unknown[0]}' is not known; expected seeds, rounds, earlier, "
+                         "rounds-by-method, why")
+    by_method = {m: int(r) for m, r in dict(f.get("rounds-by-method", {})).items()}
+    if any(m not in methods for m in by_method) or (by_method and not str(f.get("why", "")).strip()):
+        raise StudyError(f"study key 'final.rounds-by-method' = {by_method!r}: expected methods of "
+                         f"{sorted(methods)} and 'final.why' saying why their rounds differ")
+    return by_method
+
+
+def _sweep(sec: dict[str, Any] | None) -> tuple[str, tuple[Any, ...], Any] | None:
+    """``[sweep]``: one run-config key over a list of values (each value a cell: the whole study at that value), and
+    ``primary``, the value whose cell decides the verdict; the others are Holm-corrected and the trend from the first
+    to the last value is its own interval."""
+    if sec is None:
+        return None
+    keys = [k for k in sec if k != "primary"]
+    if len(keys) != 1 or not isinstance(sec[keys[0]], list) or len(sec[keys[0]]) < 2:
+        raise StudyError(f"study key 'sweep' = {sec!r} is not allowed; expected one run-config key with a list of at "
+                         "least 2 values, and 'primary' (the value that decides), e.g. train-fraction = [0.1, 1.0]")
+    key, values = keys[0], tuple(sec[keys[0]])
+    if sec.get("primary") not in values:
+        raise StudyError(f"study key 'sweep.primary' = {sec.get('primary')!r} is not allowed; expected one of "
+                         f"{list(values)}")
+    return key, values, sec["primary"]
+
+
+def cells(study: Study) -> list[tuple[Any, Study]]:
+    """A sweep's cells, (value, the study at that value: its folder ``<name>/<key>-<value>``); [] without a sweep."""
+    from dataclasses import replace
+
+    if study.sweep is None:
+        return []
+    key, values, _ = study.sweep
+    return [(v, replace(study, name=f"{study.name}/{key}-{v}", overrides={**study.overrides, key: v}, sweep=None))
+            for v in values]
 
 
 def _own_spaces(t: dict[str, Any], methods: dict[str, str]) -> dict[str, str]:
@@ -273,7 +321,7 @@ def _reused_run(study: Study, method: str, cfg: dict[str, Any], run_dir: Path) -
         path = ROOT / folder / "metrics.json"
         m = json.loads(path.read_text())
         try:
-            ok = (m["summary"].get("rounds_completed") == study.final_rounds
+            ok = (m["summary"].get("rounds_completed") == study.rounds_of(method)
                   and same_config(m, cfg, every_key=True, want=want))
         except (KeyError, ConfigError):
             ok = False
@@ -317,7 +365,7 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
             finally:
                 if (runs / f"s{seed}").exists():
                     _normalise(runs / f"s{seed}")
-        if m is not None and m["summary"].get("rounds_completed") == study.final_rounds:
+        if m is not None and m["summary"].get("rounds_completed") == study.rounds_of(method):
             out[seed] = m
     return out
 
@@ -365,14 +413,16 @@ def _fmt(x: float | None, nd: int = 2) -> str:
 def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, float]], verdict: dict[str, Any]) -> str:
     """The study's results page (markdown)."""
     lines = [f"# Study {study.name}", "", f"**Claim.** {study.claim}", "",
-             f"Declared in `experiments/{study.name}.toml` before its runs; run with `hetfl study run "
-             f"experiments/{study.name}.toml`, this page rebuilt from the committed runs by `hetfl study table "
-             f"experiments/{study.name}.toml`. Tuning reads validation only (the first half of the test split); "
+             f"Declared in `{study.file}` before its runs; run with `hetfl study run "
+             f"{study.file}`, this page rebuilt from the committed runs by `hetfl study table "
+             f"{study.file}`. Tuning reads validation only (the first half of the test split); "
              f"each seed's statistic is {describe(study.statistic)} on the test half, which tuning never read.", "",
              "## Budget and choices", "",
              f"Every method: the space `{study.space}` ({study.sampler}), {study.trials} trials x {study.rounds} rounds "
              f"at seed 0, steps past an edge as `hetfl.tune` brackets them; then seeds {list(study.seeds)} x "
-             f"{study.final_rounds} rounds with the chosen values.", "",
+             f"{study.final_rounds} rounds with the chosen values"
+             + (f" ({', '.join(f'{m}: {r}' for m, r in study.rounds_by_method.items())} rounds: "
+                f"{study.why_rounds})" if study.rounds_by_method else "") + ".", "",
              *(["Own spaces, with the same trials x rounds: " + "; ".join(f"{m} `{s}`" for m, s in study.spaces.items())
                 + f". Why: {study.why}", ""] if study.spaces else []),
              "| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
@@ -407,8 +457,54 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
     return "\n".join(lines) + "\n"
 
 
+def run_sweep(study: Study, train: bool = True, tune_only: bool = False,
+              methods: list[str] | None = None) -> dict[str, Any]:
+    """Every cell of a sweep as a study of its own (:func:`run`), then the sweep's verdict: the primary value's
+    cell decides; every other cell's primary pair carries its paired t p, Holm-corrected; the trend (per seed, the
+    last value's paired difference minus the first's) has its own interval and the direction rule."""
+    from hetfl import stats
+
+    key, values, first = study.sweep
+    verdicts = {v: run(cell, train, tune_only, methods) for v, cell in cells(study)}
+    out: dict[str, Any] = {"sweep": key, "primary_value": first, **verdicts[first], "cells": {}}
+    others = [v for v in values if v != first]
+    ps = [stats.paired_p_value(verdicts[v]["diffs"]) if verdicts[v].get("n", 0) >= 2 else math.nan for v in others]
+    for v, p, p_adj in zip(others, ps, stats.holm(ps)):
+        out["cells"][str(v)] = {k: verdicts[v].get(k) for k in ("n", "mean", "low", "high", "label")} | {
+            "p": p, "p_holm": p_adj}
+    lo, hi = verdicts[values[0]], verdicts[values[-1]]
+    common = sorted(set(lo.get("seeds", [])) & set(hi.get("seeds", [])))
+    if "diffs" in lo and "diffs" in hi and common:
+        d_lo, d_hi = dict(zip(lo["seeds"], lo["diffs"])), dict(zip(hi["seeds"], hi["diffs"]))
+        trend = [d_hi[s] - d_lo[s] for s in common]
+        iv = stats.paired_interval(trend)
+        out["trend"] = {"from": values[0], "to": values[-1], "n": iv.n, "mean": iv.mean, "low": iv.low,
+                        "high": iv.high, "label": stats.direction_label(iv)}
+    study.folder.mkdir(parents=True, exist_ok=True)
+    (study.folder / "verdict.json").write_text(json.dumps(out, indent=2, default=str))
+    lines = [f"# Study {study.name}", "", f"**Claim.** {study.claim}", "", f"Declared in `{study.file}`; one cell per "
+             f"value of `{key}`, each a study of its own (its page under `{study.name}/`).", "",
+             f"**Verdict** ({key} = {first}, the primary cell): **{out['label']}**.", "",
+             "| value | n | mean paired difference [95% interval] | label | Holm-corrected p |", "| --- | --- | --- | --- | --- |"]
+    for v in values:
+        c = verdicts[v]
+        held = "-" if v == first else _fmt(out["cells"][str(v)]["p_holm"], 3)
+        lines.append(f"| {v} | {c.get('n', 0)} | {_fmt(c.get('mean'))} [{_fmt(c.get('low'))}, {_fmt(c.get('high'))}] | "
+                     f"{c['label']} | {held} |")
+    if "trend" in out:
+        t = out["trend"]
+        lines += ["", f"Trend from {key} = {t['from']} to {t['to']} (per seed, the paired difference at the last value "
+                      f"minus that at the first): n = {t['n']}, mean {t['mean']:+.2f} [{_fmt(t['low'])}, "
+                      f"{_fmt(t['high'])}]: **{t['label']}**."]
+    (study.out / f"{study.name}.md").write_text("\n".join(lines) + "\n")
+    return out
+
+
 def run(study: Study, train: bool = True, tune_only: bool = False, methods: list[str] | None = None) -> dict[str, Any]:
-    """Tune (and with `train`, train what is missing), decide, and write verdict.json and the page; the verdict."""
+    """Tune (and with `train`, train what is missing), decide, and write verdict.json and the page; the verdict (a
+    sweep: :func:`run_sweep`)."""
+    if study.sweep is not None:
+        return run_sweep(study, train, tune_only, methods)
     summaries, scores, failed = {}, {}, {}
     for m in study.methods:
         if methods and m not in methods:
@@ -450,8 +546,9 @@ def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
         study = Study.from_file(a.file)
         from hetfl.tune import check_spec
 
-        for m in study.methods:
-            check_spec(study.tune_spec(m))
+        for _, cell in cells(study) or [(None, study)]:
+            for m in cell.methods:
+                check_spec(cell.tune_spec(m))
         if a.action == "check":
             print(f"{study.name}: {len(study.methods)} methods, {study.trials} trials x {study.rounds} rounds each, "
                   f"seeds {list(study.seeds)} x {study.final_rounds} rounds")

@@ -583,3 +583,27 @@ def test_a_declared_capacity_below_the_smallest_submodel_is_named_at_discovery()
         f"{smallest:,} parameters of model 'cnn' for inputs (3, 32, 32)" in line, line
     assert capacity_warning(ctx(smallest), cfg, 7) == {"capacity-warning": ""}
     assert capacity_warning(ctx("weak"), cfg, 7) == {}  # a tier always fits: no field
+
+
+def test_a_measured_devices_capacity_counts_each_members_flops_once_per_node(monkeypatch):
+    """measured_capacity keeps each pool member's step FLOPs in the node's state: the next round's capacity
+    re-predicts from the device's new speed without building the pool again (a deployed ClientApp is a new process
+    every round), and gives what a fresh count gives."""
+    from hetfl.adaptivefl_app import task
+    from hetfl.common import costs
+    from hetfl.common.profile import PROFILE
+
+    cfg = validate({"method": "adaptivefl", "dataset": "digits", "model": "cnn", "local-steps": 4, "batch-size": 8,
+                    "adaptivefl-round-budget-s": 0.05})
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config=cfg)
+    ctx.state[PROFILE] = ConfigRecord({"flops-per-s": 2e9})
+    real, counted = costs.step_flops, []
+    monkeypatch.setattr(costs, "step_flops", lambda *a: counted.append(1) or real(*a))
+    first = task.measured_capacity(ctx, cfg, 0)
+    assert len(counted) == len(pool_of(cfg))  # every member counted once
+    task.remember_speed(ctx, 1e9, 1.0)  # a slower last round: 1 GFLOP/s
+    slower = task.measured_capacity(ctx, cfg, 0)
+    assert len(counted) == len(pool_of(cfg))  # nothing counted again
+    fresh = Context(run_id=1, node_id=2, node_config={}, state=RecordDict(), run_config=cfg)
+    fresh.state[PROFILE] = ConfigRecord({"flops-per-s": 1e9})
+    assert task.measured_capacity(fresh, cfg, 0) == slower and slower <= first

@@ -49,6 +49,19 @@ def test_the_check_sets_the_simulated_clock_against_the_real_rounds(tmp_path, ca
     assert "mean absolute error" in capsys.readouterr().out
 
 
+def test_the_check_never_puts_a_client_of_the_round_on_another_clients_tier(tmp_path):
+    """A client with traffic in a round but no tier of its own in the fleet (client 2, which sent no reply) is one
+    line; the simulated clock never substitutes another client's tier for it."""
+    from hetfl.fleets import FleetError
+
+    path = tmp_path / "f.toml"
+    path.write_text(measured_fleet(METRICS))
+    later = {**METRICS, "rounds": [*METRICS["rounds"][:2],
+                                   {**METRICS["rounds"][2], "bytes_down_by_client": {"0": 500_000, "2": 250_000}}]}
+    with pytest.raises(FleetError, match="no tier 'client-2' for client 2 of round 2"):
+        check(path, later)
+
+
 def test_a_run_without_measured_devices_is_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "m.json").write_text(json.dumps({"rounds": [{"round": 0}]}))
     assert main(["measure", str(tmp_path / "m.json"), "-o", str(tmp_path / "f.toml")]) == 2

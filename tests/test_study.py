@@ -100,6 +100,27 @@ def test_a_study_reuses_the_committed_trials_and_runs_it_names_and_trains_only_w
     assert w["n"] == 3 and w["diffs"][:2] == v["diffs"]
 
 
+def test_a_sweep_runs_each_value_as_a_study_and_decides_by_its_primary_cell_with_a_trend(tmp_path):
+    f = tmp_path / "sweep.toml"
+    f.write_text(SMALL.replace('name = "tiny"', 'name = "vol"') + "\n[sweep]\ntrain-fraction = [0.5, 1.0]\nprimary = 1.0\n")
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    v = S.run(study)
+    folder = tmp_path / "studies" / "vol"
+    half = json.loads((folder / "train-fraction-0.5" / "verdict.json").read_text())
+    whole = json.loads((folder / "train-fraction-1.0" / "verdict.json").read_text())
+    assert v["label"] == whole["label"] and v["diffs"] == whole["diffs"]  # the primary cell decides
+    m = json.loads((folder / "train-fraction-0.5" / "fedavg" / "runs" / "s0" / "metrics.json").read_text())
+    assert m["config"]["train-fraction"] == 0.5
+    assert v["cells"]["0.5"]["n"] == 2 and v["cells"]["0.5"]["p_holm"] >= v["cells"]["0.5"]["p"]
+    # the trend: per seed, the paired difference at 1.0 minus that at 0.5
+    want = [b - a for a, b in zip(half["diffs"], whole["diffs"])]
+    assert v["trend"]["mean"] == pytest.approx(sum(want) / 2) and v["trend"]["label"]
+    assert "Trend from train-fraction = 0.5 to 1.0" in (tmp_path / "studies" / "vol.md").read_text()
+    with pytest.raises(S.StudyError, match="'sweep.primary' = 0.7"):
+        f.write_text(SMALL + "\n[sweep]\ntrain-fraction = [0.5, 1.0]\nprimary = 0.7\n")
+        S.Study.from_file(f)
+
+
 def test_a_seed_that_diverges_is_named_in_the_verdict_and_left_out_of_the_pairs(tmp_path, monkeypatch):
     from hetfl import inprocess
     from hetfl.common.results import NoClientSucceeded
@@ -127,6 +148,11 @@ def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_p
     prox, avg = study.tune_spec("fedprox"), study.tune_spec("fedavg")
     assert [d.key for d in prox.space] == ["lr", "fedprox-mu"] and [d.key for d in avg.space] == ["lr"]
     assert (prox.trials, prox.rounds) == (avg.trials, avg.rounds) == (2, 2)
+    f.write_text(f.read_text().replace("seeds = [0, 1]\nrounds = 2", 'seeds = [0, 1]\nrounds = 2\nrounds-by-method = '
+                                       '{ fedprox = 4 }\nwhy = "FedProx needs longer"'))
+    longer = S.Study.from_file(f, out=tmp_path / "studies")
+    assert longer.final_config("fedprox", {}, 0)["num-server-rounds"] == 4
+    assert longer.final_config("fedavg", {}, 0)["num-server-rounds"] == 2
     page = S.page(study, {}, {}, {"label": "not run yet"})
     assert "Own spaces, with the same trials x rounds: fedprox `lr=0.1 fedprox-mu=0.01,0.1`. Why: FedProx" in page
 
@@ -171,6 +197,8 @@ def test_committed_files_name_paths_relative_to_the_repository():
     (("rounds = 2\n\n[final]", "rounds = 2\nspace-by-method = { fedyogi = \"lr=0.1\" }\nwhy = \"x\"\n\n[final]"),
      "'tune.space-by-method.fedyogi' names no method"),
     (("rounds = 2\n\n[final]", "rounds = 2\nbudget = 3\n\n[final]"), "study key 'tune.budget' is not known"),
+    (("seeds = [0, 1]\nrounds = 2", "seeds = [0, 1]\nrounds = 2\nrounds-by-method = { fedprox = 4 }"),
+     "'final.why' saying why their rounds differ"),
 ])
 def test_a_bad_study_file_is_one_line(tmp_path, edit, fragment):
     f = tmp_path / "bad.toml"

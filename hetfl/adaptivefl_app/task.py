@@ -87,6 +87,9 @@ def device_capacity(context: Context, cfg: dict[str, Any], client: int) -> tuple
     return tier, tiers[tier]
 
 
+MEMBER_FLOPS = "adaptivefl.member-step-flops"  # node state: each pool member's FLOPs per training step
+
+
 def measured_capacity(context: Context, cfg: dict[str, Any], client: int) -> float | None:
     """The parameters a measured device can train in ``adaptivefl-round-budget-s`` (:func:`~.core.budget_capacity`):
     each pool member's local work per round (``local-steps`` x ``batch-size`` samples, or ``local-epochs`` passes
@@ -103,11 +106,20 @@ def measured_capacity(context: Context, cfg: dict[str, Any], client: int) -> flo
     batch = int(cfg["batch-size"])
     samples = cfg["local-steps"] * batch if cfg["local-steps"] else cfg["local-epochs"] * len(client_data(context, cfg, client))
     shape = tuple(model_input_shape(cfg))
-    import torch
+    sizes = [pool[i].size for i in range(len(pool))]
+    # each member's FLOPs per training step, counted once per node and kept in its state (a deployed ClientApp is a
+    # fresh process each round; the pool, the input shape and the batch decide them)
+    key = f"{MEMBER_FLOPS}:{cfg['model']}:{','.join(map(str, sizes))}:{'x'.join(map(str, shape))}:{batch}"
+    if key not in context.state:
+        import torch
+        from flwr.app import ConfigRecord
 
-    with torch.random.fork_rng(devices=[]):  # building the pool's models leaves the device's RNG as it was
-        seconds = [samples * step_flops(pool.build(i), shape, batch) / batch / flops_per_s for i in range(len(pool))]
-    return budget_capacity([pool[i].size for i in range(len(pool))], seconds, p.round_budget_s)
+        with torch.random.fork_rng(devices=[]):  # building the pool's models leaves the device's RNG as it was
+            context.state[key] = ConfigRecord({"flops": [float(step_flops(pool.build(i), shape, batch))
+                                                         for i in range(len(pool))]})
+    step = list(context.state[key]["flops"])
+    seconds = [samples * f / batch / flops_per_s for f in step]
+    return budget_capacity(sizes, seconds, p.round_budget_s)
 
 
 def remember_speed(context: Context, flops: float, seconds: float) -> None:
