@@ -437,8 +437,8 @@ def uses_cuda(cfg: dict[str, Any]) -> bool:
 
 
 def write_app(root: Path, package: str, server: str, client: str, config: dict[str, Any]) -> Path:
-    """A minimal Flower App at `root` (for measuring Flower itself, scripts/deploy_floor.py, and probing where its
-    processes run, tests/test_superexec.py): package `package` whose modules `server` and `client` (their sources)
+    """A minimal Flower App at `root` (for measuring Flower itself or probing where its processes run, as
+    tests/test_superexec.py does): package `package` whose modules `server` and `client` (their sources)
     each define `app`, and the run config `config` (strings, numbers, booleans) as its defaults."""
     import json
 

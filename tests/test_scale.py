@@ -1,8 +1,8 @@
 """Start-up that grows linearly: bounded discovery, logical clients per SuperNode (docs/architecture.md#scale).
 
 Flower's simulation pump walks every stored message for every SuperNode on each pass
-(scripts/profile_pump.py), so what start-up may cost is counted here in messages, not timed:
-before round 1 the server sends one discovery message per SuperNode, at most
+(measured with scripts/profile_pump.py at commit 08c8f33, a one-off script since removed), so what start-up may cost
+is counted here in messages, not timed: before round 1 the server sends one discovery message per SuperNode, at most
 ``DISCOVERY_BATCH`` at a time, and nothing per client when SuperNodes host many clients.
 """
 
