@@ -294,12 +294,17 @@ def _normalise(folder: Path) -> None:
 
 
 def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | None:
-    """The method's tuning summary: its study run (or resumed) when `train`, else read from disk (None if absent)."""
+    """The method's tuning summary: its study run (or resumed) when `train`, else read from disk (None if absent); a
+    space of one value per key is not a search: those values, no trial run (``fixed``)."""
     from hetfl.tune import tune
 
+    spec = study.tune_spec(method)
+    if all(d.kind == "choice" and len(d.choices) == 1 for d in spec.space):  # one value each: nothing to choose
+        return {"best": {"values": {d.key: d.choices[0] for d in spec.space}, "val_accuracy": None}, "trials": [],
+                "budget": {"trials": 0, "extension_trials": 0}, "on_edge": {}, "fixed": True}
     folder = study.folder / method / "tune"
     if train:
-        out = tune(study.tune_spec(method), folder, final=False,
+        out = tune(spec, folder, final=False,
                    earlier=(folder, *(ROOT / f for f in study.earlier.get(method, ()))))
         _normalise(folder)
         return out
@@ -433,6 +438,9 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
             lines.append(f"| {m} | `{preset}` | not tuned yet | - | - |")
             continue
         best = s["best"]
+        if s.get("fixed"):
+            lines.append(f"| {m} | `{preset}` | {best['values']} (fixed: one value, not tuned here) | 0 | - |")
+            continue
         lines.append(f"| {m} | `{preset}` | {best['values']} ({100 * best['val_accuracy']:.2f}%) | {len(s['trials'])} "
                      f"({s['budget'].get('extension_trials', 0)}) | {s.get('on_edge') or 'none'} |")
     lines += ["", "## Scored runs", "", "| method | " + " | ".join(f"seed {x}" for x in study.seeds) + " | mean |",

@@ -151,6 +151,11 @@ def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_p
     f.write_text(f.read_text().replace("seeds = [0, 1]\nrounds = 2", 'seeds = [0, 1]\nrounds = 2\nrounds-by-method = '
                                        '{ fedprox = 4 }\nwhy = "FedProx needs longer"'))
     longer = S.Study.from_file(f, out=tmp_path / "studies")
+    fixed = S.Study.from_file(f.parent / "own.toml", out=tmp_path / "studies")
+    fixed = S.Study(**{**fixed.__dict__, "spaces": {"fedprox": "lr=0.1 fedprox-mu=0.01"}})
+    s = S.tuned(fixed, "fedprox")  # one value each: returned as the choice, nothing trained, no folder
+    assert s["fixed"] and s["best"]["values"] == {"lr": 0.1, "fedprox-mu": 0.01} and s["trials"] == []
+    assert not (tmp_path / "studies" / "tiny" / "fedprox" / "tune").exists()
     assert longer.final_config("fedprox", {}, 0)["num-server-rounds"] == 4
     assert longer.final_config("fedavg", {}, 0)["num-server-rounds"] == 2
     page = S.page(study, {}, {}, {"label": "not run yet"})
