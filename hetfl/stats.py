@@ -144,6 +144,30 @@ def direction_label(iv: Interval) -> str:
     return f"inconclusive at {iv.n} seeds (no margin claimed)"
 
 
+def verdict(diffs: Sequence[float], kind: str, margin: float | None = None) -> dict:
+    """The verdict on paired differences in the paper's direction: n, mean, SD, the 95% interval, the paired t p
+    (n >= 2) and the label: by :func:`label` against the claimed `margin` ("superiority"), by :func:`tost` within it
+    ("parity"), or by :func:`direction_label` ("direction", or no margin)."""
+    iv = paired_interval(diffs)
+    out = {"n": iv.n, "mean": iv.mean, "low": iv.low, "high": iv.high, "sd": iv.sd}
+    if iv.n >= 2:
+        out["p"] = paired_p_value(diffs)
+    if kind == "direction" or margin is None:
+        out["label"] = direction_label(iv)
+    elif kind == "parity":
+        if iv.n < 2:
+            out["label"] = "inconclusive at 1 seed (an interval needs at least 2)"
+        else:
+            eq = tost(diffs, margin)
+            out["tost_p"] = eq.p
+            out["label"] = f"{'held' if eq.equivalent else 'not shown'}: parity within +-{margin:g} (TOST p = {eq.p:.3f})"
+    elif kind == "superiority":
+        out["label"] = label(iv, margin)
+    else:
+        raise StatsError(f"kind {kind!r} is not allowed; expected 'superiority', 'parity' or 'direction'")
+    return out
+
+
 @dataclass(frozen=True)
 class Equivalence:
     """Two one-sided tests of ``|mean difference| < margin``: p is the larger one-sided p; equivalent when p < alpha

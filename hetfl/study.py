@@ -41,7 +41,7 @@ STATISTICS = {
     "final": "the test accuracy after the last round",
 }
 TOP_KEYS = {"name", "claim", "kind", "claimed-margin", "equivalence-margin", "primary", "statistic", "methods",
-            "overrides", "tune", "final", "sweep"}
+            "overrides", "tune", "final", "sweep", "also"}
 
 
 class StudyError(ValueError):
@@ -74,6 +74,7 @@ class Study:
     why_rounds: str = ""
     sweep: tuple[str, tuple[Any, ...], Any] | None = None  # (run-config key, its values, the value that decides)
     file: str = ""  # the study file, for the page (a sweep's cells name their parent's)
+    also: tuple[dict[str, Any], ...] = ()  # ``[[also]]``: further claims decided on the same scored runs
     out: Path = STUDIES
 
     @classmethod
@@ -133,7 +134,7 @@ class Study:
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
                    overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")), earlier=earlier,
                    earlier_runs=earlier_runs, rounds_by_method=by_method,
-                   why_rounds=str(f.get("why", "")), sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
+                   why_rounds=str(f.get("why", "")), also=_also(d.get("also", []), methods), sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
 
     @property
@@ -173,6 +174,34 @@ def _earlier(sec: dict[str, Any], name: str, methods: dict[str, str], holds: str
             if not (ROOT / folder / holds).exists():
                 raise StudyError(f"study key '{name}.earlier.{m}' = {folder!r}: no {holds} there; expected {what}")
     return out
+
+
+def _also(entries: list[dict[str, Any]], methods: dict[str, str]) -> tuple[dict[str, Any], ...]:
+    """``[[also]]``: further claims on the same runs, each with ``claim``, ``kind`` ("superiority", "parity" or
+    "direction": a reading no paper gives a margin for), its margin, ``statistic`` (``round-to:<level>`` allowed: fewer
+    rounds is the paper's side) and ``primary``; checked like the study's own."""
+    out = []
+    for k, e in enumerate(entries):
+        where = f"also[{k}]"
+        if unknown := sorted(set(e) - {"claim", "kind", "claimed-margin", "equivalence-margin", "statistic", "primary"}):
+            raise StudyError(f"study key '{where}.{unknown[0]}' is not known")
+        kind = e.get("kind")
+        if kind not in (*KINDS, "direction"):
+            raise StudyError(f"study key '{where}.kind' = {kind!r} is not allowed; expected one of "
+                             f"{(*KINDS, 'direction')}")
+        margin = None if kind == "direction" else e.get("claimed-margin" if kind == "superiority" else "equivalence-margin")
+        if kind != "direction" and (not isinstance(margin, (int, float)) or margin <= 0):
+            raise StudyError(f"study key '{where}' needs a positive {'claimed' if kind == 'superiority' else 'equivalence'}"
+                             f"-margin for a {kind} claim; got {margin!r}")
+        primary = tuple(e.get("primary", ()))
+        if len(primary) != 2 or any(m not in methods for m in primary) or primary[0] == primary[1]:
+            raise StudyError(f"study key '{where}.primary' = {list(primary)!r} is not allowed; expected two different "
+                             f"methods of {sorted(methods)}")
+        if describe(str(e.get("statistic", ""))) is None:
+            raise StudyError(f"study key '{where}.statistic' = {e.get('statistic')!r} is not allowed")
+        out.append({"claim": str(e.get("claim", "")), "kind": kind, "margin": margin, "statistic": e["statistic"],
+                    "primary": primary})
+    return tuple(out)
 
 
 def _rounds_by_method(f: dict[str, Any], methods: dict[str, str]) -> dict[str, int]:
@@ -233,8 +262,8 @@ def _own_spaces(t: dict[str, Any], methods: dict[str, str]) -> dict[str, str]:
 
 
 def describe(spec: str) -> str | None:
-    """A scored run's statistic in words, or None if a study cannot use `spec` (:func:`statistic`; ``round-to`` and
-    ``best-static`` are for verdict tables, not for a study's seeds)."""
+    """A scored run's statistic in words, or None if a study cannot use `spec` (:func:`statistic`; ``best-static`` is
+    for verdict tables, not for a study's seeds)."""
     what, _, key = spec.partition("@")
     on = f" ({key})" if key else ""
     if what in STATISTICS:
@@ -243,6 +272,9 @@ def describe(spec: str) -> str | None:
         return f"the mean test accuracy of the last {m[1]} rounds{on}"
     if m := re.fullmatch(r"mean-rounds:(\d+)-(\d+)", what):
         return f"the mean test accuracy of rounds {m[1]}-{m[2]}{on}"
+    if m := re.fullmatch(r"round-to:(0?\.\d+|1(\.0*)?)", what):
+        return (f"the first round whose test accuracy{on} reaches {m[1]} (fewer is better; a seed where a method "
+                "never does is left out of the pairs, named as censored)")
     return None
 
 
@@ -381,34 +413,45 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
     from hetfl import stats
 
     a, b = study.primary
-    seeds = sorted(set(scores.get(a, {})) & set(scores.get(b, {})))
+    lower_better = study.statistic.startswith("round-to")  # rounds to a level: fewer is the paper's side
+
+    def pairs(x: str, y: str) -> tuple[list[int], list[float], list[int]]:
+        both = sorted(set(scores.get(x, {})) & set(scores.get(y, {})))
+        ok = [s for s in both if scores[x][s] is not None and scores[y][s] is not None]
+        d = stats.paired_differences([scores[y][s] for s in ok], [scores[x][s] for s in ok]) if lower_better else \
+            stats.paired_differences([scores[x][s] for s in ok], [scores[y][s] for s in ok])
+        return ok, d, [s for s in both if s not in ok]
+
+    seeds, diffs, censored = pairs(a, b)
     out: dict[str, Any] = {"primary": [a, b], "kind": study.kind, "margin": study.margin, "seeds": seeds}
+    if censored:
+        out["censored"] = censored  # a seed where one of the two never reached the level: no pair
     if len(seeds) < 1:
         out["label"] = "not run yet"
         return out
-    diffs = stats.paired_differences([scores[a][s] for s in seeds], [scores[b][s] for s in seeds])
-    iv = stats.paired_interval(diffs)
-    out.update(n=iv.n, mean=iv.mean, low=iv.low, high=iv.high, sd=iv.sd, diffs=diffs)
-    if study.kind == "superiority":
-        out["label"] = stats.label(iv, study.margin)
-    elif iv.n >= 2:
-        eq = stats.tost(diffs, study.margin)
-        out.update(tost_p=eq.p, label=f"{'held' if eq.equivalent else 'not shown'}: parity within +-{study.margin:g} "
-                                          f"(TOST p = {eq.p:.3f}, n = {eq.n})")
-    else:
-        out["label"] = "inconclusive at 1 seed (an interval needs at least 2)"
+    out.update(stats.verdict(diffs, study.kind, study.margin), diffs=diffs)
     others = []
     for m in study.methods:
         if m in (a, b):
             continue
-        common = sorted(set(scores.get(a, {})) & set(scores.get(m, {})))
-        if len(common) >= 2:
-            d = stats.paired_differences([scores[a][s] for s in common], [scores[m][s] for s in common])
+        _, d, _ = pairs(a, m)
+        if len(d) >= 2:
             others.append({"pair": [a, m], "n": len(d), "mean": sum(d) / len(d), "p": stats.paired_p_value(d)})
     for row, p_adj in zip(others, stats.holm([r["p"] for r in others])):
         row["p_holm"] = p_adj
     out["others"] = others
     return out
+
+
+def also_verdict(study: Study, claim: dict[str, Any], scored: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
+    """One ``[[also]]`` claim decided on the study's scored runs (:func:`decide` with its kind, margin, statistic and
+    pair)."""
+    from dataclasses import replace
+
+    sub = replace(study, kind=claim["kind"], margin=claim["margin"], statistic=claim["statistic"],
+                  primary=claim["primary"], also=())
+    scores = {m: {s: statistic(r, claim["statistic"]) for s, r in runs.items()} for m, runs in scored.items()}
+    return {"claim": claim["claim"], "statistic": claim["statistic"], **decide(sub, scores)}
 
 
 def _fmt(x: float | None, nd: int = 2) -> str:
@@ -462,6 +505,11 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
     for o in verdict.get("others", []):
         lines.append(f"- {o['pair'][0]} - {o['pair'][1]}: n = {o['n']}, mean {o['mean']:+.2f}, paired t p = "
                      f"{_fmt(o['p'], 3)}, Holm-corrected {_fmt(o['p_holm'], 3)}")
+    for x in verdict.get("also", []):
+        a2, b2 = x["primary"]
+        got = (f"n = {x['n']}, mean {x['mean']:+.2f} [{_fmt(x['low'])}, {_fmt(x['high'])}]" if "n" in x else "no pair")
+        lines += ["", f"**Also: {x['claim']}** ({describe(x['statistic'])}; {a2} - {b2} in the paper's direction): "
+                      f"{got}{'; censored seeds ' + str(x['censored']) if x.get('censored') else ''}: **{x['label']}**."]
     return "\n".join(lines) + "\n"
 
 
@@ -513,7 +561,7 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
     sweep: :func:`run_sweep`)."""
     if study.sweep is not None:
         return run_sweep(study, train, tune_only, methods)
-    summaries, scores, failed = {}, {}, {}
+    summaries, scores, failed, scored = {}, {}, {}, {}
     for m in study.methods:
         if methods and m not in methods:
             s = tuned(study, m, train=False)
@@ -527,8 +575,10 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
         failed[m] = {}
         runs = scored_runs(study, m, s["best"]["values"], train=train and (not methods or m in methods),
                            failed=failed[m])
+        scored[m] = runs
         scores[m] = {seed: statistic(metrics, study.statistic) for seed, metrics in runs.items()}
     verdict = decide(study, scores)
+    verdict["also"] = [also_verdict(study, a, scored) for a in study.also]
     verdict["failed"] = {m: f for m, f in failed.items() if f}
     if any(verdict["failed"].get(m) for m in study.primary):  # a diverged seed is a result, not a missing pair
         verdict["label"] += (f"; seeds that diverged, left out of the pairs: "

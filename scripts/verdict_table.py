@@ -53,21 +53,7 @@ def cell_result(cell: dict[str, Any], kind: str, margin: float | None) -> dict[s
     if not diffs:
         out["label"] = "no pair yet"
         return out
-    iv = stats.paired_interval(diffs)
-    out.update(n=iv.n, mean=iv.mean, low=iv.low, high=iv.high, sd=iv.sd)
-    if iv.n >= 2:
-        out["p"] = stats.paired_p_value(diffs)
-    if kind == "direction" or out["margin"] is None:
-        out["label"] = stats.direction_label(iv)
-    elif kind == "parity":
-        if iv.n >= 2:
-            eq = stats.tost(diffs, out["margin"])
-            out["label"] = (f"{'held' if eq.equivalent else 'not shown'}: parity within +-{out['margin']:g} "
-                            f"(TOST p = {eq.p:.3f})")
-        else:
-            out["label"] = "inconclusive at 1 seed (an interval needs at least 2)"
-    else:
-        out["label"] = stats.label(iv, out["margin"])
+    out.update(stats.verdict(diffs, kind, out["margin"]))
     return out
 
 

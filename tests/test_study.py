@@ -162,6 +162,34 @@ def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_p
     assert "Own spaces, with the same trials x rounds: fedprox `lr=0.1 fedprox-mu=0.01,0.1`. Why: FedProx" in page
 
 
+def test_an_also_claim_on_rounds_to_a_level_pairs_fewer_rounds_as_the_papers_side_and_names_censored_seeds(tmp_path):
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL + """
+[[also]]
+claim = "FedProx reaches 50% sooner"
+kind = "direction"
+statistic = "round-to:0.5"
+primary = ["fedprox", "fedavg"]
+""")
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    assert study.also[0]["kind"] == "direction" and study.also[0]["margin"] is None
+
+    def run(accs):
+        return {"rounds": [{"round": k, "accuracy": a} for k, a in enumerate([0.1, *accs])]}
+
+    # FedProx reaches 0.5 at rounds 3, never, 2; FedAvg at 5, 4, 3: pairs at seeds 0 and 2, b - a = +2, +1
+    scored = {"fedprox": {0: run([0.2, 0.3, 0.6]), 1: run([0.2, 0.3, 0.4]), 2: run([0.3, 0.5, 0.6])},
+              "fedavg": {0: run([0.1, 0.2, 0.3, 0.4, 0.5]), 1: run([0.1, 0.2, 0.3, 0.5]), 2: run([0.1, 0.2, 0.7])}}
+    v = S.also_verdict(study, study.also[0], scored)
+    assert v["seeds"] == [0, 2] and v["censored"] == [1] and v["diffs"] == [2.0, 1.0]
+    assert v["label"] == "inconclusive at 2 seeds (no margin claimed)"  # [1.5 -+ 6.35] holds 0
+    page = S.page(study, {}, {}, {"label": "x", "also": [v]})
+    assert "**Also: FedProx reaches 50% sooner**" in page and "censored seeds [1]" in page
+    with pytest.raises(S.StudyError, match="'also\\[0\\].kind' = 'better'"):
+        f.write_text(SMALL + '[[also]]\nclaim = "x"\nkind = "better"\nstatistic = "final"\nprimary = ["fedprox", "fedavg"]\n')
+        S.Study.from_file(f)
+
+
 def test_statistics_by_hand():
     m = {"rounds": [{"round": 0, "accuracy": 0.1, "acc_S1": 0.0}, *({"round": k, "accuracy": k / 10, "acc_S1": k / 20}
                                                                     for k in range(1, 8))],
