@@ -75,6 +75,7 @@ class Study:
     sweep: tuple[str, tuple[Any, ...], Any] | None = None  # (run-config key, its values, the value that decides)
     file: str = ""  # the study file, for the page (a sweep's cells name their parent's)
     also: tuple[dict[str, Any], ...] = ()  # ``[[also]]``: further claims decided on the same scored runs
+    sets: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its own run-config keys (``set``)
     out: Path = STUDIES
 
     @classmethod
@@ -101,10 +102,7 @@ class Study:
         if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin <= 0:
             raise StudyError(f"study key {mkey!r} = {margin!r} is not allowed; expected a positive number of points "
                              f"(a {kind} study needs it)")
-        methods = dict(d["methods"])
-        for label, preset in methods.items():
-            if not (ROOT / preset).is_file():
-                raise StudyError(f"study key 'methods.{label}' = {preset!r}: no such preset")
+        methods, sets = _methods(d["methods"])
         primary = tuple(d["primary"])
         if len(primary) != 2 or any(m not in methods for m in primary) or primary[0] == primary[1]:
             raise StudyError(f"study key 'primary' = {list(primary)!r} is not allowed; expected two different methods "
@@ -134,7 +132,7 @@ class Study:
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
                    overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")), earlier=earlier,
                    earlier_runs=earlier_runs, rounds_by_method=by_method,
-                   why_rounds=str(f.get("why", "")), also=_also(d.get("also", []), methods), sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
+                   why_rounds=str(f.get("why", "")), sets=sets, also=_also(d.get("also", []), methods), sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
 
     @property
@@ -142,7 +140,8 @@ class Study:
         return self.out / self.name
 
     def base(self, method: str) -> dict[str, Any]:
-        return {**tomllib.loads((ROOT / self.methods[method]).read_text()), **self.overrides}
+        """The method's preset, the study's ``overrides``, then the method's own ``set`` keys."""
+        return {**tomllib.loads((ROOT / self.methods[method]).read_text()), **self.overrides, **self.sets.get(method, {})}
 
     def rounds_of(self, method: str) -> int:
         """The scored runs' rounds of `method`."""
@@ -174,6 +173,22 @@ def _earlier(sec: dict[str, Any], name: str, methods: dict[str, str], holds: str
             if not (ROOT / folder / holds).exists():
                 raise StudyError(f"study key '{name}.earlier.{m}' = {folder!r}: no {holds} there; expected {what}")
     return out
+
+
+def _methods(sec: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """``[methods]``: a label -> a preset, or -> ``{ preset = "...", set = { key = value } }`` (run-config keys of that
+    method alone, over its preset and the study's ``overrides``)."""
+    methods, sets = {}, {}
+    for label, v in dict(sec).items():
+        preset = v.get("preset") if isinstance(v, dict) else v
+        if isinstance(v, dict) and (unknown := sorted(set(v) - {"preset", "set"})):
+            raise StudyError(f"study key 'methods.{label}.{unknown[0]}' is not known; expected preset and set")
+        if not isinstance(preset, str) or not (ROOT / preset).is_file():
+            raise StudyError(f"study key 'methods.{label}' = {preset!r}: no such preset")
+        methods[label] = preset
+        if isinstance(v, dict) and v.get("set"):
+            sets[label] = dict(v["set"])
+    return methods, sets
 
 
 def _also(entries: list[dict[str, Any]], methods: dict[str, str]) -> tuple[dict[str, Any], ...]:
@@ -476,6 +491,7 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
              "| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
              "| --- | --- | --- | --- | --- |"]
     for m, preset in study.methods.items():
+        preset = preset + (f"` + `{study.sets[m]}" if m in study.sets else "")
         s = summaries.get(m)
         if s is None:
             lines.append(f"| {m} | `{preset}` | not tuned yet | - | - |")

@@ -206,6 +206,21 @@ def test_statistics_by_hand():
         S.statistic(m, "median")
 
 
+def test_a_method_may_set_keys_of_its_own_over_its_preset_and_the_overrides(tmp_path):
+    f = tmp_path / "own.toml"
+    f.write_text(SMALL.replace('fedprox = "configs/fedprox/fmnist-iid.toml"',
+                               'fedprox = { preset = "configs/fedprox/fmnist-iid.toml", set = { fedprox-mu = 0.5, '
+                               'local-steps = 7 } }'))
+    study = S.Study.from_file(f)
+    assert study.methods["fedprox"] == "configs/fedprox/fmnist-iid.toml"
+    prox, avg = study.base("fedprox"), study.base("fedavg")
+    assert (prox["fedprox-mu"], prox["local-steps"], avg["local-steps"]) == (0.5, 7, 5)  # set wins over overrides
+    f.write_text(SMALL.replace('fedprox = "configs/fedprox/fmnist-iid.toml"',
+                               'fedprox = { preset = "configs/fedprox/fmnist-iid.toml", sett = {} }'))
+    with pytest.raises(S.StudyError, match="'methods.fedprox.sett' is not known"):
+        S.Study.from_file(f)
+
+
 def test_committed_files_name_paths_relative_to_the_repository():
     from hetfl.common.results import relative_paths
 
