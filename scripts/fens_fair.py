@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -31,9 +30,11 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fens_runs.py
 
 from hetfl.common.results import copy_files  # noqa: E402
 from hetfl.tune import finished_trials  # noqa: E402
+from fens_runs import DOCS, ITER_ROUNDS, SEEDS, complete_runs, tuned_iterative_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 20
@@ -110,7 +111,6 @@ def step_complete(alpha: str, out: Path, max_epochs: int, seed: int = 0) -> dict
 
 
 ITER_GRIDS = {"fedadam": "0.003,0.01,0.03,0.1", "fedavg": "0.01,0.03,0.1,0.3"}  # the Dir(0.1) grids (Makefile ITER_GRID)
-ITER_ROUNDS = 50
 
 
 def step_iterative(alpha: str, out: Path, methods: list[str], workers: int = 1, seed: int = 0) -> None:
@@ -127,7 +127,6 @@ def step_iterative(alpha: str, out: Path, methods: list[str], workers: int = 1, 
         keep(out, alpha)  # each method's study and run committed-ready as soon as it is done
 
 
-DOCS = ROOT / "docs/results/fens-fair"
 PAGE = ROOT / "docs/results/fens-fair.md"
 BEGIN, END = "<!-- table: scripts/fens_fair.py --page -->", "<!-- end table -->"
 
@@ -154,13 +153,6 @@ def keep(out: Path, alpha: str) -> None:
              *(f for d in sorted(out.glob("iter-*")) for f in finished_trials(d)),
              *sorted(out.glob("iter-*/chosen-r*/metrics.json"))]
     copy_files([f for f in files if f.exists() and _finished(f)], out, DOCS / f"dir{alpha}")
-
-
-def complete_runs(d: Path, seed: int = 0) -> list[Path]:
-    """The members-to-completion runs of one seed under `d` (``complete-e<N>``, or ``complete-e<N>-s<seed>``), not
-    ``complete-e50-acc`` (the accuracy-only criterion)."""
-    pattern = re.compile(r"complete-e\d+" + ("" if seed == 0 else f"-s{seed}"))
-    return sorted(f for f in d.glob("complete-e*/metrics.json") if pattern.fullmatch(f.parent.name))
 
 
 def _pct(x) -> str:
@@ -195,7 +187,7 @@ def page_table() -> str:
         if comp:
             m = json.loads(comp[-1].read_text())
             ep = sorted(m["phases"].get("phase1_member_epochs") or [0])
-            cells.append(f"{_pct(m['rounds'][-1]['accuracy'])} ({ep[0]} / {ep[len(ep) // 2]} / {ep[-1]})")
+            cells.append(f"{_pct(m['rounds'][-1]['accuracy'])} ({ep[0]} / {statistics.median(ep):g} / {ep[-1]})")
         else:
             cells.append("not run")
         st = (base or {}).get("static_aggregators_test_accuracy", {})
@@ -236,7 +228,6 @@ def iterative_table() -> str:
 
 
 SEEDS_BEGIN = "<!-- table: scripts/fens_fair.py --page (seeds) -->"
-SEEDS = (0, 1, 2)
 
 
 def seed_runs(d: Path) -> list[tuple[str, dict[int, Path]]]:
@@ -272,24 +263,6 @@ def seeds_table() -> str:
 
 
 PLOT = ROOT / "docs/results/fens-fair-traffic.png"
-
-
-def tuned_iterative_run(alpha: str, method: str) -> tuple[str, Path, bool] | None:
-    """(lr, metrics.json, from this page's study) of `method`'s ITER_ROUNDS-round run at the lr chosen on the
-    validation half: this page's protocol run (``iter-<method>/chosen-r50``), else the seven-baseline study's run
-    (Dir(0.1), ``fens-iterative-fmnist-dir<alpha>/runs``, which holds only the chosen lr's run); None where neither
-    is committed."""
-    tuned = DOCS / f"dir{alpha}" / f"iter-{method}" / f"chosen-r{ITER_ROUNDS}" / "metrics.json"
-    if tuned.exists():
-        lr = json.loads((tuned.parent.parent / "summary.json").read_text())["best"]["values"]["lr"]
-        return f"{lr:g}", tuned, True
-    earlier = sorted((ROOT / "docs/results" / f"fens-iterative-fmnist-dir{alpha}/runs")
-                     .glob(f"{method}-fmnist-dir{alpha}-lr*-s0/metrics.json"))
-    if len(earlier) > 1:
-        raise ValueError(f"{method} at Dir({alpha}): {len(earlier)} runs in the study, expected the chosen lr's only")
-    if earlier:
-        return earlier[0].parent.name.split("-lr")[1].removesuffix("-s0"), earlier[0], False
-    return None
 
 
 def traffic_curves(d: Path) -> list[tuple[str, list[float], list[float]]]:

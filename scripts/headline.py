@@ -13,9 +13,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # fens_fair.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fens_runs.py
 
-from fens_fair import SEEDS, complete_runs, tuned_iterative_run  # noqa: E402  (the FENS page's own lookups)
+from fens_runs import SEEDS, complete_runs, tuned_iterative_run  # noqa: E402  (FENS at its best, committed)
 
 ROOT = Path(__file__).resolve().parent.parent
 RES = ROOT / "docs/results"

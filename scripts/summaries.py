@@ -199,13 +199,13 @@ def fens() -> str:
     adam = [runs(f"fens-fmnist-dir{a}", f"fedadam-fmnist-dir{a}") for a in alphas]
     rows.append(["FedAdam, iterative (client lr 0.01, 50 rounds, seed 0)", *(f"{pm(final(r))} (1)" for r in adam),
                  mb([x for r in adam for x in traffic(r)])])
-    import fens_fair  # FENS at its best and the tuned baselines (fens-fair.md): that page's own lookups
+    import fens_runs  # FENS at its best and the tuned baselines (fens-fair.md), committed
 
-    best = [[json.loads(f.read_text()) for seed in fens_fair.SEEDS
-             if (f := (fens_fair.complete_runs(fens_fair.DOCS / f"dir{a}", seed) or [None])[-1])] for a in alphas]
+    best = [[json.loads(f.read_text()) for seed in fens_runs.SEEDS
+             if (f := (fens_runs.complete_runs(fens_runs.DOCS / f"dir{a}", seed) or [None])[-1])] for a in alphas]
     rows.append(["FENS at its best: members to completion, aggregator tuned ([fens-fair.md](fens-fair.md))",
                  *(f"{pm(final(r))} ({len(r)})" if r else "not run" for r in best), mb([x for r in best for x in traffic(r)])])
-    tuned = [fens_fair.tuned_iterative_run(a, "fedadam") for a in alphas]
+    tuned = [fens_runs.tuned_iterative_run(a, "fedadam") for a in alphas]
     tuned_runs = [[json.loads(t[1].read_text())] if t else [] for t in tuned]
     rows.append(["FedAdam at its tuned lr (" + " / ".join(t[0] if t else "—" for t in tuned) + "; 50 rounds, seed 0)",
                  *(f"{pm(final(r))} (1)" if r else "not run" for r in tuned_runs),
