@@ -57,8 +57,32 @@ def cell_result(cell: dict[str, Any], kind: str, margin: float | None) -> dict[s
     return out
 
 
+def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The row's declared study's verdict (``study = "experiments/<name>.toml"``) once every seed it declares ran,
+    as a primary cell; None before (the row's committed cells stand until then)."""
+    if "study" not in row:
+        return None
+    from hetfl.study import Study
+
+    study = Study.from_file(ROOT / row["study"])
+    path = study.folder / "verdict.json"
+    if not path.exists():
+        return None
+    v = json.loads(path.read_text())
+    a, b = study.primary
+    if "study-also" in row:  # one of the study's [[also]] claims
+        v = v.get("also", [])[row["study-also"]] if len(v.get("also", [])) > row["study-also"] else {}
+        a, b = v.get("primary", (a, b))
+    if v.get("n", 0) + len(v.get("censored", [])) < len(study.seeds):
+        return None
+    return {"name": f"{a} - {b} (declared study [{study.name}](docs/results/studies/{study.name}.md))",
+            "margin": study.margin, "censored": v.get("censored", []), **{k: v[k] for k in ("n", "mean", "low", "high",
+                                                                                           "label")}}
+
+
 def row_result(row: dict[str, Any]) -> dict[str, Any]:
-    """A row's cells; exactly one is primary, the others carry Holm-adjusted p-values."""
+    """A row's cells; exactly one is primary, the others carry Holm-adjusted p-values. A row whose declared study has
+    finished every seed takes the study's verdict as its primary cell; the committed cells then print as others."""
     kind = row["kind"]
     if kind not in KINDS:
         raise ValueError(f"verdicts.toml: kind = {kind!r} is not allowed; expected one of {KINDS}")
@@ -68,6 +92,8 @@ def row_result(row: dict[str, Any]) -> dict[str, Any]:
     cells = [cell_result(c, kind, row.get("margin")) for c in row["cell"]]
     primary = cells[[c.get("primary", False) for c in row["cell"]].index(True)]
     others = [c for c in cells if c is not primary]
+    if (declared := study_verdict(row)) is not None:
+        primary, others = declared, cells
     tested = [c for c in others if "p" in c]
     for c, p in zip(tested, stats.holm([c["p"] for c in tested])):
         c["p_holm"] = p

@@ -105,6 +105,35 @@ def test_a_verdict_cell_pairs_by_seed_turns_rounds_to_the_papers_direction_and_l
         vt.row_result({"claim": "z", "kind": "direction", "cell": [{"primary": True}, {"primary": True}]})
 
 
+def test_a_verdict_row_takes_its_declared_studys_verdict_once_every_seed_ran(tmp_path, monkeypatch):
+    import json as _json
+
+    from hetfl import study as S
+
+    vt = _script("verdict_table")
+    f = tmp_path / "tiny.toml"
+    f.write_text(_study_file())
+    monkeypatch.setattr(S, "STUDIES", tmp_path / "studies")
+    row = {"claim": "c", "kind": "superiority", "study": str(f),
+           "cell": [{"name": "old", "primary": True, "statistic": "final", "a": [], "b": []}]}
+    assert vt.study_verdict(row) is None  # not run
+    (tmp_path / "studies" / "tiny").mkdir(parents=True)
+    done = {"n": 1, "mean": 1.0, "low": float("nan"), "high": float("nan"), "label": "inconclusive at 1 seed"}
+    (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(done))
+    assert vt.study_verdict(row) is None  # one of its two seeds: the committed cells stand
+    (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps({**done, "n": 2, "low": 0.5, "high": 1.5,
+                                                                            "label": "held, smaller than claimed"}))
+    r = vt.row_result(row)
+    assert r["primary"]["label"] == "held, smaller than claimed" and "declared study [tiny]" in r["primary"]["name"]
+    assert [c["name"] for c in r["others"]] == ["old"]
+
+
+def _study_file() -> str:
+    from .test_study import SMALL
+
+    return SMALL
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/results/README.md",
                                   *(f"docs/results/{n}" for n in ("shefl-fmnist-r30.md", "fens-fmnist.md",
                                                                   "adaptivefl-fmnist-r30.md", "bench.md"))])
