@@ -354,7 +354,17 @@ def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, na
         return "pruned", str(why)
     except (NoClientSucceeded, FloatingPointError) as why:
         return "fail", " ".join(str(why).split())[:300]
+    finally:
+        _relative(trials_dir / name / "metrics.json")
     return "complete", _objective(m["rounds"][-1])
+
+
+def _relative(path: Path) -> None:
+    """A trial's metrics.json with paths under the checkout made relative, as committed files name them."""
+    from hetfl.common.results import relative_paths
+
+    if path.exists() and (data := json.loads(path.read_text())) != (rel := relative_paths(data)):
+        path.write_text(json.dumps(rel, indent=2))
 
 
 def _attempt_in_child(spec: TuneSpec, study_db: str, trial_id: int, values: dict[str, Any], trials_dir: Path,
