@@ -134,6 +134,16 @@ def _study_file() -> str:
     return SMALL
 
 
+def test_every_script_the_docs_tell_a_reader_to_run_exists():
+    """A page line that runs `python scripts/<name>.py` names a script that is there (a removed one-off script is
+    cited with the commit that holds it, `git show <sha>:scripts/<name>.py`, never as a command)."""
+    pages = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]
+    missing = sorted({(p.relative_to(ROOT).as_posix(), name) for p in pages
+                      for name in re.findall(r"python3? (scripts/[\w/]+\.py)", p.read_text())
+                      if not (ROOT / name).exists()})
+    assert not missing, missing
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/results/README.md",
                                   *(f"docs/results/{n}" for n in ("shefl-fmnist-r30.md", "fens-fmnist.md",
                                                                   "adaptivefl-fmnist-r30.md", "bench.md"))])
