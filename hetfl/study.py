@@ -132,7 +132,8 @@ class Study:
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
                    overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")), earlier=earlier,
                    earlier_runs=earlier_runs, rounds_by_method=by_method,
-                   why_rounds=str(f.get("why", "")), sets=sets, also=_also(d.get("also", []), methods), sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
+                   why_rounds=str(f.get("why", "")), sets=sets, also=_also(d.get("also", []), methods),
+                   sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
 
     @property
@@ -362,9 +363,8 @@ def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | Non
 def _reused_run(study: Study, method: str, cfg: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
     """A committed run of ``final.earlier`` that finished with this config and seed (every key, apart from where it
     is kept), copied to `run_dir` (metrics.json and its plot); None if there is none."""
-    import shutil
-
     from hetfl.common.config import ConfigError
+    from hetfl.common.results import copy_files
     from hetfl.inprocess import same_config
     from hetfl.methods import validate
 
@@ -378,10 +378,8 @@ def _reused_run(study: Study, method: str, cfg: dict[str, Any], run_dir: Path) -
         except (KeyError, ConfigError):
             ok = False
         if ok:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            for name in ("metrics.json", "accuracy.png"):
-                if (ROOT / folder / name).exists():
-                    shutil.copy2(ROOT / folder / name, run_dir / name)
+            src = ROOT / folder
+            copy_files([src / n for n in ("metrics.json", "accuracy.png") if (src / n).exists()], src, run_dir)
             log.info("%s seed %s: the committed run %s, reused", method, cfg["seed"], folder)
             return m
     return None
