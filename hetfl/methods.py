@@ -106,6 +106,12 @@ def params_class(method: str) -> type[MethodParams]:
     return load(path) if path else NoParams
 
 
+def phase1_of(method: str) -> Any:
+    """The one-shot phase 1 (:class:`~hetfl.common.oneshot.Phase1`) a run of `method` may start from a saved copy
+    of (its ``reuse_key``), or None (its package's ``phase1``)."""
+    return spec_for(method).phase1.get(method)
+
+
 def params_for(cfg: dict[str, Any]) -> MethodParams:
     """The run's method parameters, read once from the validated config (docs/architecture.md#params)."""
     return spec_for(cfg["method"]).params_for(cfg)

@@ -59,15 +59,16 @@ class Study:
     primary: tuple[str, str]  # (the method the paper favours, the one it is compared with)
     statistic: str
     methods: dict[str, str]  # method label -> preset path (relative to the repository)
-    space: str  # the search space of every method not in `spaces`
+    space: str  # the search space of every method without its own (``by_method``)
     sampler: str
     trials: int
     rounds: int
     seeds: tuple[int, ...]
     final_rounds: int  # of every method not in `rounds_by_method`
     overrides: dict[str, Any] = field(default_factory=dict)
-    spaces: dict[str, str] = field(default_factory=dict)  # method -> its own space (``[tune.space-by-method]``)
-    why: str = ""  # why a method searches another space (``tune.why``: required with ``space-by-method``)
+    by_method: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its own space, sampler, trials or
+    # rounds (``[tune.by-method]``)
+    why: str = ""  # why a method tunes otherwise (``tune.why``: required with ``by-method``)
     earlier: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method -> committed tune folders to reuse
     earlier_runs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method -> committed run folders to reuse
     rounds_by_method: dict[str, int] = field(default_factory=dict)  # ``final.rounds-by-method`` (needs ``final.why``)
@@ -116,8 +117,8 @@ class Study:
             for k in keys:
                 if k not in d[sec]:
                     raise StudyError(f"study file {str(path)!r} lacks '{sec}.{k}'")
-        by_method = _rounds_by_method(f, methods)
-        spaces = _own_spaces(t, methods)
+        rounds_by = _rounds_by_method(f, methods)
+        own = _by_method(t, methods)
         earlier = _earlier(t, "tune", methods, "trials", "a committed hetfl.tune folder")
         earlier_runs = _earlier(f, "final", methods, "metrics.json", "a committed run folder")
         seeds = tuple(int(s) for s in f["seeds"])
@@ -130,8 +131,8 @@ class Study:
         return cls(name=d["name"], claim=d["claim"], kind=kind, margin=float(margin), primary=primary,  # type: ignore[arg-type]
                    statistic=d["statistic"], methods=methods, space=t["space"], sampler=t.get("sampler", "grid"),
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
-                   overrides=dict(d.get("overrides", {})), spaces=spaces, why=str(t.get("why", "")), earlier=earlier,
-                   earlier_runs=earlier_runs, rounds_by_method=by_method,
+                   overrides=dict(d.get("overrides", {})), by_method=own, why=str(t.get("why", "")), earlier=earlier,
+                   earlier_runs=earlier_runs, rounds_by_method=rounds_by,
                    why_rounds=str(f.get("why", "")), sets=sets, also=_also(d.get("also", []), methods),
                    sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
@@ -148,15 +149,18 @@ class Study:
         """The scored runs' rounds of `method`."""
         return self.rounds_by_method.get(method, self.final_rounds)
 
-    def space_of(self, method: str) -> str:
-        return self.spaces.get(method, self.space)
+    def tuning_of(self, method: str) -> dict[str, Any]:
+        """The method's space, sampler, trials and rounds: ``[tune]``'s, each replaced by its ``by-method`` entry."""
+        return {"space": self.space, "sampler": self.sampler, "trials": self.trials, "rounds": self.rounds,
+                **self.by_method.get(method, {})}
 
     def tune_spec(self, method: str):
         from hetfl.tune import TuneSpec, parse_space
 
-        base = self.base(method)
-        return TuneSpec(base=base, space=tuple(parse_space(self.space_of(method))), trials=self.trials, rounds=self.rounds,
-                        nodes=int(base.get("min-available-nodes", 2)), sampler=self.sampler, seed=0)
+        base, t = self.base(method), self.tuning_of(method)
+        return TuneSpec(base=base, space=tuple(parse_space(t["space"])), trials=int(t["trials"]),
+                        rounds=int(t["rounds"]), nodes=int(base.get("min-available-nodes", 2)), sampler=t["sampler"],
+                        seed=0)
 
     def final_config(self, method: str, values: dict[str, Any], seed: int) -> dict[str, Any]:
         return {**self.base(method), **values, "seed": seed, "num-server-rounds": self.rounds_of(method),
@@ -260,21 +264,28 @@ def cells(study: Study) -> list[tuple[Any, Study]]:
             for v in values]
 
 
-def _own_spaces(t: dict[str, Any], methods: dict[str, str]) -> dict[str, str]:
-    """``[tune]``'s keys checked, and its ``space-by-method`` (method -> space), which needs a ``why``."""
-    unknown = sorted(set(t) - {"space", "sampler", "trials", "rounds", "space-by-method", "why", "earlier"})
+OWN_TUNING = ("space", "sampler", "trials", "rounds")  # what ``[tune.by-method]`` may give a method of its own
+
+
+def _by_method(t: dict[str, Any], methods: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """``[tune]``'s keys checked, and its ``by-method`` (method -> its own ``space``, ``sampler``, ``trials`` or
+    ``rounds``: FedAdam's server lr, FENS's aggregator searched by TPE over its own rounds), which needs a ``why``."""
+    unknown = sorted(set(t) - {"space", "sampler", "trials", "rounds", "by-method", "why", "earlier"})
     if unknown:
         raise StudyError(f"study key 'tune.{unknown[0]}' is not known; expected space, sampler, trials, rounds, "
-                         "space-by-method, why, earlier")
-    spaces = dict(t.get("space-by-method", {}))
-    for label in spaces:
+                         "by-method, why, earlier")
+    own = {}
+    for label, v in dict(t.get("by-method", {})).items():
         if label not in methods:
-            raise StudyError(f"study key 'tune.space-by-method.{label}' names no method; expected one of "
-                             f"{sorted(methods)}")
-    if spaces and not str(t.get("why", "")).strip():
-        raise StudyError("study key 'tune.why' is missing: a method with its own search space "
-                         f"({sorted(spaces)}) needs the file to say why")
-    return spaces
+            raise StudyError(f"study key 'tune.by-method.{label}' names no method; expected one of {sorted(methods)}")
+        if not isinstance(v, dict) or not v or (bad := sorted(set(v) - set(OWN_TUNING))):
+            raise StudyError(f"study key 'tune.by-method.{label}' = {v!r} is not allowed; expected a table of "
+                             f"{', '.join(OWN_TUNING)}" + (f" (not {bad[0]!r})" if isinstance(v, dict) and v else ""))
+        own[label] = dict(v)
+    if own and not str(t.get("why", "")).strip():
+        raise StudyError("study key 'tune.why' is missing: a method tuned otherwise than the others "
+                         f"({sorted(own)}) needs the file to say why")
+    return own
 
 
 def describe(spec: str) -> str | None:
@@ -467,6 +478,10 @@ def also_verdict(study: Study, claim: dict[str, Any], scored: dict[str, dict[int
     return {"claim": claim["claim"], "statistic": claim["statistic"], **decide(sub, scores)}
 
 
+def _own(key: str, value: Any) -> str:
+    return f"space `{value}`" if key == "space" else f"{key} {value}"
+
+
 def _fmt(x: float | None, nd: int = 2) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
@@ -479,13 +494,14 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
              f"{study.file}`. Tuning reads validation only (the first half of the test split); "
              f"each seed's statistic is {describe(study.statistic)} on the test half, which tuning never read.", "",
              "## Budget and choices", "",
-             f"Every method: the space `{study.space}` ({study.sampler}), {study.trials} trials x {study.rounds} rounds "
+             f"Every method{' not tuned otherwise below' if study.by_method else ''}: the space `{study.space}` ({study.sampler}), {study.trials} trials x {study.rounds} rounds "
              f"at seed 0, steps past an edge as `hetfl.tune` brackets them; then seeds {list(study.seeds)} x "
              f"{study.final_rounds} rounds with the chosen values"
              + (f" ({', '.join(f'{m}: {r}' for m, r in study.rounds_by_method.items())} rounds: "
                 f"{study.why_rounds})" if study.rounds_by_method else "") + ".", "",
-             *(["Own spaces, with the same trials x rounds: " + "; ".join(f"{m} `{s}`" for m, s in study.spaces.items())
-                + f". Why: {study.why}", ""] if study.spaces else []),
+             *(["Tuned otherwise: " + "; ".join(f"{m}: " + ", ".join(_own(k, v) for k, v in own.items())
+                                                for m, own in study.by_method.items())
+                + f". Why: {study.why}", ""] if study.by_method else []),
              "| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
              "| --- | --- | --- | --- | --- |"]
     for m, preset in study.methods.items():

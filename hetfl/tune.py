@@ -54,6 +54,7 @@ log = logging.getLogger("hetfl")
 OBJECTIVE = "val_accuracy"
 PRUNE_STARTUP = 3  # completed trials before the pruner may stop one
 MAX_EXTENSIONS = 4  # bracket steps past an edge, per key
+SAMPLERS = ("tpe", "grid")
 
 
 class TuneError(ValueError):
@@ -185,6 +186,8 @@ def check_spec(spec: TuneSpec) -> None:
 
     if spec.trials < 1 or spec.rounds < 1 or spec.nodes < 1:
         raise TuneError(f"--trials {spec.trials}, --rounds {spec.rounds}, --nodes {spec.nodes}: each must be >= 1")
+    if spec.sampler not in SAMPLERS:
+        raise TuneError(f"--sampler {spec.sampler!r} is not allowed; expected one of {SAMPLERS}")
     if spec.base.get("eval-split", "test-half") != "test-half":
         raise TuneError(f"run-config key 'eval-split' = {spec.base['eval-split']!r}: a study needs 'test-half' (its first "
                         "half is the validation set the tuner reads; the second half is never read)")
@@ -227,9 +230,12 @@ def open_study(spec: TuneSpec, study_dir: Path):
     """The study of `study_dir` (created, or loaded and recovered); its settings must be those of `spec`."""
     import optuna
 
+    from hetfl.common.results import relative_paths
+
     settings = {"space": [asdict(d) for d in spec.space], "rounds": spec.rounds, "sampler": spec.sampler,
                 "seed": spec.seed, "nodes": spec.nodes, "base": spec.base}
-    settings = json.loads(json.dumps(settings, default=list))
+    # paths under the checkout relative (a phase-1 run's, phase1_once): the study resumes from another checkout
+    settings = relative_paths(json.loads(json.dumps(settings, default=list)))
     study = optuna.create_study(study_name="hetfl", storage=_storage(study_dir / "study.db"), direction="maximize",
                                 pruner=_pruner(spec), load_if_exists=True)
     old = study.user_attrs.get("settings")
@@ -238,7 +244,7 @@ def open_study(spec: TuneSpec, study_dir: Path):
             for values in grid(list(spec.space)):
                 study.enqueue_trial(values)
         study.set_user_attr("settings", settings)
-    elif old != settings:
+    elif relative_paths(old) != settings:
         raise StudyMismatch(f"{study_dir / 'study.db'} holds a study with other settings; use another --study directory")
     else:
         _recover(study)
@@ -429,6 +435,7 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1,
     check_spec(spec)
     if workers < 1:
         raise TuneError(f"--workers {workers}: must be >= 1")
+    spec = phase1_once(spec, study_dir)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(spec, study_dir)
     trials_dir = study_dir / "trials"
@@ -445,6 +452,39 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1,
     if spec.bracket:
         bracket(spec, study, trials_dir, earlier)
     return summarize(spec, study, study_dir, final, time.perf_counter() - t0)
+
+
+PHASE1_RUN = "phase1"  # <study>/phase1: the one run whose phase 1 every trial starts from (phase1_once)
+
+
+def phase1_once(spec: TuneSpec, study_dir: Path) -> TuneSpec:
+    """A one-shot method's search over keys its phase 1 does not read (FENS's aggregator; FENS Sec. 3.1-3.2): phase 1
+    is trained once, at the study's seed, by the run ``<study>/phase1`` (one round after it), and every trial starts
+    from that ensemble through the method's reuse key (``fens-reuse``), so all trials score the same members and
+    none trains them again. Any other spec comes back as it is: another method, a reuse key already set, or a space
+    with a key phase 1 reads (each of its values is checked)."""
+    from dataclasses import replace
+
+    from hetfl.common.oneshot.artifacts import ENSEMBLE, phase1_settings
+    from hetfl.inprocess import finished_run, run_in_process
+    from hetfl.methods import phase1_of, validate
+
+    phase1 = phase1_of(str(spec.base.get("method", "")))
+    if phase1 is None or not phase1.reuse_key or spec.base.get(phase1.reuse_key):
+        return spec
+    ref = phase1_settings(validate(spec.trial_config({}, study_dir, PHASE1_RUN)), phase1)
+    for d in spec.space:
+        for v in d.ends():
+            if phase1_settings(validate(spec.trial_config({d.key: v}, study_dir, PHASE1_RUN)), phase1) != ref:
+                return spec
+    run_dir = study_dir / PHASE1_RUN
+    cfg = {**spec.trial_config({}, study_dir, PHASE1_RUN), "num-server-rounds": 1}
+    if not (run_dir / ENSEMBLE).is_file() and (run_dir / "metrics.json").is_file():
+        (run_dir / "metrics.json").unlink()  # its ensemble is not here (not committed): trained again, the same
+    if finished_run(run_dir, cfg) is None:
+        log.info("phase 1 once for every trial (no key of the space changes it): %s", run_dir)
+        run_in_process(cfg, spec.nodes, study_dir, PHASE1_RUN)
+    return replace(spec, base={**spec.base, phase1.reuse_key: str(run_dir.resolve())})
 
 
 def _resumable(run_dir: Path) -> bool:
@@ -772,7 +812,7 @@ def _parser(prog: str = "python -m hetfl.tune") -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, required=True, help="num-server-rounds of every trial")
     p.add_argument("--study", required=True, help="directory of the study: study.db (SQLite), trials/, chosen/, summary.json")
     p.add_argument("--nodes", type=int, help="clients of every trial (default: the preset's min-available-nodes)")
-    p.add_argument("--sampler", choices=("tpe", "grid"), default="tpe", help="seeded TPE, or the grid of listed values")
+    p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="seeded TPE, or the grid of listed values")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (the runs' seed is run-config 'seed')")
     p.add_argument("--prune-after", type=int, default=1, help="rounds before a trial can be pruned (default 1)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to its last round")

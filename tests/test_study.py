@@ -142,8 +142,8 @@ def test_a_seed_that_diverges_is_named_in_the_verdict_and_left_out_of_the_pairs(
 
 def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_path):
     f = tmp_path / "own.toml"
-    f.write_text(SMALL.replace("rounds = 2\n\n[final]", 'rounds = 2\nspace-by-method = { fedprox = "lr=0.1 '
-                               'fedprox-mu=0.01,0.1" }\nwhy = "FedProx has its own key"\n\n[final]'))
+    f.write_text(SMALL.replace("rounds = 2\n\n[final]", 'rounds = 2\nby-method = { fedprox = { space = "lr=0.1 '
+                               'fedprox-mu=0.01,0.1" } }\nwhy = "FedProx has its own key"\n\n[final]'))
     study = S.Study.from_file(f, out=tmp_path / "studies")
     prox, avg = study.tune_spec("fedprox"), study.tune_spec("fedavg")
     assert [d.key for d in prox.space] == ["lr", "fedprox-mu"] and [d.key for d in avg.space] == ["lr"]
@@ -152,14 +152,19 @@ def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_p
                                        '{ fedprox = 4 }\nwhy = "FedProx needs longer"'))
     longer = S.Study.from_file(f, out=tmp_path / "studies")
     fixed = S.Study.from_file(f.parent / "own.toml", out=tmp_path / "studies")
-    fixed = S.Study(**{**fixed.__dict__, "spaces": {"fedprox": "lr=0.1 fedprox-mu=0.01"}})
+    fixed = S.Study(**{**fixed.__dict__, "by_method": {"fedprox": {"space": "lr=0.1 fedprox-mu=0.01"}}})
     s = S.tuned(fixed, "fedprox")  # one value each: returned as the choice, nothing trained, no folder
     assert s["fixed"] and s["best"]["values"] == {"lr": 0.1, "fedprox-mu": 0.01} and s["trials"] == []
     assert not (tmp_path / "studies" / "tiny" / "fedprox" / "tune").exists()
     assert longer.final_config("fedprox", {}, 0)["num-server-rounds"] == 4
     assert longer.final_config("fedavg", {}, 0)["num-server-rounds"] == 2
     page = S.page(study, {}, {}, {"label": "not run yet"})
-    assert "Own spaces, with the same trials x rounds: fedprox `lr=0.1 fedprox-mu=0.01,0.1`. Why: FedProx" in page
+    assert "Tuned otherwise: fedprox: space `lr=0.1 fedprox-mu=0.01,0.1`. Why: FedProx" in page
+    f.write_text(f.read_text().replace('fedprox-mu=0.01,0.1" }', 'fedprox-mu=0.01,0.1", sampler = "tpe", trials = 3, '
+                                       'rounds = 5 }'))
+    own = S.Study.from_file(f, out=tmp_path / "studies").tune_spec("fedprox")
+    assert (own.sampler, own.trials, own.rounds) == ("tpe", 3, 5)  # its own budget; the other method keeps [tune]'s
+    assert (study.tune_spec("fedavg").sampler, study.tune_spec("fedavg").trials) == ("grid", 2)
 
 
 def test_an_also_claim_on_rounds_to_a_level_pairs_fewer_rounds_as_the_papers_side_and_names_censored_seeds(tmp_path):
@@ -240,10 +245,12 @@ def test_committed_files_name_paths_relative_to_the_repository():
     (("claimed-margin = 5.0", "claimed-margin = 1.0"), "needs at least 5 seeds"),
     (("configs/quickstart.toml", "configs/nope.toml"), "'methods.fedavg' = 'configs/nope.toml': no such preset"),
     (("name = \"tiny\"", "name = \"tiny\"\nseeds = 3"), "study key 'seeds' is not known"),
-    (("rounds = 2\n\n[final]", "rounds = 2\nspace-by-method = { fedprox = \"lr=0.1 fedprox-mu=0.01,0.1\" }\n\n[final]"),
-     "study key 'tune.why' is missing"),
-    (("rounds = 2\n\n[final]", "rounds = 2\nspace-by-method = { fedyogi = \"lr=0.1\" }\nwhy = \"x\"\n\n[final]"),
-     "'tune.space-by-method.fedyogi' names no method"),
+    (("rounds = 2\n\n[final]", "rounds = 2\nby-method = { fedprox = { space = \"lr=0.1 fedprox-mu=0.01,0.1\" } }\n\n"
+      "[final]"), "study key 'tune.why' is missing"),
+    (("rounds = 2\n\n[final]", "rounds = 2\nby-method = { fedyogi = { space = \"lr=0.1\" } }\nwhy = \"x\"\n\n[final]"),
+     "'tune.by-method.fedyogi' names no method"),
+    (("rounds = 2\n\n[final]", "rounds = 2\nby-method = { fedprox = { budget = 3 } }\nwhy = \"x\"\n\n[final]"),
+     "'tune.by-method.fedprox' = {'budget': 3} is not allowed; expected a table of space, sampler, trials, rounds"),
     (("rounds = 2\n\n[final]", "rounds = 2\nbudget = 3\n\n[final]"), "study key 'tune.budget' is not known"),
     (("seeds = [0, 1]\nrounds = 2", "seeds = [0, 1]\nrounds = 2\nrounds-by-method = { fedprox = 4 }"),
      "'final.why' saying why their rounds differ"),

@@ -301,3 +301,31 @@ def test_the_pruner_waits_for_three_completed_trials_and_half_the_rounds(tmp_pat
                    tmp_path / "q", final=False)
     # the two bad values come after three completed trials: pruned at round 2 = half the rounds, not round 1
     assert [(t["state"], t["rounds"]) for t in worse["trials"]][3:] == [("pruned", 2), ("pruned", 2)]
+
+
+FENS = {"method": "fens", "dataset": "digits", "data-source": "local", "partitioner": "dirichlet",
+        "dirichlet-alpha": 0.3, "min-available-nodes": 4, "fraction-train": 1.0, "local-steps": 4, "local-epochs": 1,
+        "batch-size": 16, "max-test-samples": 400, "fens-local-fraction": 0.9, "fens-agg-server-lr": 0.01,
+        "tracking": "none"}
+
+
+def test_a_search_over_fens_aggregator_trains_phase_1_once_and_every_trial_starts_from_it(tmp_path, monkeypatch):
+    import hetfl.common.oneshot.client as fc
+
+    calls = []
+    real = fc.local_train
+    monkeypatch.setattr(fc, "local_train", lambda *a, **k: calls.append(1) or real(*a, **k))
+    study = TuneSpec(base=FENS, space=tuple(parse_space("fens-agg-client-lr=0.1,1.0")), trials=2, rounds=2, nodes=4,
+                     sampler="grid", bracket=False)
+    out = T.tune(study, tmp_path / "agg", final=False)
+    assert len(calls) == 4  # the 4 clients' members, trained once for both trials (not 8)
+    trials = [json.loads((tmp_path / "agg" / "trials" / f"t00{k}" / "metrics.json").read_text()) for k in (0, 1)]
+    assert all(m["phase1_reused_from"] == str((tmp_path / "agg" / "phase1" / "ensemble.json").resolve()) for m in trials)
+    assert trials[0]["static_aggregators_test_accuracy"] == trials[1]["static_aggregators_test_accuracy"]  # same members
+    assert [t["values"] for t in out["trials"]] == [{"fens-agg-client-lr": 0.1}, {"fens-agg-client-lr": 1.0}]
+    # a space that phase 1 reads (the members' lr) is searched as it is: each trial trains its own members
+    assert T.phase1_once(TuneSpec(base=FENS, space=tuple(parse_space("lr=0.01,0.1")), trials=2, rounds=2, nodes=4),
+                         tmp_path / "lr").base == FENS
+    assert not (tmp_path / "lr").exists()
+    # a method without a one-shot phase 1 is left alone
+    assert T.phase1_once(spec("lr=0.1,0.01", sampler="grid"), tmp_path / "fedavg").base == BASE

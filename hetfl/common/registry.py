@@ -69,6 +69,9 @@ class MethodSpec:
     renamed : mapping of str to str
         Old names of the package's keys -> new names (or ``" <what replaces it>"`` for a removed key): an old name in a
         run config fails with one line saying so (docs/architecture.md#keys).
+    phase1 : mapping of str to Phase1
+        Method name -> its one-shot :class:`~hetfl.common.oneshot.Phase1` where a run may start from a saved one
+        (its ``reuse_key``); a search that leaves phase 1 alone trains it once (:func:`hetfl.tune.phase1_once`).
     """
 
     names: tuple[str, ...]
@@ -82,6 +85,7 @@ class MethodSpec:
     params: Mapping[str, str] = field(default_factory=dict)
     titles: Mapping[str, str] = field(default_factory=dict)
     renamed: Mapping[str, str] = field(default_factory=dict)
+    phase1: Mapping[str, Any] = field(default_factory=dict)
 
     def params_for(self, cfg: dict[str, Any]) -> Any:
         """The run's frozen parameter object (:attr:`params` of ``cfg["method"]``; ``NoParams()`` if none declared),

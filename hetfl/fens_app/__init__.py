@@ -11,7 +11,8 @@ AGGREGATOR = "train"  # phase 2: Flower's FedAdam sends plain `train` messages
 # FENS's phase 1 trains on a seeded split, from a downloaded or its own initial model, to completion if asked
 _BY_NAME = {k.name: k for k in KEYS}
 PHASE1 = Phase1(LOCAL, tuple(_BY_NAME[n] for n in (
-    "fens-local-fraction", "fens-diff-init", "fens-member-val-fraction", "fens-member-patience")), legacy_method="fens")
+    "fens-local-fraction", "fens-diff-init", "fens-member-val-fraction", "fens-member-patience")), legacy_method="fens",
+                reuse_key="fens-reuse")
 
 METHOD = MethodSpec(
     names=("fens",),
@@ -25,5 +26,6 @@ METHOD = MethodSpec(
     preflight="hetfl.fens_app.keys:check_files",
     params={"fens": "hetfl.fens_app.keys:FENSParams"},
     titles={"fens": "FENS"},
+    phase1={"fens": PHASE1},
     renamed=RENAMED,
 )

@@ -5,10 +5,11 @@ uploads into one model (docs/readings.md#oneshot)."""
 from hetfl.common.oneshot import Phase1
 from hetfl.common.registry import MethodSpec
 
-from .keys import KEYS, PARAMS, check
+from .keys import CLASSIFIER_PHASE1, KEYS, PARAMS, check
 
 LOCAL = "train.oneshot_local"  # phase 1: the initial model down, the trained model (and label counts) up, once
-PHASE1 = Phase1(LOCAL)  # all of a client's data, from the downloaded initial model: nothing else decides it
+# all of a client's data, from the downloaded initial model: nothing else decides it
+PHASE1 = Phase1(LOCAL, reuse_key="oneshot-reuse")
 CVAE_LOCAL = "train.fedcvae_local"  # FedCVAE-Ens's phase 1: a request down, the trained CVAE's decoder (and label counts) up
 CVAE_PHASE1 = Phase1(CVAE_LOCAL)
 
@@ -21,4 +22,5 @@ METHOD = MethodSpec(
     preflight="hetfl.oneshot_app.keys:check_files",
     params={method: f"{cls.__module__}:{cls.__qualname__}" for method, cls in PARAMS.items()},
     titles={"fedkd": "FedKD", "fedet": "Fed-ET", "coboost": "Co-Boosting", "fedcvae": "FedCVAE-Ens"},
+    phase1={m: PHASE1 for m in CLASSIFIER_PHASE1},  # FedCVAE-Ens trains a CVAE: nothing to reuse
 )

@@ -23,11 +23,16 @@ class Phase1:
     legacy_method : str
         The method whose runs saved ensembles before the settings were recorded ("fens"): such an ensemble takes its
         settings from that run's config. "" = none.
+    reuse_key : str
+        The run-config key that starts a run from a saved ensemble of this phase 1 (``fens-reuse``,
+        ``oneshot-reuse``); "" = none. A search over keys phase 1 does not read trains phase 1 once through it
+        (:func:`hetfl.tune.phase1_once`).
     """
 
     message: str
     keys: tuple[Key, ...] = ()
     legacy_method: str = ""
+    reuse_key: str = ""
 
     @property
     def key_names(self) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ CLIENTS = "clients"  # the settings entry known only after discovery: how many c
 # devices, threads, where the data is read from (same rows), dirichlet-max-draws (a draw that succeeds is the same)
 PHASE1_KEYS = (
     "dataset", "input-column", "label-column", "num-classes", "partitioner", "dirichlet-alpha", "dirichlet-min-size",
-    "dirichlet-balance", "shards-per-client", "server-holdout", "partition-seed", "num-clients",
+    "dirichlet-balance", "shards-per-client", "server-holdout", "train-fraction", "partition-seed", "num-clients",
     "model", "width", "text-model", "text-max-length", "seed",
     "local-steps", "local-epochs", "batch-size", "optimizer", "lr", "momentum", "weight-decay", "lr-decay",
     "lr-decay-every", "lr-schedule", "lr-min", "drop-last", "augment", "precision",
