@@ -41,7 +41,7 @@ STATISTICS = {
     "final": "the test accuracy after the last round",
 }
 TOP_KEYS = {"name", "claim", "kind", "claimed-margin", "equivalence-margin", "primary", "statistic", "methods",
-            "overrides", "tune", "final", "sweep", "also"}
+            "overrides", "tune", "final", "sweep", "also", "others"}
 
 
 class StudyError(ValueError):
@@ -77,6 +77,7 @@ class Study:
     file: str = ""  # the study file, for the page (a sweep's cells name their parent's)
     also: tuple[dict[str, Any], ...] = ()  # ``[[also]]``: further claims decided on the same scored runs
     sets: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its own run-config keys (``set``)
+    others: tuple[str, ...] | None = None  # the methods compared with the favoured one, Holm-corrected (None: all)
     out: Path = STUDIES
 
     @classmethod
@@ -134,6 +135,7 @@ class Study:
                    overrides=dict(d.get("overrides", {})), by_method=own, why=str(t.get("why", "")), earlier=earlier,
                    earlier_runs=earlier_runs, rounds_by_method=rounds_by,
                    why_rounds=str(f.get("why", "")), sets=sets, also=_also(d.get("also", []), methods),
+                   others=_others(d, "others", methods, primary),
                    sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
 
@@ -163,8 +165,11 @@ class Study:
                         seed=0)
 
     def final_config(self, method: str, values: dict[str, Any], seed: int) -> dict[str, Any]:
-        return {**self.base(method), **values, "seed": seed, "num-server-rounds": self.rounds_of(method),
-                "eval-split": "test-half", "checkpoint": True, "resume": True}
+        from hetfl.tune import resumable
+
+        base = self.base(method)
+        return {**base, **values, "seed": seed, "num-server-rounds": self.rounds_of(method),
+                "eval-split": "test-half", **resumable(base)}
 
 
 def _earlier(sec: dict[str, Any], name: str, methods: dict[str, str], holds: str, what: str) -> dict[str, tuple[str, ...]]:
@@ -203,7 +208,8 @@ def _also(entries: list[dict[str, Any]], methods: dict[str, str]) -> tuple[dict[
     out = []
     for k, e in enumerate(entries):
         where = f"also[{k}]"
-        if unknown := sorted(set(e) - {"claim", "kind", "claimed-margin", "equivalence-margin", "statistic", "primary"}):
+        if unknown := sorted(set(e) - {"claim", "kind", "claimed-margin", "equivalence-margin", "statistic", "primary",
+                                       "others"}):
             raise StudyError(f"study key '{where}.{unknown[0]}' is not known")
         kind = e.get("kind")
         if kind not in (*KINDS, "direction"):
@@ -220,8 +226,21 @@ def _also(entries: list[dict[str, Any]], methods: dict[str, str]) -> tuple[dict[
         if describe(str(e.get("statistic", ""))) is None:
             raise StudyError(f"study key '{where}.statistic' = {e.get('statistic')!r} is not allowed")
         out.append({"claim": str(e.get("claim", "")), "kind": kind, "margin": margin, "statistic": e["statistic"],
-                    "primary": primary})
+                    "primary": primary, "others": _others(e, f"{where}.others", methods, primary)})
     return tuple(out)
+
+
+def _others(sec: dict[str, Any], where: str, methods: dict[str, str], primary: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``others``: the methods a claim compares with its favoured one besides the primary pair (its Holm family);
+    absent: every other method of the study. A study that holds two claims on one set of runs (FENS against the
+    iterative methods and against the one-shot ones) keeps each family to its own methods."""
+    if "others" not in sec:
+        return None
+    others = tuple(sec["others"])
+    if any(m not in methods or m in primary for m in others) or len(set(others)) != len(others):
+        raise StudyError(f"study key {where!r} = {list(others)!r} is not allowed; expected distinct methods of "
+                         f"{sorted(methods)} outside primary {list(primary)}")
+    return others
 
 
 def _rounds_by_method(f: dict[str, Any], methods: dict[str, str]) -> dict[str, int]:
@@ -455,7 +474,7 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
         return out
     out.update(stats.verdict(diffs, study.kind, study.margin), diffs=diffs)
     others = []
-    for m in study.methods:
+    for m in study.methods if study.others is None else study.others:
         if m in (a, b):
             continue
         _, d, _ = pairs(a, m)
@@ -473,7 +492,7 @@ def also_verdict(study: Study, claim: dict[str, Any], scored: dict[str, dict[int
     from dataclasses import replace
 
     sub = replace(study, kind=claim["kind"], margin=claim["margin"], statistic=claim["statistic"],
-                  primary=claim["primary"], also=())
+                  primary=claim["primary"], others=claim.get("others"), also=())
     scores = {m: {s: statistic(r, claim["statistic"]) for s, r in runs.items()} for m, runs in scored.items()}
     return {"claim": claim["claim"], "statistic": claim["statistic"], **decide(sub, scores)}
 

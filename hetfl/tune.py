@@ -176,7 +176,15 @@ class TuneSpec:
 
     def trial_config(self, values: dict[str, Any], run_dir: Path, name: str) -> dict[str, Any]:
         return {**self.base, **values, "num-server-rounds": self.rounds, "eval-split": "test-half",
-                "checkpoint": True, "resume": True, "results-dir": str(run_dir), "run-name": name}
+                **resumable(self.base), "results-dir": str(run_dir), "run-name": name}
+
+
+def resumable(base: dict[str, Any]) -> dict[str, bool]:
+    """A trial's or scored run's checkpoint keys: a checkpoint every round and resume from it, so a stopped study
+    goes on where it stopped; unless the preset turns checkpoints off (the one-shot baselines: one upload, then the
+    server's epochs, nothing to resume)."""
+    keep = bool(base.get("checkpoint", True))
+    return {"checkpoint": keep, "resume": keep}
 
 
 def check_spec(spec: TuneSpec) -> None:

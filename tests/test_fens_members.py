@@ -97,3 +97,24 @@ def test_ensemble_logits_are_cached_by_content(tmp_path, monkeypatch):
     core.cached_logits(models, other, data, norm, str(tmp_path))
     core.cached_logits(models, digest, _digits(60), norm, str(tmp_path))  # other data
     assert len(calls) == 2 and len(list((tmp_path / "fens-logits").glob("*.npz"))) == 3
+
+
+def test_the_one_shot_baselines_train_their_members_to_completion_as_fens_does(monkeypatch):
+    """FedKD / Fed-ET / Co-Boosting's phase 1 reads oneshot-member-val-fraction and -patience (FENS's budget for its
+    members, given to the baselines it is compared with) and passes them to the shared phase-1 handler; a saved
+    ensemble trained otherwise is a different phase 1 (not reused)."""
+    from hetfl.methods import validate
+    from hetfl.common.oneshot.artifacts import mismatch, phase1_settings
+    from hetfl.oneshot_app import PHASE1, client_app
+
+    seen = []
+    monkeypatch.setattr(client_app, "message_client", lambda msg, context, cfg: 3)
+    monkeypatch.setattr(client_app, "client_data", lambda context, cfg, pid: "data")
+    monkeypatch.setattr(client_app, "train_and_upload", lambda *a: seen.append(a[3:]) or "reply")
+    base = {"dataset": "digits", "model": "cnn", "server-holdout": 300}
+    done = validate({**base, "method": "fedkd", "oneshot-member-val-fraction": 0.1, "oneshot-member-patience": 5})
+    plain = validate({**base, "method": "fedet"})
+    assert client_app.local(None, None, done) == "reply" and client_app.local(None, None, plain) == "reply"
+    assert seen == [(3, "data", 0.1, 5), (3, "data", 0.0, 0)]
+    assert mismatch(phase1_settings(done, PHASE1), phase1_settings({**done, "oneshot-member-patience": 0}, PHASE1),
+                    PHASE1) == ("oneshot-member-patience", 5, 0)

@@ -195,6 +195,39 @@ primary = ["fedprox", "fedavg"]
         S.Study.from_file(f)
 
 
+def test_each_claim_compares_only_its_own_others_holm_corrected(tmp_path):
+    """Two claims on one set of runs (FENS against the iterative methods, and against the one-shot ones): each
+    claim's ``others`` is its Holm family; without it every other method is."""
+    f = tmp_path / "tiny.toml"
+    three = SMALL.replace('fedavg = "configs/quickstart.toml"', 'fedavg = "configs/quickstart.toml"\n'
+                          'fedadam = "configs/fedadam/fmnist-dir0.05.toml"\nscaffold = "configs/scaffold/fmnist-dir0.05.toml"')
+    f.write_text(three.replace('statistic = "final"', 'statistic = "final"\nothers = ["fedadam"]', 1) + """
+[[also]]
+claim = "FedProx beats SCAFFOLD"
+kind = "direction"
+statistic = "final"
+primary = ["fedprox", "scaffold"]
+others = []
+""")
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    assert study.others == ("fedadam",) and study.also[0]["others"] == ()
+    # per seed, points: fedprox - fedadam = +1, +2, +3 (p = 0.074); fedprox - scaffold = +10, +11, +13
+    scores = {"fedprox": {0: 80.0, 1: 81.0, 2: 83.0}, "fedavg": {0: 70.0, 1: 71.0, 2: 72.0},
+              "fedadam": {0: 79.0, 1: 79.0, 2: 80.0}, "scaffold": {0: 70.0, 1: 70.0, 2: 70.0}}
+    v = S.decide(study, scores)
+    assert [r["pair"] for r in v["others"]] == [["fedprox", "fedadam"]]
+    assert v["others"][0]["mean"] == pytest.approx(2.0) and v["others"][0]["p_holm"] == pytest.approx(0.0741, abs=1e-3)
+    scored = {m: {s: {"rounds": [{"round": 1, "accuracy": a / 100}]} for s, a in by.items()} for m, by in scores.items()}
+    also = S.also_verdict(study, study.also[0], scored)
+    assert also["primary"] == ["fedprox", "scaffold"] and also["others"] == []
+    assert also["diffs"] == pytest.approx([10.0, 11.0, 13.0])
+    everyone = S.decide(S.Study.from_file(f.write_text(three) and f, out=tmp_path / "studies"), scores)
+    assert sorted(r["pair"][1] for r in everyone["others"]) == ["fedadam", "scaffold"]
+    with pytest.raises(S.StudyError, match="'others' = \\['fedavg'\\] is not allowed"):
+        f.write_text(three.replace('statistic = "final"', 'statistic = "final"\nothers = ["fedavg"]', 1))
+        S.Study.from_file(f)
+
+
 def test_statistics_by_hand():
     m = {"rounds": [{"round": 0, "accuracy": 0.1, "acc_S1": 0.0}, *({"round": k, "accuracy": k / 10, "acc_S1": k / 20}
                                                                     for k in range(1, 8))],

@@ -329,3 +329,26 @@ def test_a_search_over_fens_aggregator_trains_phase_1_once_and_every_trial_start
     assert not (tmp_path / "lr").exists()
     # a method without a one-shot phase 1 is left alone
     assert T.phase1_once(spec("lr=0.1,0.01", sampler="grid"), tmp_path / "fedavg").base == BASE
+
+
+def test_a_one_shot_baselines_search_over_its_server_step_runs_without_checkpoints_on_one_phase_1(tmp_path, monkeypatch):
+    """FedKD as fens-dir0.05 tunes it: members to completion (oneshot-member-*), its distillation lr searched, phase 1
+    trained once; a trial's rows are its server epochs and, the preset turning checkpoints off, none is written."""
+    import hetfl.common.oneshot.client as fc
+
+    calls = []
+    real = fc.best_epoch_training
+    monkeypatch.setattr(fc, "best_epoch_training", lambda *a, **k: calls.append(1) or real(*a, **k))
+    base = {**{k: v for k, v in FENS.items() if not k.startswith("fens-")}, "method": "fedkd", "server-holdout": 300,
+            "local-steps": 0, "local-epochs": 3, "oneshot-member-val-fraction": 0.25, "oneshot-member-patience": 1,
+            "fedkd-epochs": 2, "checkpoint": False}
+    study = TuneSpec(base=base, space=tuple(parse_space("fedkd-lr=0.001,0.01")), trials=2, rounds=2, nodes=4,
+                     sampler="grid", bracket=False)
+    out = T.tune(study, tmp_path / "kd", final=False)
+    assert len(calls) == 4  # each client's member, trained to completion once for both trials
+    assert [t["state"] for t in out["trials"]] == ["complete", "complete"]
+    for k in (0, 1):
+        m = json.loads((tmp_path / "kd" / "trials" / f"t00{k}" / "metrics.json").read_text())
+        assert m["config"]["checkpoint"] is False and m["summary"]["rounds_completed"] == 2
+        assert m["phase1_reused_from"] == str((tmp_path / "kd" / "phase1" / "ensemble.json").resolve())
+    assert not list((tmp_path / "kd").rglob("checkpoint*"))

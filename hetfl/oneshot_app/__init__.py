@@ -8,8 +8,10 @@ from hetfl.common.registry import MethodSpec
 from .keys import CLASSIFIER_PHASE1, KEYS, PARAMS, check
 
 LOCAL = "train.oneshot_local"  # phase 1: the initial model down, the trained model (and label counts) up, once
-# all of a client's data, from the downloaded initial model: nothing else decides it
-PHASE1 = Phase1(LOCAL, reuse_key="oneshot-reuse")
+# all of a client's data, from the downloaded initial model, to completion on a held-out share if asked
+_BY_NAME = {k.name: k for k in KEYS}
+PHASE1 = Phase1(LOCAL, tuple(_BY_NAME[n] for n in ("oneshot-member-val-fraction", "oneshot-member-patience")),
+                reuse_key="oneshot-reuse")
 CVAE_LOCAL = "train.fedcvae_local"  # FedCVAE-Ens's phase 1: a request down, the trained CVAE's decoder (and label counts) up
 CVAE_PHASE1 = Phase1(CVAE_LOCAL)
 

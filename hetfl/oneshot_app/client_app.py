@@ -15,13 +15,16 @@ from hetfl.common.hosting import message_client
 from hetfl.common.rundata import client_data, dataset_info, model_input_shape, num_classes
 
 from .cvae import batch_loss, make_cvae, unit_normalizer
-from .keys import FedCVAEParams
+from .keys import FedCVAEParams, OneShotParams
 
 
 def local(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:
-    """Train the received initial model on the whole partition (FedKD, Fed-ET, Co-Boosting clients); upload it once."""
+    """Train the received initial model on the whole partition (FedKD, Fed-ET, Co-Boosting clients), to completion
+    on a held-out share when ``oneshot-member-val-fraction`` asks; upload it once."""
     pid = message_client(msg, context, cfg)
-    return train_and_upload(msg, context, cfg, pid, client_data(context, cfg, pid))
+    p = OneShotParams.from_config(cfg)
+    return train_and_upload(msg, context, cfg, pid, client_data(context, cfg, pid), p.member_val_fraction,
+                            p.member_patience)
 
 
 def cvae_local(msg: Message, context: Context, cfg: dict[str, Any]) -> Message:

@@ -49,9 +49,14 @@ class OneShotParams(MethodParams):
     ----------
     reuse : str
         A one-shot run directory (or its ensemble.json) whose phase 1 this run starts from ("" = train it).
+    member_val_fraction, member_patience : float, int
+        Phase 1 to completion, as FENS's members (``fens-member-*``): the share of a client's data held out to
+        choose its model's epochs (at most local-epochs) and the epochs without a better one before it stops.
     """
 
     reuse: str = key("oneshot-reuse", "", "FedKD / Fed-ET / Co-Boosting: start from the phase-1 ensemble saved by an earlier one-shot run with the same phase-1 settings (its run directory or ensemble.json): no local training, its bytes and times reported")
+    member_val_fraction: float = key("oneshot-member-val-fraction", 0.0, "FedKD / Fed-ET / Co-Boosting phase 1: share of a client's data held out to choose its model's epochs, as FENS's fens-member-val-fraction (the best validation epoch of at most local-epochs is kept; 0 = exactly local-epochs)", min=0.0, max=1.0, max_inclusive=False)
+    member_patience: int = key("oneshot-member-patience", 0, "FedKD / Fed-ET / Co-Boosting phase 1 with oneshot-member-val-fraction: stop after this many epochs without a better validation accuracy (0 = run every local epoch)", min=0)
 
 
 @dataclass(frozen=True)
