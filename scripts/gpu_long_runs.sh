@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The fair-comparison issue's long runs on a bare lent GPU machine (docs/gpu.md), all at once, for at most $DEADLINE
-# seconds; then every run is stopped and what it finished comes back to continue on the CPU here:
-#   FENS's iterative baselines through the tuning protocol (scripts/fens_fair.py --steps iterative): FedAvg at Dir(0.01)
-#   (the grid's trials left), FedAdam and FedAvg at Dir(0.05), each grid's trials 3-4 at a time (hetfl.tune
-#   --workers), then the chosen lr's 50-round run (checkpointed every round);
-#   HeteroFL to convergence (scripts/adaptivefl_converge.py --steps converge --methods heterofl; checkpointed).
-# Expects .gpu/ (WITHOUT_RAY=1 bash scripts/gpu_payload.sh) and .gpuin/ (the study files and committed summaries the
-# runs read and the state they resume, at their repository paths: `bash scripts/gpu_long_runs.sh --prepare` here,
-# ONLY_ROOTS="<results dirs>" to carry fewer). A later call continues what an earlier one stopped.
+# The declared studies' long runs (docs/verdicts.md) on a bare lent GPU machine (docs/gpu.md), one process per
+# (study, method) at once, for at most $DEADLINE seconds; then every run is stopped and what it finished comes back
+# to continue on the CPU here, where `hetfl study run <file>` resumes it (each method's tuning study and scored runs
+# live in docs/results/studies/<study>/<method>/, so two machines working on different methods do not meet).
+# JOBS="<study>:<method> ..." picks the pairs (default below; the SHEFL study's own method runs on the CPU here).
+# Expects .gpu/ (WITHOUT_RAY=1 bash scripts/gpu_payload.sh) and .gpuin/ (the state the runs resume that the tree sent
+# there lacks: ignored checkpoints and an unfinished study's trials, at their repository paths: `bash
+# scripts/gpu_long_runs.sh --prepare` here). A later call continues what an earlier one stopped.
 # Writes to $OUT: runs.tar.xz.* (the runs' metrics, study files and latest checkpoints, split in 15 MiB parts;
 # here: cat runs.tar.xz.* | xz -dc | tar xf - -C /work/main) and the logs' tails on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOTS="results/fens-fair/dir0.01/iter-fedavg results/fens-fair/dir0.05/iter-fedadam results/fens-fair/dir0.05/iter-fedavg
-results/adaptivefl-converge/converge-heterofl"
+JOBS=${JOBS:-"shefl-table1:fedensemble shefl-table1:fedavg adaptivefl-table2:adaptivefl adaptivefl-table2:all-large
+adaptivefl-table2:heterofl fens-iterative-dir0.01:fedadam fens-iterative-dir0.01:fedavg fens-dir0.05:fens"}
+ROOTS=""
+for j in $JOBS; do ROOTS="$ROOTS docs/results/studies/${j%%:*}/${j#*:}"; done
 pack() {  # pack <tar> <roots...>: the runs' metrics, study files and latest checkpoint (no TensorBoard, plots, models)
   "$PY" - "$@" <<'PYEOF'
 import json, sys, tarfile
@@ -32,8 +33,9 @@ PYEOF
 if [ "${1:-}" = --prepare ]; then  # here: what the runs read that the tree sent there lacks (the state they resume)
   PY=${PY:-.venv/bin/python}
   rm -rf .gpuin && mkdir -p .gpuin
-  roots=(docs/results/adaptivefl-converge/tune-heterofl/summary.json)
-  for r in ${ONLY_ROOTS:-$ROOTS}; do [ -e "$r" ] && roots+=("$r"); done
+  roots=()
+  for r in $ROOTS; do [ -e "$r" ] && roots+=("$r"); done
+  [ ${#roots[@]} = 0 ] && { echo "nothing to carry: no job has started"; mkdir -p .gpuin; exit 0; }
   pack /tmp/gpuin.tar "${roots[@]}" && tar xf /tmp/gpuin.tar -C .gpuin && rm /tmp/gpuin.tar
   du -sh .gpuin; exit 0
 fi
@@ -46,17 +48,12 @@ cp -r .gpuin/. .
 export OMP_NUM_THREADS=1
 "$PY" -c "import torch, optuna; print('python', __import__('platform').python_version(), 'torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA', 'optuna', optuna.__version__)"
 echo "setup: $(( $(date +%s) - t0 )) s"
-jobs_=(
-  "fens-dir0.01-fedavg|scripts/fens_fair.py --alphas 0.01 --steps iterative --methods fedavg --workers 3"
-  "fens-dir0.05-fedadam|scripts/fens_fair.py --alphas 0.05 --steps iterative --methods fedadam --workers 4"
-  "fens-dir0.05-fedavg|scripts/fens_fair.py --alphas 0.05 --steps iterative --methods fedavg --workers 4"
-  "heterofl-converge|scripts/adaptivefl_converge.py --steps converge --methods heterofl"
-)
+jobs_=()
+for j in $JOBS; do jobs_+=("${j%%:*}-${j#*:}|-m hetfl.study run experiments/${j%%:*}.toml --methods ${j#*:}"); done
 set -m  # each run in its own process group, SIGINT not ignored (a non-interactive shell ignores it in background jobs)
 pids=()
 for j in "${jobs_[@]}"; do
   name=${j%%|*}; args=${j#*|}
-  [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue  # ONLY="<name> ...": these runs alone
   "$PY" $args >"results/gpu-logs/$name.log" 2>&1 &
   pids+=($!)
 done
@@ -72,7 +69,8 @@ sleep 20
 for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
 for j in "${jobs_[@]}"; do name=${j%%|*}; [ -f "results/gpu-logs/$name.log" ] || continue; echo "== $name"; grep -v "still running" "results/gpu-logs/$name.log" | tail -n 12; done
-pack /tmp/runs.tar $ROOTS results/gpu-logs
+roots=(); for r in $ROOTS; do [ -e "$r" ] && roots+=("$r"); done
+pack /tmp/runs.tar "${roots[@]}" results/gpu-logs
 xz -T0 -1 -c /tmp/runs.tar | split -b 15M - "$OUT/runs.tar.xz."
 ls -l "$OUT"
 echo "total $(( $(date +%s) - t0 )) s"
