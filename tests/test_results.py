@@ -364,3 +364,18 @@ def test_reproduce_inprocess_engine_runs_once_and_says_so(tmp_path, monkeypatch,
     before = metrics.stat().st_mtime_ns
     monkeypatch.setattr(rep.launch, "preflight", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
     assert rep.main() == 0 and metrics.stat().st_mtime_ns == before
+
+
+def test_no_committed_result_names_a_path_on_the_machine_that_made_it():
+    """Committed JSON under docs/results/ carries paths relative to the repository (or to the tool's own folder), so
+    a run recorded on another machine matches and reads the same: no absolute path of a checkout or scratch folder."""
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    files = subprocess.run(["git", "ls-files", "docs/results/*.json", "docs/results/**/*.json"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert len(files) > 100  # the committed runs are there to be read
+    pattern = re.compile(r'"(?:/work|/tmp|/root|/home|%s)/[^"]*"' % re.escape(str(root)))
+    bad = [(f, m.group(0)) for f in files for m in [pattern.search((root / f).read_text())] if m]
+    assert not bad, bad[:5]

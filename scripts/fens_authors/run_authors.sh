@@ -140,5 +140,5 @@ $NICE "$PY" tools/collect_results.py --run-dir "$RUN" --local "$RUN/local_traini
   --agg "$RUN/aggregator/$ANAME" --size $SIZE --out "$RUN/results.json" \
   --meta upstream=sacs-epfl/fens@a349903d89d3aa284357a5f18b6118f5747b76ce alpha=$ALPHA smoke=$SMOKE seed=$SEED \
          clients=$SIZE local_epochs=$LE max_itr=$MAXITR lr=$LR bs=$BS diff_init=${DIFF_INIT:-no} \
-         agg_rounds=$ROUNDS agg_clr=$AGG_CLR agg_slr=$AGG_SLR agg_bs=$AGG_BS agg_steps=$AGG_STEPS export="$EXPORT" data="$DATA"
+         agg_rounds=$ROUNDS agg_clr=$AGG_CLR agg_slr=$AGG_SLR agg_bs=$AGG_BS agg_steps=$AGG_STEPS export="${EXPORT#$ROOT/}" data="${DATA#$ROOT/}"
 echo "==> results: $RUN/results.json"
