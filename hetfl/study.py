@@ -420,6 +420,7 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
     """Seed -> the finished scored run's metrics (each trained here when missing and `train`). A seed whose run
     stopped because no update was accepted (``stopped`` in its metrics.json) is not run again: it goes to `failed`
     (seed -> why), and the verdict names it."""
+    from hetfl.common.checkpoint import discard_checkpoint
     from hetfl.common.results import NoClientSucceeded
     from hetfl.inprocess import finished_run, run_in_process
 
@@ -447,6 +448,7 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
                     _normalise(runs / f"s{seed}")
         if m is not None and m["summary"].get("rounds_completed") == study.rounds_of(method):
             out[seed] = m
+            discard_checkpoint(runs / f"s{seed}" / "checkpoint.json")  # finished: nothing to resume
     return out
 
 

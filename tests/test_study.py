@@ -58,6 +58,7 @@ def test_a_study_runs_resumes_and_writes_its_verdict(tmp_path, monkeypatch):
             metrics = json.loads((folder / m / "runs" / f"s{seed}" / "metrics.json").read_text())
             assert metrics["config"]["seed"] == seed and metrics["config"]["eval-split"] == "test-half"
             assert metrics["config"]["lr"] == summary["best"]["values"]["lr"]
+            assert not list((folder / m / "runs" / f"s{seed}").glob("checkpoint*"))  # finished: none kept
     page = (tmp_path / "studies" / "tiny.md").read_text()
     assert "fedprox - fedavg, paired by seed: n = 2" in page and v["label"] in page
     # a second call reruns nothing (same config and seed, same run)

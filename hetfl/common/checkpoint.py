@@ -282,6 +282,14 @@ def _tensor_file_of(path: Path) -> str | None:
         return None
 
 
+def discard_checkpoint(path: Path | str) -> None:
+    """Remove the checkpoint at `path` (``<dir>/<stem>.json``) and its tensor files: a finished run needs none (its
+    metrics.json says it finished), and a study's scored run that was committed mid-way drops it from the tree."""
+    path = Path(path)
+    for f in (path, *path.parent.glob(f"{path.stem}-*.safetensors")):
+        f.unlink(missing_ok=True)
+
+
 def write_checkpoint(path: Path | str, state: Any, label: str = "") -> Path:
     """Atomically replace the checkpoint at `path` (``<dir>/<stem>.json``) by `state`; returns the tensor file.
 
