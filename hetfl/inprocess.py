@@ -107,7 +107,9 @@ def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path
 
 
 RUN_CONTROL = frozenset({"results-dir", "run-name", "checkpoint", "resume", "stop-after-round"})
-"""Run-config keys that say where and how a run is kept, not what it computes."""
+"""Run-config keys that say where and how a run is kept, not what it computes. :func:`same_config` also skips the
+keys that start a run from a saved phase 1 (:func:`hetfl.methods.reuse_keys`): such a run equals the one that trains
+it, row for row (the saved ensemble must record the same phase-1 settings; tests/test_oneshot.py)."""
 
 
 def finished_run(run_dir: Path, run_config: dict[str, Any]) -> dict[str, Any] | None:
@@ -137,12 +139,13 @@ def same_config(metrics: dict[str, Any], run_config: dict[str, Any], every_key: 
     :data:`RUN_CONTROL`; with `every_key`, every key of either config (the stored one validated too, its defaults
     filled), so a key the run set and `run_config` leaves to its default counts as well. `want`: `run_config`
     validated already."""
-    from hetfl.methods import validate
+    from hetfl.methods import reuse_keys, validate
 
     from hetfl.common.results import relative_paths
 
+    skip = RUN_CONTROL | reuse_keys()
     want = validate(run_config) if want is None else want
     have = validate(metrics.get("config", {})) if every_key else metrics.get("config", {})
     keys = set(want) | set(have) if every_key else set(run_config)
     # a path under this checkout reads the same as the relative path a committed file holds
-    return all(relative_paths(want.get(k)) == relative_paths(have.get(k)) for k in keys if k not in RUN_CONTROL)
+    return all(relative_paths(want.get(k)) == relative_paths(have.get(k)) for k in keys if k not in skip)

@@ -112,6 +112,12 @@ def phase1_of(method: str) -> Any:
     return spec_for(method).phase1.get(method)
 
 
+def reuse_keys() -> frozenset[str]:
+    """Every run-config key that starts a run from a saved phase 1 (``fens-reuse``, ``oneshot-reuse``): where the
+    members come from, not what they are (a reused ensemble must record the run's own phase-1 settings)."""
+    return frozenset(p.reuse_key for spec in SPECS for p in spec.phase1.values() if p.reuse_key)
+
+
 def params_for(cfg: dict[str, Any]) -> MethodParams:
     """The run's method parameters, read once from the validated config (docs/architecture.md#params)."""
     return spec_for(cfg["method"]).params_for(cfg)

@@ -415,6 +415,25 @@ def _reused_run(study: Study, method: str, cfg: dict[str, Any], run_dir: Path) -
     return None
 
 
+def tuned_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` starting from the phase 1 the method's tuning trained once (``<method>/tune/phase1``,
+    :func:`hetfl.tune.phase1_once`) where that ensemble is here and has this run's phase-1 settings (the scored run
+    at the tuning's seed): the same members, not trained a second time; its bytes and times are the training run's
+    (docs/readings.md#fens-artifacts). Any other run comes back as it is."""
+    from hetfl.common.oneshot.artifacts import ENSEMBLE, phase1_settings
+    from hetfl.methods import phase1_of, validate
+    from hetfl.tune import PHASE1_RUN
+
+    phase1 = phase1_of(str(cfg.get("method", "")))
+    src = study.folder / method / "tune" / PHASE1_RUN
+    if phase1 is None or not phase1.reuse_key or cfg.get(phase1.reuse_key) or not (src / ENSEMBLE).is_file():
+        return cfg
+    trained = json.loads((src / "metrics.json").read_text())["config"]
+    if phase1_settings(validate(trained), phase1) != phase1_settings(validate(cfg), phase1):
+        return cfg
+    return {**cfg, phase1.reuse_key: str(src.resolve())}
+
+
 def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool = True,
                 failed: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
     """Seed -> the finished scored run's metrics (each trained here when missing and `train`). A seed whose run
@@ -429,7 +448,7 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
     runs = study.folder / method / "runs"
     nodes = int(study.base(method).get("min-available-nodes", 2))
     for seed in study.seeds:
-        cfg = study.final_config(method, values, seed)
+        cfg = tuned_phase1(study, method, study.final_config(method, values, seed))
         m = finished_run(runs / f"s{seed}", cfg)
         if m is None and not (runs / f"s{seed}" / "metrics.json").exists():
             m = _reused_run(study, method, cfg, runs / f"s{seed}")

@@ -275,6 +275,7 @@ def run_trial(spec: TuneSpec, values: dict[str, Any], run_dir: Path, name: str, 
             if report is not None and row["round"] >= 1 and row.get(OBJECTIVE) is not None:
                 report(row["round"], float(row[OBJECTIVE]))
 
+    ensure_phase1(spec)
     return run_in_process(spec.trial_config(values, run_dir, name), spec.nodes, run_dir, name, callbacks=[Report()])
 
 
@@ -469,12 +470,12 @@ def phase1_once(spec: TuneSpec, study_dir: Path) -> TuneSpec:
     """A one-shot method's search over keys its phase 1 does not read (FENS's aggregator; FENS Sec. 3.1-3.2): phase 1
     is trained once, at the study's seed, by the run ``<study>/phase1`` (one round after it), and every trial starts
     from that ensemble through the method's reuse key (``fens-reuse``), so all trials score the same members and
-    none trains them again. Any other spec comes back as it is: another method, a reuse key already set, or a space
-    with a key phase 1 reads (each of its values is checked)."""
+    none trains them again. The run is made when a trial first needs it (:func:`ensure_phase1`), so a study whose
+    trials are all done trains nothing. Any other spec comes back as it is: another method, a reuse key already set,
+    or a space with a key phase 1 reads (each of its values is checked)."""
     from dataclasses import replace
 
-    from hetfl.common.oneshot.artifacts import ENSEMBLE, phase1_settings
-    from hetfl.inprocess import finished_run, run_in_process
+    from hetfl.common.oneshot.artifacts import phase1_settings
     from hetfl.methods import phase1_of, validate
 
     phase1 = phase1_of(str(spec.base.get("method", "")))
@@ -485,14 +486,33 @@ def phase1_once(spec: TuneSpec, study_dir: Path) -> TuneSpec:
         for v in d.ends():
             if phase1_settings(validate(spec.trial_config({d.key: v}, study_dir, PHASE1_RUN)), phase1) != ref:
                 return spec
-    run_dir = study_dir / PHASE1_RUN
-    cfg = {**spec.trial_config({}, study_dir, PHASE1_RUN), "num-server-rounds": 1}
-    if not (run_dir / ENSEMBLE).is_file() and (run_dir / "metrics.json").is_file():
-        (run_dir / "metrics.json").unlink()  # its ensemble is not here (not committed): trained again, the same
-    if finished_run(run_dir, cfg) is None:
-        log.info("phase 1 once for every trial (no key of the space changes it): %s", run_dir)
-        run_in_process(cfg, spec.nodes, study_dir, PHASE1_RUN)
-    return replace(spec, base={**spec.base, phase1.reuse_key: str(run_dir.resolve())})
+    return replace(spec, base={**spec.base, phase1.reuse_key: str((study_dir / PHASE1_RUN).resolve())})
+
+
+def ensure_phase1(spec: TuneSpec) -> None:
+    """Train the phase 1 that :func:`phase1_once` named (``<study>/phase1``), unless its ensemble is there from this
+    study's settings; its ensemble is an ignored file, so a fresh checkout trains it again (the same members: same
+    config and seed). Nothing for a spec without it."""
+    from dataclasses import replace
+
+    from hetfl.common.oneshot.artifacts import ENSEMBLE
+    from hetfl.inprocess import finished_run, run_in_process, same_config
+    from hetfl.methods import phase1_of
+
+    phase1 = phase1_of(str(spec.base.get("method", "")))
+    run_dir = Path(str(spec.base.get(phase1.reuse_key, ""))) if phase1 is not None and phase1.reuse_key else None
+    if run_dir is None or run_dir.name != PHASE1_RUN:
+        return
+    own = replace(spec, base={k: v for k, v in spec.base.items() if k != phase1.reuse_key})
+    cfg = {**own.trial_config({}, run_dir.parent, PHASE1_RUN), "num-server-rounds": 1}
+    metrics = run_dir / "metrics.json"
+    if (run_dir / ENSEMBLE).is_file() and metrics.is_file() and same_config(json.loads(metrics.read_text()), cfg):
+        return  # its ensemble is saved after phase 1, before the server's rounds: those need not have finished
+    if metrics.is_file() and not (run_dir / ENSEMBLE).is_file():
+        metrics.unlink()  # its ensemble is not here (not committed): trained again, the same
+    finished_run(run_dir, cfg)  # a run of other settings there is moved aside
+    log.info("phase 1 once for every trial (no key of the space changes it): %s", run_dir)
+    run_in_process(cfg, spec.nodes, run_dir.parent, PHASE1_RUN)
 
 
 def _resumable(run_dir: Path) -> bool:
@@ -715,6 +735,8 @@ def _tune_parallel(spec: TuneSpec, study, study_dir: Path, trials_dir: Path, wor
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     running: dict = {}  # future -> (trial, values)
+    if len(_finished(study)) < spec.trials:
+        ensure_phase1(spec)  # here, before the workers, so that none of them trains it beside another
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
             while True:

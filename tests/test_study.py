@@ -295,3 +295,73 @@ def test_a_bad_study_file_is_one_line(tmp_path, edit, fragment):
     with pytest.raises(S.StudyError) as err:
         S.Study.from_file(f)
     assert fragment in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+FENS_STUDY = '''name = "tinyfens"
+claim = "FENS is more accurate than FedAvg (a test)"
+kind = "superiority"
+claimed-margin = 5.0
+primary = ["fens", "fedavg"]
+statistic = "final"
+
+[methods]
+fens = "configs/fens/fmnist-dir0.05.toml"
+fedavg = "configs/quickstart.toml"
+
+[overrides]
+dataset = "digits"
+data-source = "local"
+partitioner = "iid"
+min-available-nodes = 4
+fraction-train = 1.0
+local-steps = 4
+local-epochs = 1
+batch-size = 16
+max-test-samples = 400
+tracking = "none"
+
+[tune]
+space = "lr=0.1"
+sampler = "grid"
+trials = 2
+rounds = 2
+why = "FENS searches its aggregator"
+
+[tune.by-method]
+fens = { space = "fens-agg-client-lr=0.1,1.0" }
+
+[final]
+seeds = [0, 1]
+rounds = 2
+'''
+
+
+def test_the_scored_run_at_the_tuning_seed_starts_from_the_phase_1_the_tuning_trained(tmp_path, monkeypatch):
+    """FENS's tuning trains phase 1 once (hetfl.tune.phase1_once); the scored run at that seed starts from it (the same
+    members, not trained twice) and the other seed trains its own. Where the run comes from a saved phase 1 is not
+    what it computes: with the ensemble gone (an ignored file, lost between checkouts), nothing reruns."""
+    import hetfl.common.oneshot.client as fc
+
+    calls = []
+    real = fc.local_train
+    monkeypatch.setattr(fc, "local_train", lambda *a, **k: calls.append(1) or real(*a, **k))
+    f = tmp_path / "tinyfens.toml"
+    f.write_text(FENS_STUDY)
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    v = S.run(study)
+    assert v["n"] == 2
+    assert len(calls) == 2 * 4  # the tuning's phase 1 (4 clients) and seed 1's; seed 0's is the tuning's
+    runs = tmp_path / "studies" / "tinyfens" / "fens" / "runs"
+    phase1 = tmp_path / "studies" / "tinyfens" / "fens" / "tune" / "phase1"
+    s0, s1 = (json.loads((runs / f"s{k}" / "metrics.json").read_text()) for k in (0, 1))
+    assert s0["phase1_reused_from"] == str((phase1 / "ensemble.json").resolve()) and "phase1_reused_from" not in s1
+    for p in phase1.glob("ensemble*"):
+        p.unlink()
+    from hetfl import inprocess, tune
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished run or trial was run again")
+
+    monkeypatch.setattr(inprocess, "run_in_process", no_training)
+    monkeypatch.setattr(tune, "run_trial", no_training)
+    assert S.run(study)["diffs"] == v["diffs"]
