@@ -678,8 +678,11 @@ def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
             for m in cell.methods:
                 check_spec(cell.tune_spec(m))
         if a.action == "check":
-            print(f"{study.name}: {len(study.methods)} methods, {study.trials} trials x {study.rounds} rounds each, "
-                  f"seeds {list(study.seeds)} x {study.final_rounds} rounds")
+            print(f"{study.name}: {len(study.methods)} methods, seeds {list(study.seeds)}")
+            for m in study.methods:
+                t = study.tuning_of(m)
+                print(f"  {m}: {t['trials']} {t['sampler']} trials x {t['rounds']} rounds over {t['space']!r}, "
+                      f"then {study.rounds_of(m)} rounds a seed")
             return 0
         verdict = run(study, train=a.action == "run", tune_only=a.tune_only, methods=a.methods)
     except (StudyError, ValueError) as err:

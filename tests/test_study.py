@@ -365,3 +365,14 @@ def test_the_scored_run_at_the_tuning_seed_starts_from_the_phase_1_the_tuning_tr
     monkeypatch.setattr(inprocess, "run_in_process", no_training)
     monkeypatch.setattr(tune, "run_trial", no_training)
     assert S.run(study)["diffs"] == v["diffs"]
+
+
+def test_check_prints_each_methods_own_budget(tmp_path, capsys):
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL.replace('rounds = 2\n\n[final]', 'rounds = 2\nwhy = "a test"\n\n[tune.by-method]\n'
+                               'fedprox = { space = "lr=0.01,0.03,0.1", trials = 3, rounds = 4 }\n\n[final]', 1))
+    assert S.main(["check", str(f)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["tiny: 2 methods, seeds [0, 1]",
+                   "  fedprox: 3 grid trials x 4 rounds over 'lr=0.01,0.03,0.1', then 2 rounds a seed",
+                   "  fedavg: 2 grid trials x 2 rounds over 'lr=0.03,0.1', then 2 rounds a seed"]
