@@ -353,6 +353,7 @@ def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, na
     made the run fail, e.g. it diverged). Anything else propagates."""
     import optuna
 
+    from hetfl.common.checkpoint import discard_checkpoint
     from hetfl.common.results import NoClientSucceeded
 
     def report(rnd: int, val: float) -> None:
@@ -366,11 +367,13 @@ def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, na
             _replay_checkpointed(trials_dir / name, report)
         m = _replayed(ran, trials_dir / name, report) if ran is not None else run_trial(spec, values, trials_dir, name, report)
     except optuna.TrialPruned as why:
+        discard_checkpoint(trials_dir / name / "checkpoint.json")  # pruned: final, nothing to continue
         return "pruned", str(why)
     except (NoClientSucceeded, FloatingPointError) as why:
         return "fail", " ".join(str(why).split())[:300]
     finally:
         _relative(trials_dir / name / "metrics.json")
+    discard_checkpoint(trials_dir / name / "checkpoint.json")  # finished: only a stopped trial continues from one
     return "complete", _objective(m["rounds"][-1])
 
 

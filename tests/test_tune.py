@@ -323,6 +323,7 @@ def test_a_search_over_fens_aggregator_trains_phase_1_once_and_every_trial_start
     assert all(m["phase1_reused_from"] == str((tmp_path / "agg" / "phase1" / "ensemble.json").resolve()) for m in trials)
     assert trials[0]["static_aggregators_test_accuracy"] == trials[1]["static_aggregators_test_accuracy"]  # same members
     assert [t["values"] for t in out["trials"]] == [{"fens-agg-client-lr": 0.1}, {"fens-agg-client-lr": 1.0}]
+    assert not list((tmp_path / "agg" / "trials").rglob("checkpoint*"))  # finished trials keep no checkpoint
     # a space that phase 1 reads (the members' lr) is searched as it is: each trial trains its own members
     assert T.phase1_once(TuneSpec(base=FENS, space=tuple(parse_space("lr=0.01,0.1")), trials=2, rounds=2, nodes=4),
                          tmp_path / "lr").base == FENS
