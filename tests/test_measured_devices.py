@@ -3,8 +3,10 @@ SuperNode, its SuperExec and every ClientApp it starts) in a cgroup capped at 20
 ``cpu.cfs_quota_us``), neither declaring a device profile. Each measures itself at discovery (measure-devices): the
 capped one measures at least 2x slower, becomes SHEFL's low-power client, and under a per-round time budget gets a
 smaller AdaptiveFL capacity (and so submodel) than the other. Skipped, with the reason, where the cgroup cannot be
-made. The assertions are ratios with margins that hold beside other tests (the cap is a hard limit; the other node
-is slowed by sharing, never capped)."""
+made. The assertions are ratios: the cap is a hard limit, but the free node's rate is whatever share of a core it
+gets, so the test runs alone (marker ``alone``, after the other hosts tests in make test-deploy): beside the
+multi-host walk-through on a 2-core AVX2 machine the free node measured 120 samples/s against the capped one's 62
+(a ratio of 0.51, the free node at about 0.39 of a core), where alone it gets most of a core."""
 
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ def _full_model_seconds(flops_per_s: float) -> float:
 
 
 @pytest.mark.hosts
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_capped_device_measures_slower_becomes_an_lpc_and_affords_a_smaller_submodel(tmp_path):
     require_fmnist()
