@@ -823,8 +823,28 @@ def summarize(spec: TuneSpec, study, study_dir: Path, final: bool, seconds: floa
         if not out["chosen"]["same_as_trial"]:
             log.warning("the chosen values' final run gave validation accuracy %.4f, the best trial gave %.4f: not the "
                         "same run", _objective(last), best["val_accuracy"])
-    (study_dir / "summary.json").write_text(json.dumps(out, indent=2, default=str))
+    _write_summary(study_dir / "summary.json", out)
     return out
+
+
+def _write_summary(path: Path, out: dict[str, Any]) -> None:
+    """Write summary.json unless it already says the same apart from ``seconds_this_call``: a call that only re-read a
+    finished study keeps the file (and the seconds of the call that last changed it), so a committed summary is not
+    dirtied by every later read."""
+    text = json.dumps(out, indent=2, default=str)
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = None
+        if isinstance(old, dict) and "seconds_this_call" in old:
+            from hetfl.common.results import relative_paths  # a study stores the summary with relative paths
+
+            new = json.loads(text)
+            old.pop("seconds_this_call"), new.pop("seconds_this_call")
+            if relative_paths(old) == relative_paths(new):
+                return
+    path.write_text(text)
 
 
 # --- command line ----------------------------------------------------------------------------------------------

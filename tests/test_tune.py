@@ -353,3 +353,21 @@ def test_a_one_shot_baselines_search_over_its_server_step_runs_without_checkpoin
         assert m["config"]["checkpoint"] is False and m["summary"]["rounds_completed"] == 2
         assert m["phase1_reused_from"] == str((tmp_path / "kd" / "phase1" / "ensemble.json").resolve())
     assert not list((tmp_path / "kd").rglob("checkpoint*"))
+
+
+def test_a_summary_that_says_the_same_is_not_rewritten(tmp_path):
+    """Re-reading a finished study keeps its committed summary.json (only seconds_this_call would differ, and a
+    study stores paths relative to the repository); any other change rewrites it."""
+    from hetfl.common.results import REPO
+
+    path = tmp_path / "summary.json"
+    T._write_summary(path, {"best": {"values": {"lr": 0.1}}, "chosen": {"metrics": "docs/x/metrics.json"},
+                            "seconds_this_call": 2745.3})
+    first = path.read_text()
+    T._write_summary(path, {"best": {"values": {"lr": 0.1}}, "chosen": {"metrics": f"{REPO}/docs/x/metrics.json"},
+                            "seconds_this_call": 0.006})
+    assert path.read_text() == first  # same apart from the seconds and an absolute path: kept
+    T._write_summary(path, {"best": {"values": {"lr": 0.3}}, "chosen": {"metrics": "docs/x/metrics.json"},
+                            "seconds_this_call": 0.006})
+    assert json.loads(path.read_text()) == {"best": {"values": {"lr": 0.3}}, "chosen": {"metrics": "docs/x/metrics.json"},
+                                            "seconds_this_call": 0.006}
