@@ -39,6 +39,11 @@ class Interval:
         return f"{self.mean:+.2f} [{self.low:+.2f}, {self.high:+.2f}] (n = {self.n})"
 
 
+def p_text(p: float) -> str:
+    """A p-value as the pages print it: ``= 0.074``, or ``< 0.001`` where three decimals would read 0."""
+    return "< 0.001" if p < 0.0005 else f"= {p:.3f}"
+
+
 def paired_differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
     """Per-seed differences a_i - b_i of two methods' statistics at the same seeds, in the same order."""
     if len(a) != len(b):
@@ -127,8 +132,50 @@ def label(iv: Interval, margin: float) -> str:
     if iv.high < margin:
         return "not held (the claimed margin is excluded)"
     need = seeds_needed(margin, iv.sd, iv.confidence)
+    if need is not None:  # the n seeds ran and did not decide: a power calculation asking for n or fewer asks for more
+        need = max(need, iv.n + 1)
     return f"inconclusive at {iv.n} seeds ({f'{need} needed' if need else f'over {MAX_SEEDS} needed'} for a " \
            f"{margin:g}-point margin at SD {iv.sd:.2f})"
+
+
+def tost_power(n: int, margin: float, sd: float, alpha: float = 1 - CONFIDENCE) -> float:
+    """The probability that :func:`tost` within +-`margin` shows parity from `n` pairs when the true mean difference is
+    0 and the differences have SD `sd`: exact, by integrating over the sample SD (the test holds iff
+    ``|mean| + t(1 - alpha; n-1) s / sqrt(n) < margin``; the mean is normal and independent of s, whose square is
+    ``sd**2 chi2(n-1) / (n-1)``)."""
+    from scipy import integrate, stats
+
+    df, crit = n - 1, stats.t.ppf(1 - alpha, n - 1)
+    w_max = df * (margin * math.sqrt(n) / (crit * sd)) ** 2  # beyond it the interval is wider than the margin
+
+    def at(w: float) -> float:
+        return (2 * stats.norm.cdf(math.sqrt(n) * margin / sd - crit * math.sqrt(w / df)) - 1) * stats.chi2.pdf(w, df)
+
+    return float(integrate.quad(at, 0, w_max, limit=200)[0])
+
+
+def tost_seeds_needed(margin: float, sd: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> int | None:
+    """The smallest number of pairs at which :func:`tost` within +-`margin` shows parity with probability `power`
+    when the true mean difference is 0, for differences of SD `sd` (exact: :func:`tost_power`); None where no n up to
+    MAX_SEEDS does."""
+    if margin <= 0:
+        raise StatsError(f"equivalence margin {margin} is not allowed; expected a positive number of points")
+    if not math.isfinite(sd) or sd < 0:
+        return None
+    if sd == 0:
+        return 2
+    for n in range(2, MAX_SEEDS + 1):
+        if tost_power(n, margin, sd, alpha) >= power:
+            return n
+    return None
+
+
+def claim_p(diffs: Sequence[float], kind: str, margin: float | None = None) -> float:
+    """The p-value of the test a claim of this kind rests on, for Holm's correction of a family of cells: TOST's
+    within +-`margin` for a parity claim (small: parity shown), else the two-sided paired t p (small: a difference)."""
+    if kind == "parity" and margin is not None:
+        return tost(diffs, margin).p
+    return paired_p_value(diffs)
 
 
 def direction_label(iv: Interval) -> str:
@@ -160,7 +207,13 @@ def verdict(diffs: Sequence[float], kind: str, margin: float | None = None) -> d
         else:
             eq = tost(diffs, margin)
             out["tost_p"] = eq.p
-            out["label"] = f"{'held' if eq.equivalent else 'not shown'}: parity within +-{margin:g} (TOST p = {eq.p:.3f})"
+            out["label"] = f"{'held' if eq.equivalent else 'not shown'}: parity within +-{margin:g} (TOST p {p_text(eq.p)}"
+            if not eq.equivalent:
+                need = tost_seeds_needed(margin, iv.sd)
+                need = None if need is None else max(need, iv.n + 1)
+                out["seeds_needed"] = need
+                out["label"] += f"; {need if need else f'over {MAX_SEEDS}'} seeds needed at SD {iv.sd:.2f}"
+            out["label"] += ")"
     elif kind == "superiority":
         out["label"] = label(iv, margin)
     else:

@@ -126,15 +126,16 @@ class Study:
         if len(seeds) < 2 or len(set(seeds)) != len(seeds):
             raise StudyError(f"study key 'final.seeds' = {list(seeds)!r} is not allowed; expected at least 2 distinct "
                              "seeds (a paired interval needs 2)")
-        if kind == "superiority" and margin < 2 and len(seeds) < 5:
-            raise StudyError(f"study key 'final.seeds' = {list(seeds)!r}: a claimed margin under 2 points ({margin:g}) "
-                             "needs at least 5 seeds")
+        _seed_rule("", kind, float(margin), d["statistic"], seeds)
+        also = _also(d.get("also", []), methods)
+        for k, e in enumerate(also):
+            _seed_rule(f"also[{k}]", e["kind"], e["margin"], e["statistic"], seeds)
         return cls(name=d["name"], claim=d["claim"], kind=kind, margin=float(margin), primary=primary,  # type: ignore[arg-type]
                    statistic=d["statistic"], methods=methods, space=t["space"], sampler=t.get("sampler", "grid"),
                    trials=int(t["trials"]), rounds=int(t["rounds"]), seeds=seeds, final_rounds=int(f["rounds"]),
                    overrides=dict(d.get("overrides", {})), by_method=own, why=str(t.get("why", "")), earlier=earlier,
                    earlier_runs=earlier_runs, rounds_by_method=rounds_by,
-                   why_rounds=str(f.get("why", "")), sets=sets, also=_also(d.get("also", []), methods),
+                   why_rounds=str(f.get("why", "")), sets=sets, also=also,
                    others=_others(d, "others", methods, primary),
                    sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
@@ -199,6 +200,20 @@ def _methods(sec: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict[str, A
         if isinstance(v, dict) and v.get("set"):
             sets[label] = dict(v["set"])
     return methods, sets
+
+
+def _seed_rule(where: str, kind: str, margin: float | None, statistic_: str, seeds: tuple[int, ...]) -> None:
+    """The seeds a claim needs (issue rule, docs/verdicts.md): a convergence claim (``round-to:``) at least 3; a
+    superiority or parity margin under 2 points at least 5."""
+    claim = f"{where} " if where else ""
+    if statistic_.startswith("round-to"):
+        if len(seeds) < 3:
+            raise StudyError(f"study key 'final.seeds' = {list(seeds)!r}: the {claim}convergence claim "
+                             f"({statistic_}) needs at least 3 seeds")
+    elif kind in KINDS and margin is not None and margin < 2 and len(seeds) < 5:
+        what = "a claimed" if kind == "superiority" else "an equivalence"
+        raise StudyError(f"study key 'final.seeds' = {list(seeds)!r}: {claim + 'has ' if claim else ''}{what} margin "
+                         f"under 2 points ({margin:g}), which needs at least 5 seeds")
 
 
 def _also(entries: list[dict[str, Any]], methods: dict[str, str]) -> tuple[dict[str, Any], ...]:
@@ -473,7 +488,8 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
 
 def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
     """The verdict from each method's per-seed statistic: the primary pair by :func:`hetfl.stats.label` (or TOST for
-    parity) on the seeds both have, every other pair with the primary method a Holm-corrected paired t test."""
+    parity) on the seeds both have, every other pair with the primary method Holm-corrected (:func:`hetfl.stats.claim_p`:
+    TOST's p for a parity claim, else the paired t test's)."""
     from hetfl import stats
 
     a, b = study.primary
@@ -500,7 +516,8 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
             continue
         _, d, _ = pairs(a, m)
         if len(d) >= 2:
-            others.append({"pair": [a, m], "n": len(d), "mean": sum(d) / len(d), "p": stats.paired_p_value(d)})
+            others.append({"pair": [a, m], "n": len(d), "mean": sum(d) / len(d),
+                           "p": stats.claim_p(d, study.kind, study.margin)})  # parity: TOST's p, else paired t's
     for row, p_adj in zip(others, stats.holm([r["p"] for r in others])):
         row["p_holm"] = p_adj
     out["others"] = others
@@ -573,7 +590,8 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
     else:
         lines.append(f"**{verdict['label']}**.")
     for o in verdict.get("others", []):
-        lines.append(f"- {o['pair'][0]} - {o['pair'][1]}: n = {o['n']}, mean {o['mean']:+.2f}, paired t p = "
+        test = "TOST p" if study.kind == "parity" else "paired t p"
+        lines.append(f"- {o['pair'][0]} - {o['pair'][1]}: n = {o['n']}, mean {o['mean']:+.2f}, {test} = "
                      f"{_fmt(o['p'], 3)}, Holm-corrected {_fmt(o['p_holm'], 3)}")
     for x in verdict.get("also", []):
         a2, b2 = x["primary"]
@@ -586,7 +604,8 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
 def run_sweep(study: Study, train: bool = True, tune_only: bool = False,
               methods: list[str] | None = None) -> dict[str, Any]:
     """Every cell of a sweep as a study of its own (:func:`run`), then the sweep's verdict: the primary value's
-    cell decides; every other cell's primary pair carries its paired t p, Holm-corrected; the trend (per seed, the
+    cell decides; every other cell's primary pair carries the p of its claim's test (TOST's for parity, else the
+    paired t's), Holm-corrected; the trend (per seed, the
     last value's paired difference minus the first's) has its own interval and the direction rule."""
     from hetfl import stats
 
@@ -594,7 +613,8 @@ def run_sweep(study: Study, train: bool = True, tune_only: bool = False,
     verdicts = {v: run(cell, train, tune_only, methods) for v, cell in cells(study)}
     out: dict[str, Any] = {"sweep": key, "primary_value": first, **verdicts[first], "cells": {}}
     others = [v for v in values if v != first]
-    ps = [stats.paired_p_value(verdicts[v]["diffs"]) if verdicts[v].get("n", 0) >= 2 else math.nan for v in others]
+    ps = [stats.claim_p(verdicts[v]["diffs"], study.kind, study.margin) if verdicts[v].get("n", 0) >= 2 else math.nan
+          for v in others]
     for v, p, p_adj in zip(others, ps, stats.holm(ps)):
         out["cells"][str(v)] = {k: verdicts[v].get(k) for k in ("n", "mean", "low", "high", "label")} | {
             "p": p, "p_holm": p_adj}

@@ -54,6 +54,8 @@ def cell_result(cell: dict[str, Any], kind: str, margin: float | None) -> dict[s
         out["label"] = "no pair yet"
         return out
     out.update(stats.verdict(diffs, kind, out["margin"]))
+    if len(diffs) >= 2:  # what Holm's correction takes: the p of the claim's own test (TOST's for parity)
+        out["claim_p"] = stats.claim_p(diffs, kind, out["margin"])
     return out
 
 
@@ -80,9 +82,16 @@ def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
                                                                                            "label")}}
 
 
+def _only_under(paths: list[str], folder: str) -> bool:
+    """Whether a cell is made only of runs under `folder` (a cell with no runs is not)."""
+    return bool(paths) and all(p.startswith(folder) for p in paths)
+
+
 def row_result(row: dict[str, Any]) -> dict[str, Any]:
     """A row's cells; exactly one is primary, the others carry Holm-adjusted p-values. A row whose declared study has
-    finished every seed takes the study's verdict as its primary cell; the committed cells then print as others."""
+    finished every seed takes the study's verdict as its primary cell; the committed cells then print as others (those
+    made of the study's own runs left out: they are the verdict). The p a cell gives Holm's correction is its claim's
+    test's (:func:`hetfl.stats.claim_p`: TOST's for a parity row)."""
     kind = row["kind"]
     if kind not in KINDS:
         raise ValueError(f"verdicts.toml: kind = {kind!r} is not allowed; expected one of {KINDS}")
@@ -92,10 +101,12 @@ def row_result(row: dict[str, Any]) -> dict[str, Any]:
     cells = [cell_result(c, kind, row.get("margin")) for c in row["cell"]]
     primary = cells[[c.get("primary", False) for c in row["cell"]].index(True)]
     others = [c for c in cells if c is not primary]
-    if (declared := study_verdict(row)) is not None:
-        primary, others = declared, cells
-    tested = [c for c in others if "p" in c]
-    for c, p in zip(tested, stats.holm([c["p"] for c in tested])):
+    if (declared := study_verdict(row)) is not None:  # the committed cells print as others, but not the study's own runs
+        own = f"docs/results/studies/{Path(row['study']).stem}/"
+        primary = declared
+        others = [c for c, spec in zip(cells, row["cell"]) if not _only_under(spec["a"] + spec["b"], own)]
+    tested = [c for c in others if "claim_p" in c]
+    for c, p in zip(tested, stats.holm([c["claim_p"] for c in tested])):
         c["p_holm"] = p
     return {"row": row, "primary": primary, "others": others}
 
@@ -118,7 +129,7 @@ def verdict_cell(r: dict[str, Any]) -> str:
         text += f"; seeds {p['censored']} never reached the level (left out)"
     if r["others"]:
         text += "; other cells: " + "; ".join(
-            f"{c['name']} {_iv(c)}" + (f", Holm p {c['p_holm']:.2f}" if "p_holm" in c else "") for c in r["others"])
+            f"{c['name']} {_iv(c)}" + (f", Holm {'TOST ' if kind == 'parity' else ''}p {c['p_holm']:.2f}" if "p_holm" in c else "") for c in r["others"])
     return text
 
 

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from hetfl.stats import (Interval, StatsError, direction_label, holm, label, paired_differences, paired_interval, paired_p_value,
-                         seeds_needed, tost)
+from hetfl.stats import (Interval, StatsError, claim_p, direction_label, holm, label, paired_differences, paired_interval,
+                         paired_p_value, seeds_needed, tost, tost_power, tost_seeds_needed, verdict)
 
 SPREAD = [0.1, -0.1, 0.2, 0.0, -0.2]  # mean 0, SD sqrt(0.025) = 0.158114, SE 0.0707107
 
@@ -85,3 +85,46 @@ def test_holm_by_hand():
 
 def test_interval_prints_n_and_its_ends():
     assert str(Interval(3, 0.5, 1.0, -1.98, 2.98)) == "+0.50 [-1.98, +2.98] (n = 3)"
+
+
+def test_an_undecided_interval_never_asks_for_the_seeds_it_already_has():
+    """[0, 0.55, 0.25] against a 0.94-point margin: [-0.44, 1.04] holds 0 and the margin; at its SD (0.276) the
+    power calculation alone asks for 3 pairs, which ran and did not decide, so the label asks for at least 4."""
+    iv = paired_interval([0.0, 0.55, 0.25])
+    assert seeds_needed(0.94, iv.sd) <= 3
+    assert label(iv, 0.94).startswith("inconclusive at 3 seeds (4 needed for a 0.94-point margin")
+
+
+def test_tost_power_matches_a_seeded_simulation_and_gives_the_seeds_a_parity_claim_needs():
+    """Exact TOST power (true difference 0) against 200,000 seeded simulated studies, then the seeds it asks for."""
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    for n, sd in [(6, 0.5), (10, 1.0), (14, 1.21)]:
+        x = rng.normal(0.0, sd, (200_000, n))
+        m, se = x.mean(1), x.std(1, ddof=1) / math.sqrt(n)
+        shown = np.maximum(stats.t.sf((m + 1) / se, n - 1), stats.t.cdf((m - 1) / se, n - 1)) < 0.05
+        assert tost_power(n, 1.0, sd) == pytest.approx(shown.mean(), abs=0.005)
+    assert tost_power(10, 1.0, 1.0) < 0.8 < tost_power(11, 1.0, 1.0)  # 0.795 and 0.849
+    assert tost_seeds_needed(1.0, 1.0) == 11 and tost_seeds_needed(1.0, 0.0) == 2
+    assert tost_seeds_needed(1.0, math.nan) is None
+    with pytest.raises(StatsError, match="equivalence margin"):
+        tost_seeds_needed(0.0, 1.0)
+    # a parity claim not shown names the seeds it would need (here at SD 1.20: 14)
+    out = verdict([-2.44, -0.61, -0.17], "parity", 1.0)
+    assert out["seeds_needed"] == tost_seeds_needed(1.0, out["sd"]) == 14
+    assert out["label"] == "not shown: parity within +-1 (TOST p = 0.537; 14 seeds needed at SD 1.20)"
+
+
+def test_claim_p_is_the_test_the_claim_rests_on():
+    diffs = [-0.05, -0.06, -0.07]  # tightly around 0: a difference by t, parity by TOST
+    assert claim_p(diffs, "parity", 1.0) == tost(diffs, 1.0).p < 0.01
+    assert claim_p(diffs, "superiority", 1.0) == paired_p_value(diffs) < 0.01
+    assert claim_p([2.0, -1.0, 0.5], "parity", 0.5) == tost([2.0, -1.0, 0.5], 0.5).p >= 0.5  # mean 0.5: on the margin
+
+
+def test_p_text_prints_three_decimals_or_an_upper_bound():
+    from hetfl.stats import p_text
+
+    assert p_text(0.0742) == "= 0.074" and p_text(0.0005) == "= 0.001" and p_text(0.00049) == "< 0.001"

@@ -170,13 +170,17 @@ def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_p
 
 def test_an_also_claim_on_rounds_to_a_level_pairs_fewer_rounds_as_the_papers_side_and_names_censored_seeds(tmp_path):
     f = tmp_path / "tiny.toml"
-    f.write_text(SMALL + """
+    also = """
 [[also]]
 claim = "FedProx reaches 50% sooner"
 kind = "direction"
 statistic = "round-to:0.5"
 primary = ["fedprox", "fedavg"]
-""")
+"""
+    f.write_text(SMALL + also)
+    with pytest.raises(S.StudyError, match="the also\\[0\\] convergence claim \\(round-to:0.5\\) needs at least 3 seeds"):
+        S.Study.from_file(f)
+    f.write_text(SMALL.replace("seeds = [0, 1]", "seeds = [0, 1, 2]") + also)
     study = S.Study.from_file(f, out=tmp_path / "studies")
     assert study.also[0]["kind"] == "direction" and study.also[0]["margin"] is None
 
@@ -276,7 +280,10 @@ def test_committed_files_name_paths_relative_to_the_repository():
     (("claimed-margin = 5.0", "claimed-margin = 0"), "'claimed-margin' = 0 is not allowed"),
     (("primary = [\"fedprox\", \"fedavg\"]", "primary = [\"fedprox\", \"shefl\"]"), "'primary'"),
     (("statistic = \"final\"", "statistic = \"best\""), "'statistic' = 'best' is not allowed"),
-    (("claimed-margin = 5.0", "claimed-margin = 1.0"), "needs at least 5 seeds"),
+    (("claimed-margin = 5.0", "claimed-margin = 1.0"), "a claimed margin under 2 points (1), which needs at least 5 seeds"),
+    (("kind = \"superiority\"\nclaimed-margin = 5.0", "kind = \"parity\"\nequivalence-margin = 1.5"),
+     "an equivalence margin under 2 points (1.5), which needs at least 5 seeds"),
+    (("statistic = \"final\"", "statistic = \"round-to:0.5\""), "the convergence claim (round-to:0.5) needs at least 3"),
     (("configs/quickstart.toml", "configs/nope.toml"), "'methods.fedavg' = 'configs/nope.toml': no such preset"),
     (("name = \"tiny\"", "name = \"tiny\"\nseeds = 3"), "study key 'seeds' is not known"),
     (("rounds = 2\n\n[final]", "rounds = 2\nby-method = { fedprox = { space = \"lr=0.1 fedprox-mu=0.01,0.1\" } }\n\n"
