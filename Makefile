@@ -21,7 +21,7 @@ export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 export FLWR_DISABLE_UPDATE_CHECK := 1
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: install data compose-cli run test test-deploy test-fast docs test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-fens-iterative reproduce-oneshot reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl quickstart-tabular
+.PHONY: install data compose-cli run test test-deploy test-fast docs test-docker bench gpu-check clean cluster reproduce-shefl reproduce-shefl-studies calibrate-shefl reproduce-fens reproduce-fens-iterative reproduce-oneshot reproduce-adaptivefl quickstart-shefl quickstart-fens quickstart-adaptivefl quickstart-tabular verdicts
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -81,6 +81,11 @@ test-deploy: install data
 DOCS_FLAGS = -b html -W --keep-going -n -E -q
 docs: install
 	$(BIN)/python -m sphinx $(DOCS_FLAGS) docs/reference docs/reference/_build/html
+
+# The README's verdict table from the committed runs and the declared studies' verdicts (docs/results/verdicts.toml;
+# tests/test_pages.py checks the README says what it computes). Trains nothing.
+verdicts: install
+	$(BIN)/python scripts/verdict_table.py
 
 test-fast: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"

@@ -516,7 +516,8 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
             continue
         _, d, _ = pairs(a, m)
         if len(d) >= 2:
-            others.append({"pair": [a, m], "n": len(d), "mean": sum(d) / len(d),
+            others.append({**stats.verdict(d, study.kind, study.margin), "pair": [a, m], "n": len(d),
+                           "mean": sum(d) / len(d), "diffs": d,
                            "p": stats.claim_p(d, study.kind, study.margin)})  # parity: TOST's p, else paired t's
     for row, p_adj in zip(others, stats.holm([r["p"] for r in others])):
         row["p_holm"] = p_adj

@@ -60,8 +60,8 @@ def cell_result(cell: dict[str, Any], kind: str, margin: float | None) -> dict[s
 
 
 def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
-    """The row's declared study's verdict (``study = "experiments/<name>.toml"``) once every seed it declares ran,
-    as a primary cell; None before (the row's committed cells stand until then)."""
+    """The row's (or a cell's) declared study's verdict (``study = "experiments/<name>.toml"``) once every seed it
+    declares ran, as a cell; None before (the committed cells stand until then)."""
     if "study" not in row:
         return None
     from hetfl.study import Study
@@ -75,11 +75,24 @@ def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
     if "study-also" in row:  # one of the study's [[also]] claims
         v = v.get("also", [])[row["study-also"]] if len(v.get("also", [])) > row["study-also"] else {}
         a, b = v.get("primary", (a, b))
+    if "study-other" in row:  # the primary method against another of the study's methods (its Holm family)
+        v = next((o for o in v.get("others", []) if o["pair"][1] == row["study-other"] and "low" in o), {})
+        b = row["study-other"]
     if v.get("n", 0) + len(v.get("censored", [])) < len(study.seeds):
         return None
-    return {"name": f"{a} - {b} (declared study [{study.name}](docs/results/studies/{study.name}.md))",
-            "margin": study.margin, "censored": v.get("censored", []), **{k: v[k] for k in ("n", "mean", "low", "high",
-                                                                                           "label")}}
+    out = {"name": f"{a} - {b} (declared study [{study.name}](docs/results/studies/{study.name}.md))",
+           "margin": study.margin, "censored": v.get("censored", []), **{k: v[k] for k in ("n", "mean", "low", "high",
+                                                                                          "label")}}
+    if len(v.get("diffs", [])) >= 2:  # what Holm's correction takes where the study's verdict is one cell of a row
+        out["claim_p"] = stats.claim_p(v["diffs"], study.kind, study.margin)
+    return out
+
+
+def _declared_cell(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """A cell that names its own declared study (``study = ...`` on the cell: another alpha's study of the row's
+    claim) reads that study's verdict once every seed ran; its committed runs stand until then."""
+    v = study_verdict(cell) if "study" in cell else None
+    return None if v is None else {**v, "name": f"{cell['name']}: {v['name']}"}
 
 
 def _only_under(paths: list[str], folder: str) -> bool:
@@ -98,7 +111,7 @@ def row_result(row: dict[str, Any]) -> dict[str, Any]:
     primaries = [c for c in row["cell"] if c.get("primary")]
     if len(primaries) != 1:
         raise ValueError(f"verdicts.toml: row {row['claim']!r} has {len(primaries)} primary cells; expected 1")
-    cells = [cell_result(c, kind, row.get("margin")) for c in row["cell"]]
+    cells = [_declared_cell(c) or cell_result(c, kind, row.get("margin")) for c in row["cell"]]
     primary = cells[[c.get("primary", False) for c in row["cell"]].index(True)]
     others = [c for c in cells if c is not primary]
     if (declared := study_verdict(row)) is not None:  # the committed cells print as others, but not the study's own runs
@@ -156,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if new == text:
         return 0
     if a.check:
-        print("README.md's verdict table differs from the committed runs: run python scripts/verdict_table.py",
+        print("README.md's verdict table differs from the committed runs: run make verdicts",
               file=sys.stderr)
         return 1
     README.write_text(new)

@@ -128,6 +128,42 @@ def test_a_verdict_row_takes_its_declared_studys_verdict_once_every_seed_ran(tmp
     assert [c["name"] for c in r["others"]] == ["old"]
 
 
+def test_a_cell_takes_its_own_declared_studys_verdict_and_holm_counts_it(tmp_path, monkeypatch):
+    """A row over several alphas: the other alpha's cell names its own study; once its seeds ran, the cell is that
+    study's verdict (its primary pair, or with ``study-other`` the primary method against another), Holm-corrected
+    with the row's other cells by the claim's own test."""
+    import json as _json
+
+    from hetfl import study as S
+
+    vt = _script("verdict_table")
+    f = tmp_path / "tiny.toml"
+    f.write_text(_study_file())
+    monkeypatch.setattr(S, "STUDIES", tmp_path / "studies")
+    a, b = S.Study.from_file(f).primary
+    row = {"claim": "c", "kind": "superiority", "margin": 5.0,
+           "cell": [{"name": "main", "primary": True, "statistic": "final", "a": [], "b": []},
+                    {"name": "other alpha", "statistic": "final", "a": [], "b": [], "study": str(f)},
+                    {"name": "other method", "statistic": "final", "a": [], "b": [], "study": str(f),
+                     "study-other": "ghost"}]}
+    r = vt.row_result(row)
+    assert [c["label"] for c in r["others"]] == ["no pair yet", "no pair yet"]  # not run: the committed cells stand
+    (tmp_path / "studies" / "tiny").mkdir(parents=True)
+    # per seed +1, +3: mean 2, SD 1.414, t(0.975, 1) = 12.706: [2 - 12.71, 2 + 12.71]; paired t p = 0.295
+    other = {"pair": [a, "ghost"], "n": 2, "mean": -4.0, "low": -9.0, "high": 1.0, "label": "x", "diffs": [-3.0, -5.0]}
+    (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(
+        {"n": 2, "mean": 2.0, "low": -10.7, "high": 14.7, "label": "inconclusive at 2 seeds", "diffs": [1.0, 3.0],
+         "others": [other]}))
+    r = vt.row_result(row)
+    alpha, method = r["others"]
+    assert alpha["name"].startswith("other alpha: ") and "declared study [tiny]" in alpha["name"]
+    assert alpha["mean"] == 2.0 and alpha["claim_p"] == pytest.approx(0.2952, abs=1e-3)
+    assert method["name"].startswith("other method: ") and f"{a} - ghost" in method["name"] and method["mean"] == -4.0
+    # Holm over p = 0.295 (the alpha) and the method's paired t p (mean -4, SD 1.414: t = -4, p = 0.156):
+    # sorted 0.156 x 2 = 0.312, then max(0.312, 0.295) = 0.312
+    assert [c["p_holm"] for c in r["others"]] == pytest.approx([0.312, 0.312], abs=2e-3)
+
+
 def _study_file() -> str:
     from .test_study import SMALL
 
