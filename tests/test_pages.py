@@ -141,13 +141,14 @@ def test_a_cell_takes_its_own_declared_studys_verdict_and_holm_counts_it(tmp_pat
     f.write_text(_study_file())
     monkeypatch.setattr(S, "STUDIES", tmp_path / "studies")
     a, b = S.Study.from_file(f).primary
-    row = {"claim": "c", "kind": "superiority", "margin": 5.0,
+    row = {"claim": "c", "kind": "superiority", "margin": 5.0, "budget": "-", "moved": "-",
            "cell": [{"name": "main", "primary": True, "statistic": "final", "a": [], "b": []},
                     {"name": "other alpha", "statistic": "final", "a": [], "b": [], "study": str(f)},
                     {"name": "other method", "statistic": "final", "a": [], "b": [], "study": str(f),
                      "study-other": "ghost"}]}
     r = vt.row_result(row)
     assert [c["label"] for c in r["others"]] == ["no pair yet", "no pair yet"]  # not run: the committed cells stand
+    assert not vt.ran(r) and "| c |" not in vt.render([r])  # a row with no pair at all is not in the table yet
     (tmp_path / "studies" / "tiny").mkdir(parents=True)
     # per seed +1, +3: mean 2, SD 1.414, t(0.975, 1) = 12.706: [2 - 12.71, 2 + 12.71]; paired t p = 0.295
     other = {"pair": [a, "ghost"], "n": 2, "mean": -4.0, "low": -9.0, "high": 1.0, "label": "x", "diffs": [-3.0, -5.0]}
@@ -156,6 +157,7 @@ def test_a_cell_takes_its_own_declared_studys_verdict_and_holm_counts_it(tmp_pat
          "others": [other]}))
     r = vt.row_result(row)
     alpha, method = r["others"]
+    assert vt.ran(r) and "| c |" in vt.render([r])
     assert alpha["name"].startswith("other alpha: ") and "declared study [tiny]" in alpha["name"]
     assert alpha["mean"] == 2.0 and alpha["claim_p"] == pytest.approx(0.2952, abs=1e-3)
     assert method["name"].startswith("other method: ") and f"{a} - ghost" in method["name"] and method["mean"] == -4.0
