@@ -10,7 +10,7 @@ points of accuracy, so that a positive mean is the paper's side and the claimed 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
@@ -97,19 +97,28 @@ def seeds_needed(margin: float, sd: float, confidence: float = CONFIDENCE, power
 
     if margin <= 0:
         raise StatsError(f"margin {margin} is not allowed; expected the claimed margin, a positive number of points")
+    alpha = 1 - confidence
+
+    def achieved(n: int) -> float:
+        crit, nc = stats.t.ppf(1 - alpha / 2, n - 1), margin / (sd / math.sqrt(n))
+        return stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc)
+
+    return _fewest_pairs(achieved, sd, power)
+
+
+def _fewest_pairs(achieved: Callable[[int], float], sd: float, power: float) -> int | None:
+    """The smallest n in 2..MAX_SEEDS whose `achieved(n)` power reaches `power`; 2 where the differences have SD 0,
+    None where the SD is unknown or no n up to MAX_SEEDS does."""
     if not math.isfinite(sd) or sd < 0:
         return None
     if sd == 0:
         return 2
-    alpha = 1 - confidence
-    for n in range(2, MAX_SEEDS + 1):
-        df = n - 1
-        crit = stats.t.ppf(1 - alpha / 2, df)
-        nc = margin / (sd / math.sqrt(n))
-        achieved = stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)
-        if achieved >= power:
-            return n
-    return None
+    return next((n for n in range(2, MAX_SEEDS + 1) if achieved(n) >= power), None)
+
+
+def _beyond(need: int | None, n: int) -> int | None:
+    """The seeds to ask for when `n` ran and did not decide: a power calculation asking for n or fewer asks for more."""
+    return None if need is None else max(need, n + 1)
 
 
 def label(iv: Interval, margin: float) -> str:
@@ -131,9 +140,7 @@ def label(iv: Interval, margin: float) -> str:
         return "not held (reversed)"
     if iv.high < margin:
         return "not held (the claimed margin is excluded)"
-    need = seeds_needed(margin, iv.sd, iv.confidence)
-    if need is not None:  # the n seeds ran and did not decide: a power calculation asking for n or fewer asks for more
-        need = max(need, iv.n + 1)
+    need = _beyond(seeds_needed(margin, iv.sd, iv.confidence), iv.n)
     return f"inconclusive at {iv.n} seeds ({f'{need} needed' if need else f'over {MAX_SEEDS} needed'} for a " \
            f"{margin:g}-point margin at SD {iv.sd:.2f})"
 
@@ -160,14 +167,7 @@ def tost_seeds_needed(margin: float, sd: float, alpha: float = 1 - CONFIDENCE, p
     MAX_SEEDS does."""
     if margin <= 0:
         raise StatsError(f"equivalence margin {margin} is not allowed; expected a positive number of points")
-    if not math.isfinite(sd) or sd < 0:
-        return None
-    if sd == 0:
-        return 2
-    for n in range(2, MAX_SEEDS + 1):
-        if tost_power(n, margin, sd, alpha) >= power:
-            return n
-    return None
+    return _fewest_pairs(lambda n: tost_power(n, margin, sd, alpha), sd, power)
 
 
 def claim_p(diffs: Sequence[float], kind: str, margin: float | None = None) -> float:
@@ -209,8 +209,7 @@ def verdict(diffs: Sequence[float], kind: str, margin: float | None = None) -> d
             out["tost_p"] = eq.p
             out["label"] = f"{'held' if eq.equivalent else 'not shown'}: parity within +-{margin:g} (TOST p {p_text(eq.p)}"
             if not eq.equivalent:
-                need = tost_seeds_needed(margin, iv.sd)
-                need = None if need is None else max(need, iv.n + 1)
+                need = _beyond(tost_seeds_needed(margin, iv.sd), iv.n)
                 out["seeds_needed"] = need
                 out["label"] += f"; {need if need else f'over {MAX_SEEDS}'} seeds needed at SD {iv.sd:.2f}"
             out["label"] += ")"

@@ -91,7 +91,7 @@ def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
 def _declared_cell(cell: dict[str, Any]) -> dict[str, Any] | None:
     """A cell that names its own declared study (``study = ...`` on the cell: another alpha's study of the row's
     claim) reads that study's verdict once every seed ran; its committed runs stand until then."""
-    v = study_verdict(cell) if "study" in cell else None
+    v = study_verdict(cell)
     return None if v is None else {**v, "name": f"{cell['name']}: {v['name']}"}
 
 
