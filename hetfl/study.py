@@ -40,6 +40,11 @@ STATISTICS = {
     "mean-last-5": "the mean test accuracy of the last 5 rounds",
     "final": "the test accuracy after the last round",
 }
+FAILED_SEEDS = {
+    "last-model": "scored by the model it stopped with, held to the last round (what the server keeps when no update "
+                  "is accepted)",
+    "leave-out": "left out of the pairs",
+}
 TOP_KEYS = {"name", "claim", "kind", "claimed-margin", "equivalence-margin", "primary", "statistic", "methods",
             "overrides", "tune", "final", "sweep", "also", "others"}
 
@@ -78,6 +83,7 @@ class Study:
     also: tuple[dict[str, Any], ...] = ()  # ``[[also]]``: further claims decided on the same scored runs
     sets: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its own run-config keys (``set``)
     others: tuple[str, ...] | None = None  # the methods compared with the favoured one, Holm-corrected (None: all)
+    failed_seeds: str = "last-model"  # ``final.failed-seeds``: how a seed that stopped (diverged) counts: FAILED_SEEDS
     out: Path = STUDIES
 
     @classmethod
@@ -127,6 +133,10 @@ class Study:
             raise StudyError(f"study key 'final.seeds' = {list(seeds)!r} is not allowed; expected at least 2 distinct "
                              "seeds (a paired interval needs 2)")
         _seed_rule("", kind, float(margin), d["statistic"], seeds)
+        failed_seeds = f.get("failed-seeds", "last-model")
+        if failed_seeds not in FAILED_SEEDS:
+            raise StudyError(f"study key 'final.failed-seeds' = {failed_seeds!r} is not allowed; expected one of "
+                             f"{sorted(FAILED_SEEDS)}")
         also = _also(d.get("also", []), methods)
         for k, e in enumerate(also):
             _seed_rule(f"also[{k}]", e["kind"], e["margin"], e["statistic"], seeds)
@@ -136,7 +146,7 @@ class Study:
                    overrides=dict(d.get("overrides", {})), by_method=own, why=str(t.get("why", "")), earlier=earlier,
                    earlier_runs=earlier_runs, rounds_by_method=rounds_by,
                    why_rounds=str(f.get("why", "")), sets=sets, also=also,
-                   others=_others(d, "others", methods, primary),
+                   others=_others(d, "others", methods, primary), failed_seeds=failed_seeds,
                    sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
 
@@ -260,9 +270,9 @@ def _others(sec: dict[str, Any], where: str, methods: dict[str, str], primary: t
 
 def _rounds_by_method(f: dict[str, Any], methods: dict[str, str]) -> dict[str, int]:
     """``[final]``'s keys checked, and its ``rounds-by-method`` (method -> rounds), which needs a ``why``."""
-    if unknown := sorted(set(f) - {"seeds", "rounds", "earlier", "rounds-by-method", "why"}):
+    if unknown := sorted(set(f) - {"seeds", "rounds", "earlier", "rounds-by-method", "why", "failed-seeds"}):
         raise StudyError(f"study key 'final.{unknown[0]}' is not known; expected seeds, rounds, earlier, "
-                         "rounds-by-method, why")
+                         "rounds-by-method, why, failed-seeds")
     by_method = {m: int(r) for m, r in dict(f.get("rounds-by-method", {})).items()}
     if any(m not in methods for m in by_method) or (by_method and not str(f.get("why", "")).strip()):
         raise StudyError(f"study key 'final.rounds-by-method' = {by_method!r}: expected methods of "
@@ -349,7 +359,7 @@ def statistic(metrics: dict[str, Any], name: str) -> float | None:
     key = key or "accuracy"
     if what == "best-static":
         return 100.0 * max(float(v) for v in metrics["static_aggregators_test_accuracy"].values())
-    rows = [r for r in metrics["rounds"] if r["round"] >= 1]
+    rows = [r for r in _held_to_end(metrics["rounds"], metrics) if r["round"] >= 1]
     if not rows:
         raise StudyError("a run without rounds has no statistic")
     kind, _, arg = what.partition(":")
@@ -372,6 +382,15 @@ def statistic(metrics: dict[str, Any], name: str) -> float | None:
                          f"{sorted(STATISTICS)}, final, mean-last:<k>, mean-rounds:<a>-<b>, round-to:<level>, "
                          "best-static, each with an optional @<row key>") from None
     return 100.0 * sum(float(r[key]) for r in last) / len(last)
+
+
+def _held_to_end(rows: list[dict[str, Any]], metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a run that stopped (``stopped``: no update accepted) carried to its configured last round with
+    its last row's figures: the model it stopped with is what the server would hold at every later round."""
+    if not metrics.get("stopped") or not rows:
+        return rows
+    last = int(metrics.get("config", {}).get("num-server-rounds", rows[-1]["round"]))
+    return rows + [{**rows[-1], "round": r, "held": True} for r in range(int(rows[-1]["round"]) + 1, last + 1)]
 
 
 def _normalise(folder: Path) -> None:
@@ -451,9 +470,10 @@ def tuned_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, An
 
 def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool = True,
                 failed: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
-    """Seed -> the finished scored run's metrics (each trained here when missing and `train`). A seed whose run
-    stopped because no update was accepted (``stopped`` in its metrics.json) is not run again: it goes to `failed`
-    (seed -> why), and the verdict names it."""
+    """Seed -> the scored run's metrics (each trained here when missing and `train`). A seed whose run stopped
+    because no update was accepted (``stopped`` in its metrics.json: a diverged lr) is not run again: it goes to
+    `failed` (seed -> why), and with ``final.failed-seeds = "last-model"`` also to the result, scored by
+    :func:`statistic` as the model it stopped with."""
     from hetfl.common.checkpoint import discard_checkpoint
     from hetfl.common.results import NoClientSucceeded
     from hetfl.inprocess import finished_run, run_in_process
@@ -462,24 +482,35 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
     failed = {} if failed is None else failed
     runs = study.folder / method / "runs"
     nodes = int(study.base(method).get("min-available-nodes", 2))
+
+    def stopped(seed: int) -> dict[str, Any] | None:
+        path = runs / f"s{seed}" / "metrics.json"
+        m = json.loads(path.read_text()) if path.exists() else {}
+        return m if m.get("stopped") else None
+
     for seed in study.seeds:
         cfg = tuned_phase1(study, method, study.final_config(method, values, seed))
         m = finished_run(runs / f"s{seed}", cfg)
         if m is None and not (runs / f"s{seed}" / "metrics.json").exists():
             m = _reused_run(study, method, cfg, runs / f"s{seed}")
-        stopped = runs / f"s{seed}" / "metrics.json"
-        if m is None and stopped.exists() and (why := json.loads(stopped.read_text()).get("stopped")):
-            failed[seed] = why["reason"]
-            continue
-        if m is None and train:
+        why = None
+        if m is None and stopped(seed) is None and train:
             try:
                 m = run_in_process(cfg, nodes, runs, f"s{seed}")
             except NoClientSucceeded as err:
-                failed[seed] = str(err)
-                continue
+                why = str(err)
             finally:
                 if (runs / f"s{seed}").exists():
                     _normalise(runs / f"s{seed}")
+        if m is None and (s := stopped(seed)) is not None:
+            failed[seed] = f"stopped in round {s['stopped']['round']}: {s['stopped']['reason']}"
+            discard_checkpoint(runs / f"s{seed}" / "checkpoint.json")  # its outcome: nothing to resume
+            if study.failed_seeds == "last-model":
+                out[seed] = s
+            continue
+        if why is not None:  # stopped without its rows (nothing to score it by)
+            failed[seed] = why
+            continue
         if m is not None and m["summary"].get("rounds_completed") == study.rounds_of(method):
             out[seed] = m
             discard_checkpoint(runs / f"s{seed}" / "checkpoint.json")  # finished: nothing to resume
@@ -498,6 +529,8 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
     def pairs(x: str, y: str) -> tuple[list[int], list[float], list[int]]:
         both = sorted(set(scores.get(x, {})) & set(scores.get(y, {})))
         ok = [s for s in both if scores[x][s] is not None and scores[y][s] is not None]
+        if not ok:  # a method with no scored seed yet (not run, or every seed left out)
+            return [], [], [s for s in both if s not in ok]
         d = stats.paired_differences([scores[y][s] for s in ok], [scores[x][s] for s in ok]) if lower_better else \
             stats.paired_differences([scores[x][s] for s in ok], [scores[y][s] for s in ok])
         return ok, d, [s for s in both if s not in ok]
@@ -580,7 +613,17 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
         row = scores.get(m, {})
         vals = [row.get(x) for x in study.seeds]
         done = [v for v in vals if v is not None]
-        lines.append(f"| {m} | " + " | ".join(_fmt(v) for v in vals) + f" | {_fmt(sum(done) / len(done)) if done else '-'} |")
+        lines.append(f"| {m} | " + " | ".join(_fmt(v) + ("*" if x in verdict.get("failed", {}).get(m, {}) else "")
+                                              for x, v in zip(study.seeds, vals))
+                     + f" | {_fmt(sum(done) / len(done)) if done else '-'} |")
+    if verdict.get("failed"):
+        lines += ["", f"A seed that stopped (no client update accepted: diverged) is "
+                      f"{FAILED_SEEDS[study.failed_seeds]} (`final.failed-seeds` = \"{study.failed_seeds}\""
+                      f"{', marked *' if study.failed_seeds == 'last-model' else ''}):"]
+        lines += [f"- {m} seed {x}: {why}" for m, f in verdict["failed"].items() for x, why in sorted(f.items())]
+        if (w := verdict.get("without_failed")) and w.get("n"):
+            lines.append(f"- the primary pair without them: n = {w['n']}, mean {w['mean']:+.2f} "
+                         f"[{_fmt(w['low'])}, {_fmt(w['high'])}]: {w['label']}")
     a, b = study.primary
     lines += ["", "## Verdict", ""]
     if "n" in verdict:
@@ -671,8 +714,13 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
     verdict = decide(study, scores)
     verdict["also"] = [also_verdict(study, a, scored) for a in study.also]
     verdict["failed"] = {m: f for m, f in failed.items() if f}
+    verdict["failed_seeds"] = study.failed_seeds
+    gone = {x for m in study.primary for x in verdict["failed"].get(m, {})}
+    if gone and study.failed_seeds == "last-model":  # the same pairs without the stopped seeds, for the reader
+        rest = decide(study, {m: {x: v for x, v in row.items() if x not in gone} for m, row in scores.items()})
+        verdict["without_failed"] = {k: rest.get(k) for k in ("n", "mean", "low", "high", "label")}
     if any(verdict["failed"].get(m) for m in study.primary):  # a diverged seed is a result, not a missing pair
-        verdict["label"] += (f"; seeds that diverged, left out of the pairs: "
+        verdict["label"] += (f"; seeds that stopped, {FAILED_SEEDS[study.failed_seeds].split(' (')[0]}: "
                              f"{ {m: sorted(verdict['failed'][m]) for m in study.primary if verdict['failed'].get(m)} }")
     study.folder.mkdir(parents=True, exist_ok=True)
     (study.folder / "verdict.json").write_text(json.dumps({"scores": scores, **verdict}, indent=2, default=str))

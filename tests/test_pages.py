@@ -121,6 +121,10 @@ def test_a_verdict_row_takes_its_declared_studys_verdict_once_every_seed_ran(tmp
     done = {"n": 1, "mean": 1.0, "low": float("nan"), "high": float("nan"), "label": "inconclusive at 1 seed"}
     (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(done))
     assert vt.study_verdict(row) is None  # one of its two seeds: the committed cells stand
+    _, b = S.Study.from_file(f).primary
+    left = {**done, "seeds": [0], "failed": {b: {"1": "stopped in round 3: no client update was accepted"}}}
+    (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(left))
+    assert vt.study_verdict(row)["n"] == 1  # the other seed stopped and was left out: every seed ran
     (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps({**done, "n": 2, "low": 0.5, "high": 1.5,
                                                                             "label": "held, smaller than claimed"}))
     r = vt.row_result(row)

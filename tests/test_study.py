@@ -122,23 +122,69 @@ def test_a_sweep_runs_each_value_as_a_study_and_decides_by_its_primary_cell_with
         S.Study.from_file(f)
 
 
-def test_a_seed_that_diverges_is_named_in_the_verdict_and_left_out_of_the_pairs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("rule", ["last-model", "leave-out"])
+def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(tmp_path, monkeypatch, rule):
     from hetfl import inprocess
-    from hetfl.common.results import NoClientSucceeded
 
     real = inprocess.run_in_process
+    trained = []
 
-    def diverges_at_seed_1(cfg, nodes, results_dir, name, **kw):
-        if cfg["method"] == "fedprox" and cfg.get("seed") == 1 and cfg["num-server-rounds"] == 2 and "resume" in cfg:
-            raise NoClientSucceeded("no client update was accepted in the last 2 rounds")
+    def diverges_at_seed_1(cfg, nodes, results_dir, name, **kw):  # a real divergence: an lr no model survives
+        trained.append((cfg["method"], cfg.get("seed")))
+        if cfg["method"] == "fedprox" and cfg.get("seed") == 1 and "resume" in cfg:
+            try:
+                return real({**cfg, "lr": 1e30, "max-idle-rounds": 1}, nodes, results_dir, name, **kw)
+            finally:  # recorded under the declared config, as a run that diverged at it would be
+                path = results_dir / name / "metrics.json"
+                m = json.loads(path.read_text())
+                path.write_text(json.dumps({**m, "config": {**m["config"], "lr": cfg["lr"],
+                                                            "max-idle-rounds": cfg.get("max-idle-rounds", 3)}}))
         return real(cfg, nodes, results_dir, name, **kw)
 
     monkeypatch.setattr(inprocess, "run_in_process", diverges_at_seed_1)
     f = tmp_path / "tiny.toml"
-    f.write_text(SMALL)
+    f.write_text(SMALL + f'failed-seeds = "{rule}"\n')
     v = S.run(S.Study.from_file(f, out=tmp_path / "studies"))
-    assert v["failed"] == {"fedprox": {1: "no client update was accepted in the last 2 rounds"}}
-    assert v["n"] == 1 and "seeds that diverged, left out of the pairs: {'fedprox': [1]}" in v["label"]
+    run = json.loads((tmp_path / "studies" / "tiny" / "fedprox" / "runs" / "s1" / "metrics.json").read_text())
+    assert run["stopped"]["round"] == 1 and [r["round"] for r in run["rounds"]] == [0]
+    assert list(v["failed"]) == ["fedprox"] and v["failed"]["fedprox"][1].startswith("stopped in round 1: no client")
+    page = (tmp_path / "studies" / "tiny.md").read_text()
+    assert "fedprox seed 1: stopped in round 1" in page and f'`final.failed-seeds` = "{rule}"' in page
+    if rule == "last-model":  # scored as the model it stopped with (the initial one), held to round 2
+        assert v["n"] == 2 and v["seeds"] == [0, 1]
+        held = 100 * run["rounds"][0]["accuracy"]
+        assert S.statistic(run, "final") == pytest.approx(held) and S.statistic(run, "mean-last:2") == pytest.approx(held)
+        avg = json.loads((tmp_path / "studies" / "tiny" / "fedavg" / "runs" / "s1" / "metrics.json").read_text())
+        assert v["diffs"][1] == pytest.approx(held - S.statistic(avg, "final"))
+        assert "seeds that stopped, scored by the model it stopped with" in v["label"]
+        assert v["without_failed"]["n"] == 1 and v["without_failed"]["mean"] == pytest.approx(v["diffs"][0])
+        assert "the primary pair without them: n = 1" in page
+    else:
+        assert v["n"] == 1 and v["seeds"] == [0]
+        assert "seeds that stopped, left out of the pairs: {'fedprox': [1]}" in v["label"]
+    trained.clear()
+    again = S.run(S.Study.from_file(f, out=tmp_path / "studies"))  # the stopped seed is its outcome: not rerun
+    assert trained == [] and again["diffs"] == v["diffs"]
+
+
+def test_a_method_with_no_scored_seed_leaves_the_other_pairs_empty_instead_of_failing(tmp_path):
+    f = tmp_path / "three.toml"
+    f.write_text(SMALL.replace('fedavg = "configs/quickstart.toml"',
+                               'fedavg = "configs/quickstart.toml"\nfedavgm = "configs/quickstart.toml"'))
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    v = S.decide(study, {"fedprox": {0: 60.0, 1: 62.0}, "fedavg": {0: 50.0, 1: 51.0}})  # fedavgm: nothing yet
+    assert v["n"] == 2 and v["others"] == []
+    assert S.decide(study, {"fedprox": {0: 60.0}, "fedavg": {}})["label"] == "not run yet"
+
+
+def test_a_stopped_run_is_held_at_its_last_row_to_its_configured_last_round():
+    m = {"config": {"num-server-rounds": 6}, "stopped": {"round": 4, "reason": "no update"},
+         "rounds": [{"round": k, "accuracy": a} for k, a in enumerate([0.1, 0.5, 0.7, 0.2])]}
+    assert S.statistic(m, "final") == pytest.approx(20.0)  # rounds 4-6 hold round 3's model
+    assert S.statistic(m, "mean-last-5") == pytest.approx(100 * (0.7 + 0.2 * 4) / 5)  # rounds 2-6
+    assert S.statistic(m, "round-to:0.6") == 2.0
+    assert S.statistic({**m, "stopped": None}, "final") == pytest.approx(20.0)  # not stopped: its rows as they are
+    assert S.statistic({**m, "stopped": None}, "mean-last-5") == pytest.approx(100 * (0.5 + 0.7 + 0.2) / 3)
 
 
 def test_a_method_with_its_own_space_is_tuned_over_it_with_the_same_budget(tmp_path):
