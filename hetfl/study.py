@@ -618,8 +618,8 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
                      + f" | {_fmt(sum(done) / len(done)) if done else '-'} |")
     if verdict.get("failed"):
         lines += ["", f"A seed that stopped (no client update accepted: diverged) is "
-                      f"{FAILED_SEEDS[study.failed_seeds]} (`final.failed-seeds` = \"{study.failed_seeds}\""
-                      f"{', marked *' if study.failed_seeds == 'last-model' else ''}):"]
+                      f"{FAILED_SEEDS[study.failed_seeds]}; `final.failed-seeds` = \"{study.failed_seeds}\""
+                      f"{', marked *' if study.failed_seeds == 'last-model' else ''}:"]
         lines += [f"- {m} seed {x}: {why}" for m, f in verdict["failed"].items() for x, why in sorted(f.items())]
         if (w := verdict.get("without_failed")) and w.get("n"):
             lines.append(f"- the primary pair without them: n = {w['n']}, mean {w['mean']:+.2f} "
