@@ -502,14 +502,14 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
             finally:
                 if (runs / f"s{seed}").exists():
                     _normalise(runs / f"s{seed}")
-        if m is None and (s := stopped(seed)) is not None:
+        if (s := stopped(seed)) is not None:  # also one that stopped in its last round (all its rows there)
             failed[seed] = f"stopped in round {s['stopped']['round']}: {s['stopped']['reason']}"
             discard_checkpoint(runs / f"s{seed}" / "checkpoint.json")  # its outcome: nothing to resume
             if study.failed_seeds == "last-model":
                 out[seed] = s
             continue
         if why is not None:  # stopped without its rows (nothing to score it by)
-            failed[seed] = why
+            failed[seed] = f"not scored (no metrics.json kept): {why}"
             continue
         if m is not None and m["summary"].get("rounds_completed") == study.rounds_of(method):
             out[seed] = m
@@ -547,9 +547,9 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
     for m in study.methods if study.others is None else study.others:
         if m in (a, b):
             continue
-        _, d, _ = pairs(a, m)
+        ok, d, _ = pairs(a, m)
         if len(d) >= 2:
-            others.append({**stats.verdict(d, study.kind, study.margin), "pair": [a, m], "n": len(d),
+            others.append({**stats.verdict(d, study.kind, study.margin), "pair": [a, m], "n": len(d), "seeds": ok,
                            "mean": sum(d) / len(d), "diffs": d,
                            "p": stats.claim_p(d, study.kind, study.margin)})  # parity: TOST's p, else paired t's
     for row, p_adj in zip(others, stats.holm([r["p"] for r in others])):

@@ -71,7 +71,7 @@ def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
     if not path.exists():
         return None
     v = json.loads(path.read_text())
-    failed = v.get("failed", {})  # method -> {seed: why}: seeds that stopped (JSON keys are strings)
+    failed, scores = v.get("failed", {}), v.get("scores", {})  # method -> {seed: ...} (JSON keys are strings)
     a, b = study.primary
     if "study-also" in row:  # one of the study's [[also]] claims
         v = v.get("also", [])[row["study-also"]] if len(v.get("also", [])) > row["study-also"] else {}
@@ -79,7 +79,7 @@ def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
     if "study-other" in row:  # the primary method against another of the study's methods (its Holm family)
         v = next((o for o in v.get("others", []) if o["pair"][1] == row["study-other"] and "low" in o), {})
         b = row["study-other"]
-    left_out = {int(x) for m in (a, b) for x in failed.get(m, {})} - set(v.get("seeds", []))  # "leave-out" seeds
+    left_out = {int(x) for m in (a, b) for x in failed.get(m, {}) if x not in scores.get(m, {})}  # stopped, unscored
     if v.get("n", 0) + len(v.get("censored", [])) + len(left_out) < len(study.seeds):
         return None
     out = {"name": f"{a} - {b} (declared study [{study.name}](docs/results/studies/{study.name}.md))",

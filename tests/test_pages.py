@@ -121,10 +121,19 @@ def test_a_verdict_row_takes_its_declared_studys_verdict_once_every_seed_ran(tmp
     done = {"n": 1, "mean": 1.0, "low": float("nan"), "high": float("nan"), "label": "inconclusive at 1 seed"}
     (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(done))
     assert vt.study_verdict(row) is None  # one of its two seeds: the committed cells stand
-    _, b = S.Study.from_file(f).primary
-    left = {**done, "seeds": [0], "failed": {b: {"1": "stopped in round 3: no client update was accepted"}}}
+    a, b = S.Study.from_file(f).primary
+    why = "stopped in round 3: no client update was accepted"
+    left = {**done, "seeds": [0], "scores": {a: {"0": 80.0, "1": 81.0}, b: {"0": 79.0}}, "failed": {b: {"1": why}}}
     (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(left))
     assert vt.study_verdict(row)["n"] == 1  # the other seed stopped and was left out: every seed ran
+    scored = {**done, "seeds": [0], "scores": {a: {"0": 80.0}, b: {"0": 12.0}}, "failed": {b: {"0": why}}}
+    (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(scored))
+    assert vt.study_verdict(row) is None  # the stopped seed was scored (last-model) and is in n: seed 1 is still to run
+    other = {"pair": [a, "ghost"], "n": 1, "mean": 68.0, "low": 1.0, "high": 2.0, "label": "x"}  # an others entry
+    (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps(
+        {**done, "scores": {a: {"0": 80.0, "1": 81.0}, "ghost": {"0": 12.0}}, "failed": {"ghost": {"0": why}},
+         "others": [other]}))
+    assert vt.study_verdict({**row, "study-other": "ghost"}) is None  # its scored stopped seed is counted once
     (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps({**done, "n": 2, "low": 0.5, "high": 1.5,
                                                                             "label": "held, smaller than claimed"}))
     r = vt.row_result(row)

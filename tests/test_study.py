@@ -122,8 +122,9 @@ def test_a_sweep_runs_each_value_as_a_study_and_decides_by_its_primary_cell_with
         S.Study.from_file(f)
 
 
-@pytest.mark.parametrize("rule", ["last-model", "leave-out"])
-def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(tmp_path, monkeypatch, rule):
+@pytest.mark.parametrize("rule, idle", [("last-model", 1), ("leave-out", 1), ("last-model", 0)])
+def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(tmp_path, monkeypatch, rule, idle):
+    """It stops in round 1 (max-idle-rounds 1), or with every round played (0: the run ends, then stops)."""
     from hetfl import inprocess
 
     real = inprocess.run_in_process
@@ -133,7 +134,7 @@ def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(
         trained.append((cfg["method"], cfg.get("seed")))
         if cfg["method"] == "fedprox" and cfg.get("seed") == 1 and "resume" in cfg:
             try:
-                return real({**cfg, "lr": 1e30, "max-idle-rounds": 1}, nodes, results_dir, name, **kw)
+                return real({**cfg, "lr": 1e30, "max-idle-rounds": idle}, nodes, results_dir, name, **kw)
             finally:  # recorded under the declared config, as a run that diverged at it would be
                 path = results_dir / name / "metrics.json"
                 m = json.loads(path.read_text())
@@ -146,10 +147,11 @@ def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(
     f.write_text(SMALL + f'failed-seeds = "{rule}"\n')
     v = S.run(S.Study.from_file(f, out=tmp_path / "studies"))
     run = json.loads((tmp_path / "studies" / "tiny" / "fedprox" / "runs" / "s1" / "metrics.json").read_text())
-    assert run["stopped"]["round"] == 1 and [r["round"] for r in run["rounds"]] == [0]
-    assert list(v["failed"]) == ["fedprox"] and v["failed"]["fedprox"][1].startswith("stopped in round 1: no client")
+    last = 1 if idle else 2
+    assert run["stopped"]["round"] == last and [r["round"] for r in run["rounds"]] == list(range(3 - 2 * idle))
+    assert list(v["failed"]) == ["fedprox"] and v["failed"]["fedprox"][1].startswith(f"stopped in round {last}: no ")
     page = (tmp_path / "studies" / "tiny.md").read_text()
-    assert "fedprox seed 1: stopped in round 1" in page and f'`final.failed-seeds` = "{rule}"' in page
+    assert f"fedprox seed 1: stopped in round {last}" in page and f'`final.failed-seeds` = "{rule}"' in page
     if rule == "last-model":  # scored as the model it stopped with (the initial one), held to round 2
         assert v["n"] == 2 and v["seeds"] == [0, 1]
         held = 100 * run["rounds"][0]["accuracy"]
@@ -164,7 +166,7 @@ def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(
         assert "seeds that stopped, left out of the pairs: {'fedprox': [1]}" in v["label"]
     trained.clear()
     again = S.run(S.Study.from_file(f, out=tmp_path / "studies"))  # the stopped seed is its outcome: not rerun
-    assert trained == [] and again["diffs"] == v["diffs"]
+    assert trained == [] and again["diffs"] == v["diffs"] and again["failed"] == v["failed"]
 
 
 def test_a_method_with_no_scored_seed_leaves_the_other_pairs_empty_instead_of_failing(tmp_path):
