@@ -133,10 +133,6 @@ class Study:
             raise StudyError(f"study key 'final.seeds' = {list(seeds)!r} is not allowed; expected at least 2 distinct "
                              "seeds (a paired interval needs 2)")
         _seed_rule("", kind, float(margin), d["statistic"], seeds)
-        failed_seeds = f.get("failed-seeds", "last-model")
-        if failed_seeds not in FAILED_SEEDS:
-            raise StudyError(f"study key 'final.failed-seeds' = {failed_seeds!r} is not allowed; expected one of "
-                             f"{sorted(FAILED_SEEDS)}")
         also = _also(d.get("also", []), methods)
         for k, e in enumerate(also):
             _seed_rule(f"also[{k}]", e["kind"], e["margin"], e["statistic"], seeds)
@@ -146,7 +142,7 @@ class Study:
                    overrides=dict(d.get("overrides", {})), by_method=own, why=str(t.get("why", "")), earlier=earlier,
                    earlier_runs=earlier_runs, rounds_by_method=rounds_by,
                    why_rounds=str(f.get("why", "")), sets=sets, also=also,
-                   others=_others(d, "others", methods, primary), failed_seeds=failed_seeds,
+                   others=_others(d, "others", methods, primary), failed_seeds=_failed_seeds(f),
                    sweep=_sweep(d.get("sweep")), file=f"experiments/{d['name']}.toml",
                    out=out or STUDIES)
 
@@ -266,6 +262,15 @@ def _others(sec: dict[str, Any], where: str, methods: dict[str, str], primary: t
         raise StudyError(f"study key {where!r} = {list(others)!r} is not allowed; expected distinct methods of "
                          f"{sorted(methods)} outside primary {list(primary)}")
     return others
+
+
+def _failed_seeds(f: dict[str, Any]) -> str:
+    """``[final] failed-seeds``: one of :data:`FAILED_SEEDS` (default "last-model")."""
+    rule = f.get("failed-seeds", "last-model")
+    if rule not in FAILED_SEEDS:
+        raise StudyError(f"study key 'final.failed-seeds' = {rule!r} is not allowed; expected one of "
+                         f"{sorted(FAILED_SEEDS)}")
+    return rule
 
 
 def _rounds_by_method(f: dict[str, Any], methods: dict[str, str]) -> dict[str, int]:
@@ -577,6 +582,20 @@ def _fmt(x: float | None, nd: int = 2) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
+def _stopped_lines(study: Study, verdict: dict[str, Any]) -> list[str]:
+    """The page's lines on the seeds that stopped: the rule that counts them, each seed, the primary pair without."""
+    if not verdict.get("failed"):
+        return []
+    lines = ["", f"A seed that stopped (no client update accepted: diverged) is {FAILED_SEEDS[study.failed_seeds]}; "
+                 f"`final.failed-seeds` = \"{study.failed_seeds}\""
+                 f"{', marked *' if study.failed_seeds == 'last-model' else ''}:"]
+    lines += [f"- {m} seed {x}: {why}" for m, f in verdict["failed"].items() for x, why in sorted(f.items())]
+    if (w := verdict.get("without_failed")) and w.get("n"):
+        lines.append(f"- the primary pair without them: n = {w['n']}, mean {w['mean']:+.2f} "
+                     f"[{_fmt(w['low'])}, {_fmt(w['high'])}]: {w['label']}")
+    return lines
+
+
 def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, float]], verdict: dict[str, Any]) -> str:
     """The study's results page (markdown)."""
     lines = [f"# Study {study.name}", "", f"**Claim.** {study.claim}", "",
@@ -616,14 +635,7 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
         lines.append(f"| {m} | " + " | ".join(_fmt(v) + ("*" if x in verdict.get("failed", {}).get(m, {}) else "")
                                               for x, v in zip(study.seeds, vals))
                      + f" | {_fmt(sum(done) / len(done)) if done else '-'} |")
-    if verdict.get("failed"):
-        lines += ["", f"A seed that stopped (no client update accepted: diverged) is "
-                      f"{FAILED_SEEDS[study.failed_seeds]}; `final.failed-seeds` = \"{study.failed_seeds}\""
-                      f"{', marked *' if study.failed_seeds == 'last-model' else ''}:"]
-        lines += [f"- {m} seed {x}: {why}" for m, f in verdict["failed"].items() for x, why in sorted(f.items())]
-        if (w := verdict.get("without_failed")) and w.get("n"):
-            lines.append(f"- the primary pair without them: n = {w['n']}, mean {w['mean']:+.2f} "
-                         f"[{_fmt(w['low'])}, {_fmt(w['high'])}]: {w['label']}")
+    lines += _stopped_lines(study, verdict)
     a, b = study.primary
     lines += ["", "## Verdict", ""]
     if "n" in verdict:
