@@ -40,9 +40,8 @@ STATISTICS = {
     "mean-last-5": "the mean test accuracy of the last 5 rounds",
     "final": "the test accuracy after the last round",
 }
-FAILED_SEEDS = {
-    "last-model": "scored by the model it stopped with, held to the last round (what the server keeps when no update "
-                  "is accepted)",
+FAILED_SEEDS = {  # how a seed whose run stopped counts (``final.failed-seeds``; docs/verdicts.md says why)
+    "last-model": "scored by the model it stopped with, held to the last round",
     "leave-out": "left out of the pairs",
 }
 TOP_KEYS = {"name", "claim", "kind", "claimed-margin", "equivalence-margin", "primary", "statistic", "methods",
@@ -395,7 +394,7 @@ def _held_to_end(rows: list[dict[str, Any]], metrics: dict[str, Any]) -> list[di
     if not metrics.get("stopped") or not rows:
         return rows
     last = int(metrics.get("config", {}).get("num-server-rounds", rows[-1]["round"]))
-    return rows + [{**rows[-1], "round": r, "held": True} for r in range(int(rows[-1]["round"]) + 1, last + 1)]
+    return rows + [{**rows[-1], "round": r} for r in range(int(rows[-1]["round"]) + 1, last + 1)]
 
 
 def _normalise(folder: Path) -> None:
@@ -535,7 +534,7 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
         both = sorted(set(scores.get(x, {})) & set(scores.get(y, {})))
         ok = [s for s in both if scores[x][s] is not None and scores[y][s] is not None]
         if not ok:  # a method with no scored seed yet (not run, or every seed left out)
-            return [], [], [s for s in both if s not in ok]
+            return [], [], both
         d = stats.paired_differences([scores[y][s] for s in ok], [scores[x][s] for s in ok]) if lower_better else \
             stats.paired_differences([scores[x][s] for s in ok], [scores[y][s] for s in ok])
         return ok, d, [s for s in both if s not in ok]
@@ -632,7 +631,8 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
         row = scores.get(m, {})
         vals = [row.get(x) for x in study.seeds]
         done = [v for v in vals if v is not None]
-        lines.append(f"| {m} | " + " | ".join(_fmt(v) + ("*" if x in verdict.get("failed", {}).get(m, {}) else "")
+        stopped = verdict.get("failed", {}).get(m, {})  # a stopped seed that was scored is marked *
+        lines.append(f"| {m} | " + " | ".join(_fmt(v) + ("*" if v is not None and x in stopped else "")
                                               for x, v in zip(study.seeds, vals))
                      + f" | {_fmt(sum(done) / len(done)) if done else '-'} |")
     lines += _stopped_lines(study, verdict)
@@ -731,8 +731,8 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
     if gone and study.failed_seeds == "last-model":  # the same pairs without the stopped seeds, for the reader
         rest = decide(study, {m: {x: v for x, v in row.items() if x not in gone} for m, row in scores.items()})
         verdict["without_failed"] = {k: rest.get(k) for k in ("n", "mean", "low", "high", "label")}
-    if any(verdict["failed"].get(m) for m in study.primary):  # a diverged seed is a result, not a missing pair
-        verdict["label"] += (f"; seeds that stopped, {FAILED_SEEDS[study.failed_seeds].split(' (')[0]}: "
+    if gone:  # a diverged seed is a result, not a missing pair
+        verdict["label"] += (f"; seeds that stopped, {FAILED_SEEDS[study.failed_seeds]}: "
                              f"{ {m: sorted(verdict['failed'][m]) for m in study.primary if verdict['failed'].get(m)} }")
     study.folder.mkdir(parents=True, exist_ok=True)
     (study.folder / "verdict.json").write_text(json.dumps({"scores": scores, **verdict}, indent=2, default=str))

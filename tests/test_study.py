@@ -152,6 +152,8 @@ def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(
     assert list(v["failed"]) == ["fedprox"] and v["failed"]["fedprox"][1].startswith(f"stopped in round {last}: no ")
     page = (tmp_path / "studies" / "tiny.md").read_text()
     assert f"fedprox seed 1: stopped in round {last}" in page and f'`final.failed-seeds` = "{rule}"' in page
+    fedprox_row = [line for line in page.splitlines() if line.startswith("| fedprox |")][-1]  # the scored runs
+    assert fedprox_row.split(" | ")[2].endswith("*") == (rule == "last-model")  # seed 1's cell: marked only if scored
     if rule == "last-model":  # scored as the model it stopped with (the initial one), held to round 2
         assert v["n"] == 2 and v["seeds"] == [0, 1]
         held = 100 * run["rounds"][0]["accuracy"]
