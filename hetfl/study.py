@@ -21,12 +21,15 @@ repository. A run or trial that finished is never run again (same config and see
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import re
+import signal
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -581,6 +584,42 @@ def _fmt(x: float | None, nd: int = 2) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
+def _values(values: dict[str, Any]) -> str:
+    """Run-config values as a reader writes them: ``lr 0.1, local-epochs 20``."""
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items())
+
+
+def _trial_lines(study: Study, summaries: dict[str, Any]) -> list[str]:
+    """Every tuning trial of each method, in the order run: its values and its validation accuracy after its rounds,
+    or the round the pruner stopped it at (with its accuracy then, from the trial's metrics.json); the steps past an
+    edge (``hetfl.tune`` brackets) named; the chosen trial in bold."""
+    lines = []
+    for m, s in summaries.items():
+        if s.get("fixed") or not s.get("trials"):
+            continue
+        steps = {e["folder"]: e for e in s.get("extensions", []) if "folder" in e}
+        lines += ["", f"**{m}**'s trials (validation accuracy after the trial's rounds):", "",
+                  "| trial | values | validation accuracy |", "| --- | --- | --- |"]
+        for t in s["trials"]:
+            name = t.get("folder") or f"t{int(t['number']):03d}"
+            if t["state"] == "pruned":
+                path = study.folder / m / "tune" / "trials" / name / "metrics.json"
+                rows = json.loads(path.read_text())["rounds"] if path.exists() else []
+                last = rows[-1] if rows and rows[-1]["round"] else None
+                then = f" ({100 * float(last.get('val_accuracy', last['accuracy'])):.2f}% then)" if last else ""
+                acc = f"pruned at round {t['rounds']}{then}"
+            elif t.get("val_accuracy") is None:
+                acc = t["state"]  # a trial that failed (diverged): its state
+            else:
+                acc = f"{100 * float(t['val_accuracy']):.2f}%"
+            if name in steps:
+                name += f" (bracket step past {steps[name]['key']} {steps[name]['edge']:g})"
+            chosen = t["state"] == "complete" and t.get("values") == s["best"]["values"]
+            cells = [name, _values(t["values"]), acc]
+            lines.append("| " + " | ".join(f"**{c}**" if chosen else c for c in cells) + " |")
+    return lines
+
+
 def _stopped_lines(study: Study, verdict: dict[str, Any]) -> list[str]:
     """The page's lines on the seeds that stopped: the rule that counts them, each seed, the primary pair without."""
     if not verdict.get("failed"):
@@ -614,17 +653,20 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
              "| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
              "| --- | --- | --- | --- | --- |"]
     for m, preset in study.methods.items():
-        preset = preset + (f"` + `{study.sets[m]}" if m in study.sets else "")
+        preset = preset + ("` + `" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in study.sets[m].items())
+                           if m in study.sets else "")
         s = summaries.get(m)
         if s is None:
             lines.append(f"| {m} | `{preset}` | not tuned yet | - | - |")
             continue
         best = s["best"]
         if s.get("fixed"):
-            lines.append(f"| {m} | `{preset}` | {best['values']} (fixed: one value, not tuned here) | 0 | - |")
+            lines.append(f"| {m} | `{preset}` | {_values(best['values'])} (fixed: one value, not tuned here) | 0 | - |")
             continue
-        lines.append(f"| {m} | `{preset}` | {best['values']} ({100 * best['val_accuracy']:.2f}%) | {len(s['trials'])} "
-                     f"({s['budget'].get('extension_trials', 0)}) | {s.get('on_edge') or 'none'} |")
+        lines.append(f"| {m} | `{preset}` | {_values(best['values'])} ({100 * best['val_accuracy']:.2f}%) | "
+                     f"{len(s['trials'])} ({s['budget'].get('extension_trials', 0)}) | "
+                     f"{_values(s.get('on_edge') or {}) or 'none'} |")
+    lines += _trial_lines(study, summaries)
     lines += ["", "## Scored runs", "", "| method | " + " | ".join(f"seed {x}" for x in study.seeds) + " | mean |",
               "| --- |" + " --- |" * (len(study.seeds) + 1)]
     for m in study.methods:
@@ -702,11 +744,22 @@ def run_sweep(study: Study, train: bool = True, tune_only: bool = False,
     return out
 
 
+def _stopped_pairs(study: Study, scores: dict[str, dict[int, Any]],
+                   failed: dict[str, dict[int, str]]) -> list[tuple[str, int]]:
+    """(method, seed) of each primary method's stopped seed where both primary methods have an outcome for that
+    seed (scored, or stopped): only such a seed changes the primary pair; one whose partner has not run yet is named
+    on the page, not in the label."""
+    both = set.intersection(*({*scores.get(m, {}), *failed.get(m, {})} for m in study.primary))
+    return [(m, x) for m in study.primary for x in sorted(failed.get(m, {})) if x in both]
+
+
 def run(study: Study, train: bool = True, tune_only: bool = False, methods: list[str] | None = None) -> dict[str, Any]:
     """Tune (and with `train`, train what is missing), decide, and write verdict.json and the page; the verdict (a
     sweep: :func:`run_sweep`)."""
     if study.sweep is not None:
         return run_sweep(study, train, tune_only, methods)
+    if study.folder.is_dir():  # a run killed outright (kill -9, a lost machine) left its files as it ran: read them clean
+        _normalise(study.folder)
     summaries, scores, failed, scored = {}, {}, {}, {}
     for m in study.methods:
         if methods and m not in methods:
@@ -727,17 +780,34 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
     verdict["also"] = [also_verdict(study, a, scored) for a in study.also]
     verdict["failed"] = {m: f for m, f in failed.items() if f}
     verdict["failed_seeds"] = study.failed_seeds
-    gone = {x for m in study.primary for x in verdict["failed"].get(m, {})}
+    stopped = _stopped_pairs(study, scores, verdict["failed"])
+    gone = {x for _, x in stopped}
     if gone and study.failed_seeds == "last-model":  # the same pairs without the stopped seeds, for the reader
         rest = decide(study, {m: {x: v for x, v in row.items() if x not in gone} for m, row in scores.items()})
         verdict["without_failed"] = {k: rest.get(k) for k in ("n", "mean", "low", "high", "label")}
     if gone:  # a diverged seed is a result, not a missing pair
         verdict["label"] += (f"; seeds that stopped, {FAILED_SEEDS[study.failed_seeds]}: "
-                             f"{ {m: sorted(verdict['failed'][m]) for m in study.primary if verdict['failed'].get(m)} }")
+                             + ", ".join(f"{m} seed {x}" for m, x in stopped))
     study.folder.mkdir(parents=True, exist_ok=True)
     (study.folder / "verdict.json").write_text(json.dumps({"scores": scores, **verdict}, indent=2, default=str))
     (study.out / f"{study.name}.md").write_text(page(study, summaries, scores, verdict))
     return verdict
+
+
+@contextlib.contextmanager
+def _stop_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a shell's `kill`, a session that ends) stops a study as Ctrl-C does (:func:`hetfl.launch.setup_signals`):
+    the run in hand stops between steps, its ``finally`` writes its files with relative paths, the command exits 130;
+    the handlers before it are put back."""
+    from hetfl.launch import setup_signals
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    setup_signals()
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
@@ -765,10 +835,15 @@ def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
                 print(f"  {m}: {t['trials']} {t['sampler']} trials x {t['rounds']} rounds over {t['space']!r}, "
                       f"then {study.rounds_of(m)} rounds a seed")
             return 0
-        verdict = run(study, train=a.action == "run", tune_only=a.tune_only, methods=a.methods)
+        with _stop_as_interrupt():
+            verdict = run(study, train=a.action == "run", tune_only=a.tune_only, methods=a.methods)
     except (StudyError, ValueError) as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{study.name}: stopped; the run in hand keeps its checkpoint (where its preset checkpoints) and its "
+              f"files name paths relative to the repository: `{prog} {a.action} {a.file}` resumes", file=sys.stderr)
+        return 130
     print(f"{study.name}: {verdict['label']}; page {study.out / (study.name + '.md')}")
     return 0
 

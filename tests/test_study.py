@@ -61,6 +61,17 @@ def test_a_study_runs_resumes_and_writes_its_verdict(tmp_path, monkeypatch):
             assert not list((folder / m / "runs" / f"s{seed}").glob("checkpoint*"))  # finished: none kept
     page = (tmp_path / "studies" / "tiny.md").read_text()
     assert "fedprox - fedavg, paired by seed: n = 2" in page and v["label"] in page
+    # every trial listed with its validation accuracy; the chosen one in bold, its values as a reader writes them
+    for m in ("fedprox", "fedavg"):
+        summary = json.loads((folder / m / "tune" / "summary.json").read_text())
+        best = summary["best"]
+        assert f"| {m} | `" in page and f"lr {best['values']['lr']:g} ({100 * best['val_accuracy']:.2f}%)" in page
+        for t in summary["trials"]:
+            name = t.get("folder") or f"t{t['number']:03d}"
+            row = next(line for line in page.split(f"**{m}**'s trials")[1].splitlines() if name in line)
+            assert f"lr {t['values']['lr']:g}" in row and (f"{100 * t['val_accuracy']:.2f}%" in row
+                                                           if t["state"] == "complete" else "pruned at round" in row)
+            assert row.startswith("| **") == (t["values"] == best["values"])
     # a second call reruns nothing (same config and seed, same run)
     from hetfl import inprocess, tune
 
@@ -160,15 +171,24 @@ def test_a_seed_that_diverges_counts_as_its_study_declares_and_is_not_run_again(
         assert S.statistic(run, "final") == pytest.approx(held) and S.statistic(run, "mean-last:2") == pytest.approx(held)
         avg = json.loads((tmp_path / "studies" / "tiny" / "fedavg" / "runs" / "s1" / "metrics.json").read_text())
         assert v["diffs"][1] == pytest.approx(held - S.statistic(avg, "final"))
-        assert "seeds that stopped, scored by the model it stopped with" in v["label"]
+        assert v["label"].endswith("seeds that stopped, scored by the model it stopped with, held to the last round: "
+                                   "fedprox seed 1")
         assert v["without_failed"]["n"] == 1 and v["without_failed"]["mean"] == pytest.approx(v["diffs"][0])
         assert "the primary pair without them: n = 1" in page
     else:
         assert v["n"] == 1 and v["seeds"] == [0]
-        assert "seeds that stopped, left out of the pairs: {'fedprox': [1]}" in v["label"]
+        assert v["label"].endswith("seeds that stopped, left out of the pairs: fedprox seed 1")
     trained.clear()
     again = S.run(S.Study.from_file(f, out=tmp_path / "studies"))  # the stopped seed is its outcome: not rerun
     assert trained == [] and again["diffs"] == v["diffs"] and again["failed"] == v["failed"]
+    # the partner's seed 1 not run (yet): the stopped seed is named on the page, not in the label, and no pair is
+    # held out for it
+    import shutil
+
+    shutil.rmtree(tmp_path / "studies" / "tiny" / "fedavg" / "runs" / "s1")
+    alone = S.run(S.Study.from_file(f, out=tmp_path / "studies"), train=False)
+    assert alone["n"] == 1 and "seeds that stopped" not in alone["label"] and "without_failed" not in alone
+    assert f"fedprox seed 1: stopped in round {last}" in (tmp_path / "studies" / "tiny.md").read_text()
 
 
 def test_a_method_with_no_scored_seed_leaves_the_other_pairs_empty_instead_of_failing(tmp_path):
@@ -433,3 +453,34 @@ def test_check_prints_each_methods_own_budget(tmp_path, capsys):
     assert out == ["tiny: 2 methods, seeds [0, 1]",
                    "  fedprox: 3 grid trials x 4 rounds over 'lr=0.01,0.03,0.1', then 2 rounds a seed",
                    "  fedavg: 2 grid trials x 2 rounds over 'lr=0.03,0.1', then 2 rounds a seed"]
+
+
+def test_a_killed_runs_files_read_clean_and_sigterm_stops_a_study_as_ctrl_c(tmp_path, monkeypatch, capsys):
+    """A run killed outright (kill -9) leaves a metrics.json naming this machine's paths: the next `table` makes it
+    relative. SIGTERM during a study stops it as Ctrl-C does: exit 130, a line that says the same command resumes,
+    and the signal handlers as they were."""
+    import os
+    import signal
+    import time
+
+    from hetfl import tune
+
+    monkeypatch.setattr(S, "STUDIES", tmp_path / "studies")
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL)
+    killed = tmp_path / "studies" / "tiny" / "fedavg" / "runs" / "s0" / "metrics.json"
+    killed.parent.mkdir(parents=True)
+    killed.write_text(json.dumps({"config": {"fleet": f"{S.ROOT}/fleets/aiot-wifi.toml"}, "rounds": []}))
+    assert S.main(["table", str(f)]) == 0
+    assert json.loads(killed.read_text())["config"]["fleet"] == "fleets/aiot-wifi.toml"
+
+    def terminated(*a, **k):  # the study's process gets SIGTERM while a trial trains
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        raise AssertionError("SIGTERM did not stop the study")
+
+    monkeypatch.setattr(tune, "run_trial", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert S.main(["run", str(f)]) == 130
+    assert f"`hetfl study run {f}` resumes" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before

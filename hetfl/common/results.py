@@ -278,11 +278,13 @@ class RunRecorder:
         }
 
     def write(self) -> Path:
-        """Rewrite metrics.json and metrics.csv atomically."""
+        """Rewrite metrics.json and metrics.csv atomically; paths under the checkout are stored relative to it
+        (:func:`relative_paths`), so a run's file reads the same here, committed, or in another clone, even when the
+        run is killed before it ends."""
         out = {"config": self.cfg, "rounds": self.rounds, "summary": self.summary(), **self.extra}
         path = self.run_dir / "metrics.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(out, indent=2, default=_json_default))
+        tmp.write_text(json.dumps(relative_paths(json.loads(json.dumps(out, default=_json_default))), indent=2))
         os.replace(tmp, path)
         write_csv(self.run_dir / "metrics.csv", json.loads(json.dumps(self.rounds, default=_json_default)))
         return path

@@ -16,7 +16,7 @@ from typing import Any
 
 from hetfl.common.checkpoint import read_checkpoint, read_checkpoint_entry, write_checkpoint
 from hetfl.common.config import COMMON, ConfigError
-from hetfl.common.results import RunRecorder, load_metrics
+from hetfl.common.results import RunRecorder, load_metrics, stored_path
 from hetfl.common.task import log
 
 from . import Phase1
@@ -106,8 +106,8 @@ def _settings_of_run(run_dir: Path, seen: tuple[Path, ...], phase1: Phase1) -> d
         return {}
     m = load_metrics(metrics, COMMON)  # the phase-1 keys were never renamed
     source = m.get("phase1_reused_from")
-    if source and Path(source).resolve() not in seen:  # a copy: the settings are those of the run that trained it
-        src = Path(source)
+    if source and stored_path(source).resolve() not in seen:  # a copy: the settings are those of the run that trained it
+        src = stored_path(source)  # metrics.json names it relative to the checkout where it lies under it
         if not src.is_file():
             return {}
         settings = read_checkpoint_entry(src, "settings", {})
