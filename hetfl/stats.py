@@ -121,8 +121,9 @@ def _beyond(need: int | None, n: int) -> int | None:
     return None if need is None else max(need, n + 1)
 
 
-def label(iv: Interval, margin: float) -> str:
-    """The verdict by one rule, in this order (`margin` > 0: the paper's claimed margin, in the paper's direction):
+def label(iv: Interval, margin: float, unit: str = "point") -> str:
+    """The verdict by one rule, in this order (`margin` > 0: the paper's claimed margin, in the paper's direction, in
+    `unit`s: points of accuracy, or rounds for a convergence claim):
 
     (a) the interval lies wholly above 0: "held" if it reaches the margin (its upper end >= margin), else "held,
         smaller than claimed";
@@ -142,7 +143,7 @@ def label(iv: Interval, margin: float) -> str:
         return "not held (the claimed margin is excluded)"
     need = _beyond(seeds_needed(margin, iv.sd, iv.confidence), iv.n)
     return f"inconclusive at {iv.n} seeds ({f'{need} needed' if need else f'over {MAX_SEEDS} needed'} for a " \
-           f"{margin:g}-point margin at SD {iv.sd:.2f})"
+           f"{margin:g}-{unit} margin at SD {iv.sd:.2f})"
 
 
 def tost_power(n: int, margin: float, sd: float, alpha: float = 1 - CONFIDENCE) -> float:
@@ -191,7 +192,7 @@ def direction_label(iv: Interval) -> str:
     return f"inconclusive at {iv.n} seeds (no margin claimed)"
 
 
-def verdict(diffs: Sequence[float], kind: str, margin: float | None = None) -> dict:
+def verdict(diffs: Sequence[float], kind: str, margin: float | None = None, unit: str = "point") -> dict:
     """The verdict on paired differences in the paper's direction: n, mean, SD, the 95% interval, the paired t p
     (n >= 2) and the label: by :func:`label` against the claimed `margin` ("superiority"), by :func:`tost` within it
     ("parity"), or by :func:`direction_label` ("direction", or no margin)."""
@@ -214,7 +215,7 @@ def verdict(diffs: Sequence[float], kind: str, margin: float | None = None) -> d
                 out["label"] += f"; {need if need else f'over {MAX_SEEDS}'} seeds needed at SD {iv.sd:.2f}"
             out["label"] += ")"
     elif kind == "superiority":
-        out["label"] = label(iv, margin)
+        out["label"] = label(iv, margin, unit)
     else:
         raise StatsError(f"kind {kind!r} is not allowed; expected 'superiority', 'parity' or 'direction'")
     return out

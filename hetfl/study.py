@@ -549,14 +549,15 @@ def decide(study: Study, scores: dict[str, dict[int, float]]) -> dict[str, Any]:
     if len(seeds) < 1:
         out["label"] = "not run yet"
         return out
-    out.update(stats.verdict(diffs, study.kind, study.margin), diffs=diffs)
+    unit = "round" if lower_better else "point"  # the margin's unit, as the label names it
+    out.update(stats.verdict(diffs, study.kind, study.margin, unit), diffs=diffs)
     others = []
     for m in study.methods if study.others is None else study.others:
         if m in (a, b):
             continue
         ok, d, _ = pairs(a, m)
         if len(d) >= 2:
-            others.append({**stats.verdict(d, study.kind, study.margin), "pair": [a, m], "n": len(d), "seeds": ok,
+            others.append({**stats.verdict(d, study.kind, study.margin, unit), "pair": [a, m], "n": len(d), "seeds": ok,
                            "mean": sum(d) / len(d), "diffs": d,
                            "p": stats.claim_p(d, study.kind, study.margin)})  # parity: TOST's p, else paired t's
     for row, p_adj in zip(others, stats.holm([r["p"] for r in others])):

@@ -265,6 +265,9 @@ primary = ["fedprox", "fedavg"]
     assert v["label"] == "inconclusive at 2 seeds (no margin claimed)"  # [1.5 -+ 6.35] holds 0
     page = S.page(study, {}, {}, {"label": "x", "also": [v]})
     assert "**Also: FedProx reaches 50% sooner**" in page and "censored seeds [1]" in page
+    rounds = {**study.also[0], "kind": "superiority", "margin": 5.0}  # a margin in rounds is named in rounds
+    w = S.also_verdict(study, rounds, scored)
+    assert w["label"].startswith("inconclusive at 2 seeds (") and "for a 5-round margin at SD 0.71)" in w["label"]
     with pytest.raises(S.StudyError, match="'also\\[0\\].kind' = 'better'"):
         f.write_text(SMALL + '[[also]]\nclaim = "x"\nkind = "better"\nstatistic = "final"\nprimary = ["fedprox", "fedavg"]\n')
         S.Study.from_file(f)
