@@ -122,8 +122,8 @@ def _beyond(need: int | None, n: int) -> int | None:
 
 
 def label(iv: Interval, margin: float, unit: str = "point") -> str:
-    """The verdict by one rule, in this order (`margin` > 0: the paper's claimed margin, in the paper's direction, in
-    `unit`s: points of accuracy, or rounds for a convergence claim):
+    """The verdict by one rule, in this order (`margin` > 0: the paper's claimed margin, in the paper's direction; its
+    `unit` is "point" of accuracy, or "round" for a convergence claim):
 
     (a) the interval lies wholly above 0: "held" if it reaches the margin (its upper end >= margin), else "held,
         smaller than claimed";

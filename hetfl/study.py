@@ -590,6 +590,26 @@ def _values(values: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items())
 
 
+def _choice_lines(study: Study, summaries: dict[str, Any]) -> list[str]:
+    """The page's table of each method's preset (with its own ``set`` keys), chosen values and tuning budget."""
+    lines = ["| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
+             "| --- | --- | --- | --- | --- |"]
+    for m, preset in study.methods.items():
+        preset = preset + ("` + `" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in study.sets[m].items())
+                           if m in study.sets else "")
+        s = summaries.get(m)
+        if s is None:
+            lines.append(f"| {m} | `{preset}` | not tuned yet | - | - |")
+        elif s.get("fixed"):
+            lines.append(f"| {m} | `{preset}` | {_values(s['best']['values'])} (fixed: one value, not tuned here) | 0 "
+                         "| - |")
+        else:
+            lines.append(f"| {m} | `{preset}` | {_values(s['best']['values'])} ({100 * s['best']['val_accuracy']:.2f}%)"
+                         f" | {len(s['trials'])} ({s['budget'].get('extension_trials', 0)}) | "
+                         f"{_values(s.get('on_edge') or {}) or 'none'} |")
+    return lines
+
+
 def _trial_lines(study: Study, summaries: dict[str, Any]) -> list[str]:
     """Every tuning trial of each method, in the order run: its values and its validation accuracy after its rounds,
     or the round the pruner stopped it at (with its accuracy then, from the trial's metrics.json); the steps past an
@@ -651,23 +671,7 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
              *(["Tuned otherwise: " + "; ".join(f"{m}: " + ", ".join(_own(k, v) for k, v in own.items())
                                                 for m, own in study.by_method.items())
                 + f". Why: {study.why}", ""] if study.by_method else []),
-             "| method | preset | chosen (validation accuracy) | trials finished (bracket steps) | on the grid's edge |",
-             "| --- | --- | --- | --- | --- |"]
-    for m, preset in study.methods.items():
-        preset = preset + ("` + `" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in study.sets[m].items())
-                           if m in study.sets else "")
-        s = summaries.get(m)
-        if s is None:
-            lines.append(f"| {m} | `{preset}` | not tuned yet | - | - |")
-            continue
-        best = s["best"]
-        if s.get("fixed"):
-            lines.append(f"| {m} | `{preset}` | {_values(best['values'])} (fixed: one value, not tuned here) | 0 | - |")
-            continue
-        lines.append(f"| {m} | `{preset}` | {_values(best['values'])} ({100 * best['val_accuracy']:.2f}%) | "
-                     f"{len(s['trials'])} ({s['budget'].get('extension_trials', 0)}) | "
-                     f"{_values(s.get('on_edge') or {}) or 'none'} |")
-    lines += _trial_lines(study, summaries)
+             *_choice_lines(study, summaries), *_trial_lines(study, summaries)]
     lines += ["", "## Scored runs", "", "| method | " + " | ".join(f"seed {x}" for x in study.seeds) + " | mean |",
               "| --- |" + " --- |" * (len(study.seeds) + 1)]
     for m in study.methods:

@@ -279,7 +279,7 @@ class RunRecorder:
 
     def write(self) -> Path:
         """Rewrite metrics.json and metrics.csv atomically; paths under the checkout are stored relative to it
-        (:func:`relative_paths`), so a run's file reads the same here, committed, or in another clone, even when the
+        (``relative_paths``), so a run's file reads the same here, committed, or in another clone, even when the
         run is killed before it ends."""
         out = {"config": self.cfg, "rounds": self.rounds, "summary": self.summary(), **self.extra}
         path = self.run_dir / "metrics.json"
