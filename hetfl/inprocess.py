@@ -133,6 +133,16 @@ def finished_run(run_dir: Path, run_config: dict[str, Any]) -> dict[str, Any] | 
     return metrics if metrics["summary"].get("rounds_completed") == want["num-server-rounds"] else None
 
 
+def stored_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A config as a metrics.json stores it (paths under the checkout relative to it) with those paths made absolute
+    again (``dataset = "dir:..."``, ``server-data-path``, ``fleet``), so that it validates from any working
+    directory."""
+    from hetfl.common.results import REPO
+    from hetfl.launch import absolute_paths
+
+    return {**cfg, **absolute_paths(cfg, REPO)}
+
+
 def same_config(metrics: dict[str, Any], run_config: dict[str, Any], every_key: bool = False,
                 want: dict[str, Any] | None = None) -> bool:
     """Whether the run of `metrics` (a metrics.json) ran with every key `run_config` sets, as validated, apart from
@@ -145,7 +155,7 @@ def same_config(metrics: dict[str, Any], run_config: dict[str, Any], every_key: 
 
     skip = RUN_CONTROL | reuse_keys()
     want = validate(run_config) if want is None else want
-    have = validate(metrics.get("config", {})) if every_key else metrics.get("config", {})
+    have = validate(stored_config(metrics.get("config", {}))) if every_key else metrics.get("config", {})
     keys = set(want) | set(have) if every_key else set(run_config)
     # a path under this checkout reads the same as the relative path a committed file holds
     return all(relative_paths(want.get(k)) == relative_paths(have.get(k)) for k in keys if k not in skip)

@@ -406,7 +406,11 @@ def _normalise(folder: Path) -> None:
     from hetfl.common.results import relative_paths
 
     for path in list(folder.rglob("metrics.json")) + list(folder.rglob("summary.json")):
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError:  # cut short by a kill while written: the run's resume rewrites it
+            log.warning("%s does not parse (cut short while written?); left as it is", path)
+            continue
         rel = relative_paths(data)
         if rel != data:
             path.write_text(json.dumps(rel, indent=2))
@@ -462,6 +466,7 @@ def tuned_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, An
     at the tuning's seed): the same members, not trained a second time; its bytes and times are the training run's
     (docs/readings.md#fens-artifacts). Any other run comes back as it is."""
     from hetfl.common.oneshot.artifacts import ENSEMBLE, phase1_settings
+    from hetfl.inprocess import stored_config
     from hetfl.methods import phase1_of, validate
     from hetfl.tune import PHASE1_RUN
 
@@ -470,7 +475,7 @@ def tuned_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, An
     if phase1 is None or not phase1.reuse_key or cfg.get(phase1.reuse_key) or not (src / ENSEMBLE).is_file():
         return cfg
     trained = json.loads((src / "metrics.json").read_text())["config"]
-    if phase1_settings(validate(trained), phase1) != phase1_settings(validate(cfg), phase1):
+    if phase1_settings(validate(stored_config(trained)), phase1) != phase1_settings(validate(cfg), phase1):
         return cfg
     return {**cfg, phase1.reuse_key: str(src.resolve())}
 
@@ -812,7 +817,7 @@ def _stop_as_interrupt() -> Iterator[None]:
         yield
     finally:
         for sig, handler in before.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: a handler set from C
 
 
 def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
@@ -846,7 +851,7 @@ def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{study.name}: stopped; the run in hand keeps its checkpoint (where its preset checkpoints) and its "
+        print(f"{a.file}: stopped; the run in hand keeps its checkpoint (where its preset checkpoints) and its "
               f"files name paths relative to the repository: `{prog} {a.action} {a.file}` resumes", file=sys.stderr)
         return 130
     print(f"{study.name}: {verdict['label']}; page {study.out / (study.name + '.md')}")

@@ -30,10 +30,11 @@ TRAINABLE = tuple(a for a in AGGREGATORS if a not in STATIC)
 
 def sweep(run_dir: Path, aggregators: list[str], overrides: dict, nodes: int | None = None) -> list[dict]:
     """Run each aggregator on the ensemble saved in `run_dir`; return one row per aggregator (and static ones)."""
-    from hetfl.inprocess import run_in_process
+    from hetfl.inprocess import run_in_process, stored_config
 
     metrics = load_metrics(run_dir / "metrics.json", SCHEMA)
-    base = {k: v for k, v in metrics["config"].items() if k not in ("run-name", "results-dir", "resume", "stop-after-round")}
+    base = {k: v for k, v in stored_config(metrics["config"]).items()
+            if k not in ("run-name", "results-dir", "resume", "stop-after-round")}
     nodes = nodes or int(metrics["phases"]["clients_ready"])
     rows, static = [], None
     out = run_dir / "sweep"

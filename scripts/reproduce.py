@@ -86,7 +86,10 @@ def shared_phase1(wanted: dict, sources: list[Path]) -> Path | None:
 
 def _same(m: dict, wanted: dict | None) -> bool:
     """Whether a run's metrics.json was made with the wanted config values."""
-    return all(m["config"].get(k) == v for k, v in (wanted or {}).items() if k not in _NOT_COMPARED)
+    from hetfl.common.results import relative_paths  # a path under the checkout as a metrics.json stores it
+
+    return all(relative_paths(m["config"].get(k)) == relative_paths(v) for k, v in (wanted or {}).items()
+               if k not in _NOT_COMPARED)
 
 
 def partial(metrics: Path, wanted: dict) -> bool:

@@ -53,7 +53,7 @@ def cell_result(cell: dict[str, Any], kind: str, margin: float | None) -> dict[s
     if not diffs:
         out["label"] = "no pair yet"
         return out
-    out.update(stats.verdict(diffs, kind, out["margin"]))
+    out.update(stats.verdict(diffs, kind, out["margin"], "round" if lower_better else "point"))
     if len(diffs) >= 2:  # what Holm's correction takes: the p of the claim's own test (TOST's for parity)
         out["claim_p"] = stats.claim_p(diffs, kind, out["margin"])
     return out

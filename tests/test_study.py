@@ -487,3 +487,25 @@ def test_a_killed_runs_files_read_clean_and_sigterm_stops_a_study_as_ctrl_c(tmp_
     assert S.main(["run", str(f)]) == 130
     assert f"`hetfl study run {f}` resumes" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_stored_config_with_relative_paths_matches_from_any_working_directory(tmp_path, monkeypatch):
+    """A metrics.json names the fleet relative to the checkout (the results writer stores it so); reuse checks
+    validate it, which reads the fleet, so it must resolve against the checkout, not the current directory."""
+    from hetfl.common.results import relative_paths
+    from hetfl.inprocess import same_config, stored_config
+
+    fleet = S.ROOT / "fleets" / "aiot-wifi.toml"
+    cfg = {**S.Study.from_file(_tiny(tmp_path)).base("fedavg"), "fleet": str(fleet), "num-clients": 20, "seed": 0}
+    stored = {"config": relative_paths(cfg)}
+    assert stored["config"]["fleet"] == "fleets/aiot-wifi.toml"
+    monkeypatch.chdir(tmp_path)  # not the checkout: "fleets/aiot-wifi.toml" does not exist here
+    assert stored_config(stored["config"])["fleet"] == str(fleet)
+    assert same_config(stored, cfg, every_key=True)
+    assert not same_config(stored, {**cfg, "seed": 1}, every_key=True)
+
+
+def _tiny(tmp_path):
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL)
+    return f
