@@ -509,11 +509,8 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
         if m is None and stopped(seed) is None and train:
             try:
                 m = run_in_process(cfg, nodes, runs, f"s{seed}")
-            except NoClientSucceeded as err:
+            except NoClientSucceeded as err:  # its metrics.json names paths relative to the checkout (the writer's)
                 why = str(err)
-            finally:
-                if (runs / f"s{seed}").exists():
-                    _normalise(runs / f"s{seed}")
         if (s := stopped(seed)) is not None:  # also one that stopped in its last round (all its rows there)
             failed[seed] = f"stopped in round {s['stopped']['round']}: {s['stopped']['reason']}"
             discard_checkpoint(runs / f"s{seed}" / "checkpoint.json")  # its outcome: nothing to resume
