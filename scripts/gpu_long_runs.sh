@@ -8,7 +8,7 @@
 # there lacks: ignored checkpoints and an unfinished study's trials, at their repository paths: `bash
 # scripts/gpu_long_runs.sh --prepare` here). A later call continues what an earlier one stopped.
 # Writes to $OUT: runs.tar.xz.* (the runs' metrics, study files and latest checkpoints, split in 15 MiB parts;
-# here: cat runs.tar.xz.* | xz -dc | tar xf - -C /work/main) and the logs' tails on stdout.
+# here: cat runs.tar.xz.* | xz -dc | tar xf - -C <this checkout>) and the logs' tails on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-"shefl-table1:fedensemble shefl-table1:fedavg adaptivefl-table2:adaptivefl adaptivefl-table2:all-large

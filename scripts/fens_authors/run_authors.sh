@@ -18,7 +18,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PY="${PY:-/work/main/.venv/bin/python}"          # torch 2.14 CPU, torchvision, scikit-learn (their requirements)
+REPO="$(cd "$ROOT/../.." && pwd)"                # the hetfl checkout this script lives in
+PY="${PY:-$REPO/.venv/bin/python}"          # torch 2.14 CPU, torchvision, scikit-learn (their requirements)
 export PYTHONPATH="$ROOT/shim"                   # no-op `wandb` (they run it disabled)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS="ignore"
 NICE="nice -n 19"
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
 done
 
 EXPORT="$ROOT/export-dir$ALPHA"
-[ -f "$EXPORT/manifest.json" ] || { echo "missing $EXPORT; run: cd /work/main && FLWR_HOME=\$PWD/.flwr HF_HUB_OFFLINE=1 nice -n 19 .venv/bin/python -m hetfl.export configs/fens/fmnist-dir$ALPHA.toml --out $EXPORT" >&2; exit 1; }
+[ -f "$EXPORT/manifest.json" ] || { echo "missing $EXPORT; run: cd $REPO && FLWR_HOME=\$PWD/.flwr HF_HUB_OFFLINE=1 nice -n 19 .venv/bin/python -m hetfl.export configs/fens/fmnist-dir$ALPHA.toml --out $EXPORT" >&2; exit 1; }
 DATA="$EXPORT/npz"
 if [ ! -f "$DATA/server_test.npz" ]; then    # HF `datasets` is read outside their tree (their datasets/ shadows it)
   (cd /tmp && HF_HUB_OFFLINE=1 $NICE "$PY" "$ROOT/tools/export_to_npz.py" "$EXPORT" "$DATA")
