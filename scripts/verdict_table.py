@@ -82,11 +82,17 @@ def study_verdict(row: dict[str, Any]) -> dict[str, Any] | None:
     left_out = {int(x) for m in (a, b) for x in failed.get(m, {}) if x not in scores.get(m, {})}  # stopped, unscored
     if v.get("n", 0) + len(v.get("censored", [])) + len(left_out) < len(study.seeds):
         return None
-    out = {"name": f"{a} - {b} (declared study [{study.name}](docs/results/studies/{study.name}.md))",
-           "margin": study.margin, "censored": v.get("censored", []), **{k: v[k] for k in ("n", "mean", "low", "high",
-                                                                                          "label")}}
+    # an [[also]] claim carries its own kind, margin and statistic; the study's others share the primary claim's
+    kind, margin = v.get("kind", study.kind), v.get("margin", study.margin)
+    spec = v.get("statistic", study.statistic)
+    pair = f"{a} - {b}"
+    if spec.startswith("round-to:"):  # fewer rounds is the paper's side: the difference is b - a
+        pair = f"rounds to {float(spec.split(':')[1].split('@')[0]):.0%}: {b} - {a}"
+    out = {"name": f"{pair} (declared study [{study.name}](docs/results/studies/{study.name}.md))",
+           "margin": margin, "censored": v.get("censored", []), **{k: v[k] for k in ("n", "mean", "low", "high",
+                                                                                    "label")}}
     if len(v.get("diffs", [])) >= 2:  # what Holm's correction takes where the study's verdict is one cell of a row
-        out["claim_p"] = stats.claim_p(v["diffs"], study.kind, study.margin)
+        out["claim_p"] = stats.claim_p(v["diffs"], kind, margin)
     return out
 
 

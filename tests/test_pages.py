@@ -139,6 +139,15 @@ def test_a_verdict_row_takes_its_declared_studys_verdict_once_every_seed_ran(tmp
     r = vt.row_result(row)
     assert r["primary"]["label"] == "held, smaller than claimed" and "declared study [tiny]" in r["primary"]["name"]
     assert [c["name"] for c in r["others"]] == ["old"]
+    from hetfl import stats
+
+    # an [[also]] convergence claim: its own margin (rounds, not the study's points) and its difference b - a
+    also = {"claim": "fewer rounds", "kind": "superiority", "margin": 2.1, "statistic": "round-to:0.8",
+            "primary": [a, b], "n": 2, "mean": 1.5, "low": 0.5, "high": 2.5, "label": "held", "diffs": [1.0, 2.0]}
+    (tmp_path / "studies" / "tiny" / "verdict.json").write_text(_json.dumps({**done, "n": 2, "also": [also]}))
+    c = vt.study_verdict({**row, "study-also": 0})
+    assert c["margin"] == 2.1 and c["name"].startswith(f"rounds to 80%: {b} - {a} ")
+    assert c["claim_p"] == pytest.approx(stats.claim_p([1.0, 2.0], "superiority", 2.1))
 
 
 def test_a_cell_takes_its_own_declared_studys_verdict_and_holm_counts_it(tmp_path, monkeypatch):
