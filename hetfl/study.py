@@ -768,7 +768,9 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
     if study.folder.is_dir():  # a run killed outright (kill -9, a lost machine) left its files as it ran: read them clean
         _normalise(study.folder)
     summaries, scores, failed, scored = {}, {}, {}, {}
-    for m in study.methods:
+    # the methods this process trains first: the others are read from disk after them, so that runs another process
+    # finished meanwhile (a second `--methods` stream) are in the verdict
+    for m in sorted(study.methods, key=lambda m: bool(methods) and m not in methods):
         if methods and m not in methods:
             s = tuned(study, m, train=False)
         else:
@@ -783,6 +785,8 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
                            failed=failed[m])
         scored[m] = runs
         scores[m] = {seed: statistic(metrics, study.statistic) for seed, metrics in runs.items()}
+    summaries, scores, failed, scored = ({m: d[m] for m in study.methods if m in d} for d in (summaries, scores, failed,
+                                                                                             scored))
     verdict = decide(study, scores)
     verdict["also"] = [also_verdict(study, a, scored) for a in study.also]
     verdict["failed"] = {m: f for m, f in failed.items() if f}

@@ -509,3 +509,25 @@ def _tiny(tmp_path):
     f = tmp_path / "tiny.toml"
     f.write_text(SMALL)
     return f
+
+
+def test_a_methods_stream_reads_the_other_methods_runs_after_training_its_own(tmp_path, monkeypatch):
+    """Two `--methods` streams side by side: the one that trains fedavg must read fedprox's runs after its own
+    training, so that a fedprox seed the other stream finished meanwhile is in the verdict."""
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL)
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    trained = []
+
+    def scored_runs(study, m, values, train, failed):
+        if train:
+            trained.append(m)
+            return {0: 80.0, 1: 81.0}
+        return {0: 85.0, 1: 88.0} if trained else {0: 85.0}  # fedprox's seed 1 lands while fedavg trains
+
+    monkeypatch.setattr(S, "tuned", lambda study, m, train: {"best": {"values": {"lr": 0.1}}})
+    monkeypatch.setattr(S, "scored_runs", scored_runs)
+    monkeypatch.setattr(S, "statistic", lambda metrics, spec: metrics)
+    monkeypatch.setattr(S, "page", lambda *a: "")
+    v = S.run(study, methods=["fedavg"])
+    assert trained == ["fedavg"] and v["n"] == 2 and v["diffs"] == [5.0, 7.0]
