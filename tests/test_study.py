@@ -514,9 +514,7 @@ def _tiny(tmp_path):
 def test_a_methods_stream_reads_the_other_methods_runs_after_training_its_own(tmp_path, monkeypatch):
     """Two `--methods` streams side by side: the one that trains fedavg must read fedprox's runs after its own
     training, so that a fedprox seed the other stream finished meanwhile is in the verdict."""
-    f = tmp_path / "tiny.toml"
-    f.write_text(SMALL)
-    study = S.Study.from_file(f, out=tmp_path / "studies")
+    study = S.Study.from_file(_tiny(tmp_path), out=tmp_path / "studies")
     trained = []
 
     def scored_runs(study, m, values, train, failed):
