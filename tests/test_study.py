@@ -265,6 +265,7 @@ primary = ["fedprox", "fedavg"]
     assert v["label"] == "inconclusive at 2 seeds (no margin claimed)"  # [1.5 -+ 6.35] holds 0
     page = S.page(study, {}, {}, {"label": "x", "also": [v]})
     assert "**Also: FedProx reaches 50% sooner**" in page and "censored seeds [1]" in page
+    assert "n = 2, mean +1.50 [-4.85, +7.85]" in page  # both ends signed, as the README's rows print them
     rounds = {**study.also[0], "kind": "superiority", "margin": 5.0}  # a margin in rounds is named in rounds
     w = S.also_verdict(study, rounds, scored)
     assert w["label"].startswith("inconclusive at 2 seeds (") and "for a 5-round margin at SD 0.71)" in w["label"]
