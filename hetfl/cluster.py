@@ -461,7 +461,13 @@ def submit(cluster: Cluster, config_file: str | None, overrides: dict[str, Any],
     run_dir = Path(results_dir).resolve() / overrides["run-name"]
     if rc != 0 or not (run_dir / "metrics.json").exists():
         raise RuntimeError(stopped_line(run_dir, rc) or f"run failed (flwr exit {rc}); no {run_dir / 'metrics.json'}")
-    launch.check_outcome(json.loads((run_dir / "metrics.json").read_text()))
+    data = json.loads((run_dir / "metrics.json").read_text())
+    # The run's own records decide, not flwr's exit code: when the SuperLink restarts mid-run, `flwr run --stream`
+    # may end with 0 (the restarted SuperLink reports the run over) or not, depending on when its stream breaks.
+    if not data.get("stopped") and not launch.completed(data):
+        raise RuntimeError(stopped_line(run_dir, rc) or f"run failed after {data['summary']['rounds_completed']} "
+                                                        f"rounds (flwr exit {rc}) and left no checkpoint to resume from")
+    launch.check_outcome(data)
     return run_dir
 
 

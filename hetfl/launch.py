@@ -652,11 +652,16 @@ def _keep_superlink_log(link: SuperLink, run_dir: Path) -> Path:
 def check_outcome(data: dict[str, Any]) -> None:
     """RuntimeError if a run's metrics.json records a failed outcome: it stopped before its last round, or it ran every
     round without ever accepting a client update (``stopped``, written by the round loop)."""
-    summary, config = data["summary"], data["config"]
-    wanted = min(config["num-server-rounds"], config.get("stop-after-round") or config["num-server-rounds"])
-    if summary["rounds_completed"] < wanted or data.get("stopped"):
+    if not completed(data) or data.get("stopped"):
         why = f": {data['stopped']['reason']}" if data.get("stopped") else "; see the log above"
-        raise RuntimeError(f"run failed after {summary['rounds_completed']} rounds{why}")
+        raise RuntimeError(f"run failed after {data['summary']['rounds_completed']} rounds{why}")
+
+
+def completed(data: dict[str, Any]) -> bool:
+    """Whether a run's metrics.json records every round it was asked for (up to `stop-after-round` where set)."""
+    config = data["config"]
+    wanted = min(config["num-server-rounds"], config.get("stop-after-round") or config["num-server-rounds"])
+    return data["summary"]["rounds_completed"] >= wanted
 
 
 RUN_CONFIG_HELP = ('run-config overrides as Flower\'s flwr run --run-config takes them: "key=value ..." with TOML '

@@ -252,6 +252,32 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("rc", [0, 1])
+def test_a_run_cut_short_is_a_stop_to_resume_whatever_flwr_exits_with(tmp_path, monkeypatch, rc):
+    """`flwr run --stream` may exit 0 when the SuperLink restarts mid-run (the restarted SuperLink reports the run
+    over) or non-zero (the stream broke): either way the run's own records decide, and the line says how to resume."""
+    from types import SimpleNamespace
+
+    from hetfl.common.checkpoint import write_checkpoint
+
+    def cut_short(link, app_dir, config_file, overrides, num_supernodes, timeout=None):
+        run = tmp_path / overrides["run-name"]
+        run.mkdir()
+        rows = [{"round": r, "accuracy": 0.1 * r} for r in range(3)]
+        (run / "metrics.json").write_text(json.dumps({"config": {"num-server-rounds": 3}, "rounds": rows,
+                                                      "summary": {"rounds_completed": 2}}))
+        write_checkpoint(run / "checkpoint.json", {"round": 2}, label="r00002")
+        return rc
+
+    monkeypatch.setattr(launch, "preflight", lambda cfg, n=None: cfg)
+    monkeypatch.setattr(launch, "flwr_run", cut_short)
+    fake = SimpleNamespace(nodes={0: None, 1: None}, link=None)
+    with pytest.raises(RuntimeError) as err:
+        cluster.submit(fake, None, {"run-name": "r", "num-server-rounds": 3}, results_dir=tmp_path)
+    assert str(err.value).startswith(f"run 'r' stopped after round 2 of 3 (flwr exit {rc}"), err.value
+    assert 'resume = true and run-name = "r" to continue from round 3' in str(err.value), err.value
+
+
 def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_repeats_it(tmp_path, task_identity):
     """The server reboots after round 2 (the SuperLink, secured with TLS and SuperNode authentication, restarted with
     its state file, certificates and address; the ServerApp goes with it): the submission stops with one line
