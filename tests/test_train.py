@@ -453,3 +453,31 @@ def test_received_model_reuses_one_structure_and_holds_exactly_the_arrays():
     for k, v in b.items():
         np.testing.assert_array_equal(got[k], v.numpy())
     assert any(not np.array_equal(got[k], a[k].numpy()) for k in got)
+
+
+def _flushed() -> bool:
+    """Whether this thread flushes subnormals now: 1e-39 (subnormal in float32) times 1 reads as 0 then."""
+    return (torch.tensor([1e-39]) * 1.0).item() == 0.0
+
+
+def test_no_denormals_flushes_in_its_block_nests_and_the_training_and_evaluation_loops_run_in_one():
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormals (torch.set_flush_denormal)")
+    assert not _flushed()
+    with T.no_denormals():
+        assert _flushed()
+        with T.no_denormals():
+            assert _flushed()
+        assert _flushed()  # an inner block's end leaves the outer one flushing
+    assert not _flushed()  # and the outermost end turns it off again
+    seen = []
+
+    def loss_fn(model, x, y):
+        seen.append(_flushed())
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    model, data, norm = CNN(10, 1, 28), tiny_data(8), Normalizer("fashion_mnist")
+    train(model, data, norm, steps=2, batch_size=4, loss_fn=loss_fn, epoch_end=lambda e: seen.append(_flushed()))
+    assert len(seen) >= 3 and all(seen) and not _flushed()  # 2 steps, the epoch end (and a FLOPs count)
+    T.member_logits([model], data, norm)
+    assert not _flushed()

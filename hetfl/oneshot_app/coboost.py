@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetfl.common.train import Normalizer
+from hetfl.common.train import Normalizer, no_denormals
 
 from .core import (Generator, adversarial_loss, hard_sample_loss, kd_kl, ods_perturb, reweight_step,
                    weighted_logits)
@@ -26,6 +26,7 @@ from .keys import CoBoostParams
 NZ, NGF, CLIP, MOMENTUM, WEIGHT_DECAY = 256, 64, 10.0, 0.9, 1e-4
 
 
+@no_denormals()
 def co_boost(members: Sequence[nn.Module], student: nn.Module, p: CoBoostParams, input_shape: tuple[int, int, int],
              num_classes: int, normalize: Normalizer, seed: int, device: str | torch.device = "cpu",
              epoch_end: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
