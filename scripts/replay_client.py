@@ -20,7 +20,6 @@ import time
 import torch
 from safetensors.torch import load_file, save_file
 
-from hetfl.common import train as T
 from hetfl.common.results import load_metrics
 from hetfl.common.task import local_train, make_model
 from hetfl.common.rundata import model_inputs
@@ -31,7 +30,7 @@ from hetfl.methods import SCHEMA, validate
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("metrics", help="the run's metrics.json (its config)")
+    ap.add_argument("config", help="the run's metrics.json, or any JSON file with its 'config'")
     ap.add_argument("model", help="safetensors of the global model sent in --round")
     ap.add_argument("--round", type=int, required=True)
     ap.add_argument("--client", type=int, required=True)
@@ -39,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", help="write the trained model here")
     ap.add_argument("--compare", help="exit 1 unless the trained model equals this one in every bit")
     args = ap.parse_args(argv)
-    cfg = validate(load_metrics(args.metrics, SCHEMA)["config"])
+    cfg = validate(load_metrics(args.config, SCHEMA)["config"])
     if args.flush == "off":
-        T.torch.set_flush_denormal = lambda on: False  # no_denormals then changes nothing
         torch.set_flush_denormal(False)
+        torch.set_flush_denormal = lambda on: False  # hetfl.common.train.no_denormals then changes nothing
     tensors = load_file(args.model)
     state = {k.removeprefix("arrays/"): v for k, v in tensors.items() if k.startswith("arrays/")} or tensors
     model = make_model(cfg)

@@ -251,7 +251,6 @@ def test_own_image_folders_on_devices_are_labelled_by_class_name(tmp_path):
     assert len(reasons) == 2 and any(refused in r for r in reasons) and any(unreadable in r for r in reasons), reasons
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("rc", [0, 1])
 def test_a_run_cut_short_is_a_stop_to_resume_whatever_flwr_exits_with(tmp_path, monkeypatch, rc):
     """`flwr run --stream` may exit 0 when the SuperLink restarts mid-run (the restarted SuperLink reports the run
@@ -278,6 +277,7 @@ def test_a_run_cut_short_is_a_stop_to_resume_whatever_flwr_exits_with(tmp_path, 
     assert 'resume = true and run-name = "r" to continue from round 3' in str(err.value), err.value
 
 
+@pytest.mark.slow
 def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_repeats_it(tmp_path, task_identity):
     """The server reboots after round 2 (the SuperLink, secured with TLS and SuperNode authentication, restarted with
     its state file, certificates and address; the ServerApp goes with it): the submission stops with one line

@@ -42,7 +42,7 @@ def no_denormals() -> Iterator[None]:
 
     Local training on one or two classes (Dir(0.01) partitions) drives the absent classes' softmax outputs below
     float32's smallest normal number, and arithmetic on such subnormals takes microcode assists: a FedAdam client's
-    2 local epochs took 183 s instead of 7 s (docs/training.md#denormals). Values below 1.2e-38 become 0.
+    round ran 18x slower (docs/training.md#denormals). Values below 1.2e-38 become 0.
     """
     depth = getattr(_denormals, "depth", 0)
     if depth == 0:
