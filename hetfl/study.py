@@ -587,7 +587,7 @@ def _fmt(x: float | None, nd: int = 2, sign: str = "") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:{sign}.{nd}f}"
 
 
-def _interval(low: float | None, high: float | None) -> str:
+def interval(low: float | None, high: float | None) -> str:
     """A 95% interval of a paired difference, signed as the README's rows print it: ``[-0.48, +0.79]``."""
     return f"[{_fmt(low, sign='+')}, {_fmt(high, sign='+')}]"
 
@@ -658,7 +658,7 @@ def _stopped_lines(study: Study, verdict: dict[str, Any]) -> list[str]:
     lines += [f"- {m} seed {x}: {why}" for m, f in verdict["failed"].items() for x, why in sorted(f.items())]
     if (w := verdict.get("without_failed")) and w.get("n"):
         lines.append(f"- the primary pair without them: n = {w['n']}, mean {w['mean']:+.2f} "
-                     f"{_interval(w['low'], w['high'])}: {w['label']}")
+                     f"{interval(w['low'], w['high'])}: {w['label']}")
     return lines
 
 
@@ -694,7 +694,7 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
     lines += ["", "## Verdict", ""]
     if "n" in verdict:
         lines.append(f"{a} - {b}, paired by seed: n = {verdict['n']}, mean {verdict['mean']:+.2f} points, 95% t interval "
-                     f"{_interval(verdict['low'], verdict['high'])} (paired SD {_fmt(verdict['sd'])}); claimed "
+                     f"{interval(verdict['low'], verdict['high'])} (paired SD {_fmt(verdict['sd'])}); claimed "
                      f"{'margin' if study.kind == 'superiority' else 'parity within'} {study.margin:g}: "
                      f"**{verdict['label']}**.")
     else:
@@ -705,7 +705,7 @@ def page(study: Study, summaries: dict[str, Any], scores: dict[str, dict[int, fl
                      f"{_fmt(o['p'], 3)}, Holm-corrected {_fmt(o['p_holm'], 3)}")
     for x in verdict.get("also", []):
         a2, b2 = x["primary"]
-        got = (f"n = {x['n']}, mean {x['mean']:+.2f} {_interval(x['low'], x['high'])}" if "n" in x else "no pair")
+        got = (f"n = {x['n']}, mean {x['mean']:+.2f} {interval(x['low'], x['high'])}" if "n" in x else "no pair")
         lines += ["", f"**Also: {x['claim']}** ({describe(x['statistic'])}; {a2} - {b2} in the paper's direction): "
                       f"{got}{'; censored seeds ' + str(x['censored']) if x.get('censored') else ''}: **{x['label']}**."]
     return "\n".join(lines) + "\n"
@@ -745,13 +745,13 @@ def run_sweep(study: Study, train: bool = True, tune_only: bool = False,
     for v in values:
         c = verdicts[v]
         held = "-" if v == first else _fmt(out["cells"][str(v)]["p_holm"], 3)
-        lines.append(f"| {v} | {c.get('n', 0)} | {_fmt(c.get('mean'), sign='+')} {_interval(c.get('low'), c.get('high'))} | "
+        lines.append(f"| {v} | {c.get('n', 0)} | {_fmt(c.get('mean'), sign='+')} {interval(c.get('low'), c.get('high'))} | "
                      f"{c['label']} | {held} |")
     if "trend" in out:
         t = out["trend"]
         lines += ["", f"Trend from {key} = {t['from']} to {t['to']} (per seed, the paired difference at the last value "
                       f"minus that at the first): n = {t['n']}, mean {t['mean']:+.2f} "
-                      f"{_interval(t['low'], t['high'])}: **{t['label']}**."]
+                      f"{interval(t['low'], t['high'])}: **{t['label']}**."]
     (study.out / f"{study.name}.md").write_text("\n".join(lines) + "\n")
     return out
 

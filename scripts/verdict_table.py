@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hetfl import stats  # noqa: E402
-from hetfl.study import statistic  # noqa: E402
+from hetfl.study import interval, statistic  # noqa: E402
 
 LEDGER = ROOT / "docs/results/verdicts.toml"
 README = ROOT / "README.md"
@@ -137,7 +137,7 @@ def _iv(c: dict[str, Any]) -> str:
         return "no pair yet"
     if c["n"] < 2:
         return f"{c['mean']:+.2f}, n = 1"
-    return f"{c['mean']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}], n = {c['n']}"
+    return f"{c['mean']:+.2f} {interval(c['low'], c['high'])}, n = {c['n']}"
 
 
 def verdict_cell(r: dict[str, Any]) -> str:
