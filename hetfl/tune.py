@@ -524,11 +524,10 @@ def _resumable(run_dir: Path) -> bool:
 
 def _replay_checkpointed(run_dir: Path, report) -> None:
     """Report the rounds a stopped trial's checkpoint holds (its resumed run reports only the rounds after them)."""
-    from hetfl.common.checkpoint import read_checkpoint_entry
+    from hetfl.common.rounds import checkpoint_rows
 
-    done = int(read_checkpoint_entry(run_dir / "checkpoint.json", "round", 0))
-    for row in json.loads((run_dir / "metrics.json").read_text())["rounds"]:
-        if 1 <= row["round"] <= done and row.get(OBJECTIVE) is not None:
+    for row in checkpoint_rows(run_dir / "checkpoint.json"):  # metrics.json may lag them (RunRecorder.sync)
+        if row["round"] >= 1 and row.get(OBJECTIVE) is not None:
             report(row["round"], float(row[OBJECTIVE]))
 
 

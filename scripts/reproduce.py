@@ -127,11 +127,12 @@ def extendable(src: Path, wanted: dict) -> str | None:
 
 
 def start_from(src: Path, dest: Path) -> None:
-    """Copy a run's metrics.json and checkpoint (JSON + the tensor file it names) to ``dest`` for a resume."""
+    """Copy a run's metrics.json and checkpoint (JSON, the tensor file it names, its row log) to ``dest`` for a resume."""
+    from hetfl.common.checkpoint import checkpoint_files
+
     dest.mkdir(parents=True, exist_ok=True)
-    ck = json.loads((src / "checkpoint.json").read_text())
-    for name in ("metrics.json", ck["tensors"]["file"], "checkpoint.json"):  # the JSON last: the commit point
-        (dest / name).write_bytes((src / name).read_bytes())
+    for f in [src / "metrics.json", *checkpoint_files(src / "checkpoint.json")]:  # the JSON last: the commit point
+        (dest / f.name).write_bytes(f.read_bytes())
 
 
 def finished(metrics: Path, wanted: dict | None = None) -> bool:

@@ -305,8 +305,9 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert a["round"] == b["round"] == 4
     for k in ("arrays", "strategy", "python_random", "numpy_random"):
         same(a[k], b[k])
+    same([{k: r[k] for k in key} for r in a["recorder"]["rounds"]], [{k: r[k] for k in key} for r in b["recorder"]["rounds"]])
     assert sorted(p.suffix for p in (tmp_path / "part").iterdir() if p.name.startswith("checkpoint")) == [
-        ".json", ".safetensors", ".safetensors"]  # the current pair + the previous tensor file, nothing else
+        ".json", ".jsonl", ".safetensors", ".safetensors"]  # the current pair + the previous tensor file + the row log
 
 
 def test_old_pickle_checkpoint_is_never_loaded(tmp_path, caplog):
@@ -515,3 +516,139 @@ def test_recorder_state_round_trips(tmp_path):
     same(a.extra["pool"], b.extra["pool"])
     assert b.extra["machines"] == [*a.extra["machines"], {**a.extra["machines"][0], "from_round": 2}]  # resumed at 2
     assert b.summary()["total_bytes_down"] == 2**40 and b.summary()["final_accuracy"] == np.float32(0.25)
+
+
+# --- the row log: a save costs the rows it adds, not the history ------------------------------------
+
+
+def _rows_recorder(tmp_path, name="rl"):
+    return RunRecorder({"run-name": name, "results-dir": str(tmp_path), "tracking": "none"}, threshold=0.5)
+
+
+def _row(rec, rnd):
+    rec.record(rnd, np.float32(0.1 * rnd), float("nan") if rnd == 2 else 1.0 / (rnd + 1), bytes_down=2**60 + rnd,
+               clients=[rnd, rnd + 1], by_client={str(rnd): 0.5, "$odd": -0.0})
+
+
+def test_each_save_encodes_and_appends_only_the_rows_recorded_since(tmp_path, monkeypatch):
+    rec = _rows_recorder(tmp_path)
+    path = rec.run_dir / CHECKPOINT
+    strategy = _RngStrategy(seed=0)
+    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    calls = []
+    real = ckpt.split_state
+    monkeypatch.setattr(ckpt, "split_state", lambda s: (calls.append(1), real(s))[1])
+    log, sizes, json_sizes = None, [], []
+    for rnd in range(6):
+        _row(rec, rnd)
+        calls.clear()
+        log = save_checkpoint(path, rnd, arrays, strategy, rec, log)
+        assert len(calls) == 2, rnd  # the state's one split, and the one new row's: never the rows before it
+        sizes.append(path.with_name("checkpoint-rows.jsonl").stat().st_size)
+        json_sizes.append(path.stat().st_size)
+    lines = path.with_name("checkpoint-rows.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == 6 and sizes == list(np.cumsum([len(x) for x in lines]))
+    assert max(json_sizes) - min(json_sizes) < 200  # the JSON does not grow with the history
+    mark = json.loads(path.read_text())["state"]["recorder"]["rows"]
+    assert mark == {"file": "checkpoint-rows.jsonl", "rows": 6, "bytes": sizes[-1], "sha256": mark["sha256"]}
+    back = load_checkpoint(path)["recorder"]
+    same(back["rounds"], rec.rounds)  # nan, -0.0, float32, 2**60, a '$' key: exact
+    from hetfl.common.rounds import checkpoint_rows
+    same(checkpoint_rows(path), rec.rounds)
+
+
+def test_rows_past_the_mark_are_ignored_and_the_resumed_run_writes_over_them(tmp_path):
+    rec = _rows_recorder(tmp_path)
+    path = rec.run_dir / CHECKPOINT
+    strategy = _RngStrategy(seed=0)
+    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    log = None
+    for rnd in range(3):
+        _row(rec, rnd)
+        log = save_checkpoint(path, rnd, arrays, strategy, rec, log)
+    good = path.with_name("checkpoint-rows.jsonl").read_bytes()
+    with open(path.with_name("checkpoint-rows.jsonl"), "ab") as f:  # a save that crashed before its JSON
+        f.write(b'{"round":3,"accuracy":0.99}\n{"round":4,"acc')
+    assert [r["round"] for r in load_checkpoint(path)["recorder"]["rounds"]] == [0, 1, 2]
+    resumed = _rows_recorder(tmp_path)
+    ck, log = __import__("hetfl.common.rounds", fromlist=["_load"])._load(path)
+    resumed.load_state_dict(ck["recorder"])
+    _row(resumed, 3)
+    save_checkpoint(path, 3, arrays, strategy, resumed, log)
+    data = path.with_name("checkpoint-rows.jsonl").read_bytes()
+    assert data.startswith(good) and data.count(b"\n") == 4 and b"0.99" not in data
+    assert [r["round"] for r in load_checkpoint(path)["recorder"]["rounds"]] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("damage", ["flip", "short", "path", "rows"])
+def test_a_row_log_that_does_not_match_its_mark_is_an_error(tmp_path, damage):
+    rec = _rows_recorder(tmp_path)
+    path = rec.run_dir / CHECKPOINT
+    strategy = _RngStrategy(seed=0)
+    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    log = None
+    for rnd in range(3):
+        _row(rec, rnd)
+        log = save_checkpoint(path, rnd, arrays, strategy, rec, log)
+    rows = path.with_name("checkpoint-rows.jsonl")
+    if damage == "flip":
+        data = bytearray(rows.read_bytes())
+        data[5] ^= 1
+        rows.write_bytes(bytes(data))
+    elif damage == "short":
+        rows.write_bytes(rows.read_bytes()[:-3])
+    else:
+        doc = json.loads(path.read_text())
+        mark = doc["state"]["recorder"]["rows"]
+        if damage == "path":
+            mark["file"] = "../rl-rows.jsonl"
+        else:
+            mark["rows"] = 2
+        path.write_text(json.dumps(doc))
+    with pytest.raises(CheckpointError):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_with_its_rows_inline_still_loads(tmp_path):
+    """Checkpoints written before the row log (committed mid-way studies) hold the rows in the JSON."""
+    rec = _rows_recorder(tmp_path)
+    for rnd in range(3):
+        _row(rec, rnd)
+    path = rec.run_dir / CHECKPOINT
+    state = {"round": 2, "arrays": {"w": np.ones(2, np.float32)}, "strategy": None, "python_random": random.getstate(),
+             "numpy_random": np.random.get_state(), "recorder": rec.state_dict()}
+    write_checkpoint(path, state)
+    from hetfl.common.rounds import checkpoint_rows
+    same(load_checkpoint(path)["recorder"]["rounds"], rec.rounds)
+    same(checkpoint_rows(path), rec.rounds)
+
+
+def test_discard_checkpoint_removes_the_row_log(tmp_path):
+    rec = _rows_recorder(tmp_path)
+    path = rec.run_dir / CHECKPOINT
+    strategy = _RngStrategy(seed=0)
+    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    _row(rec, 0)
+    save_checkpoint(path, 0, arrays, strategy, rec)
+    ckpt.discard_checkpoint(path)
+    assert sorted(p.name for p in rec.run_dir.iterdir() if p.name.startswith("checkpoint")) == []
+
+
+def test_a_run_stopped_mid_way_flushes_the_rows_its_metrics_json_put_off(tmp_path, monkeypatch):
+    monkeypatch.setattr(RunRecorder, "JSON_SHARE", 1e-12)  # every rewrite after the first is put off
+    cfg = {"run-name": "cut", "results-dir": str(tmp_path), "resume": False, "num-server-rounds": 6,
+           "stop-after-round": 0, "checkpoint": True, "round-timeout": 1.0, "tracking": "none"}
+    recorder = RunRecorder(cfg, threshold=0.5)
+    strategy = _RngStrategy(seed=0)
+    strategy.current = initial = ArrayRecord({"w": Array(np.zeros(4, np.float32))})
+
+    def evaluate(rnd, arrays):
+        if rnd == 3:
+            raise KeyboardInterrupt  # Ctrl-C / SIGTERM in round 3
+        return {"accuracy": 0.1 * rnd, "loss": 1.0}
+
+    with pytest.raises(KeyboardInterrupt):
+        run_rounds(_FakeGrid(), strategy, initial, cfg, recorder, evaluate)
+    rows = json.loads((recorder.run_dir / "metrics.json").read_text())["rounds"]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert [r["round"] for r in load_checkpoint(recorder.run_dir / CHECKPOINT)["recorder"]["rounds"]] == [0, 1, 2]

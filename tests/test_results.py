@@ -379,3 +379,78 @@ def test_no_committed_result_names_a_path_on_the_machine_that_made_it():
     pattern = re.compile(r'"(?:/work|/tmp|/root|/home|%s)/[^"]*"' % re.escape(str(root)))
     bad = [(f, m.group(0)) for f in files for m in [pattern.search((root / f).read_text())] if m]
     assert not bad, bad[:5]
+
+
+# --- per-round writes whose cost does not grow with the run -------------------------------------------
+
+
+def test_csv_log_appends_and_is_byte_for_byte_the_whole_rewrite(tmp_path, monkeypatch):
+    from hetfl.common import tracking
+    from hetfl.common.tracking import CsvLog, write_csv
+
+    whole = []
+    real = tracking.write_csv
+    monkeypatch.setattr(tracking, "write_csv", lambda p, rows: (whole.append(len(rows)), real(p, rows))[1])
+    log = CsvLog(tmp_path / "metrics.csv")
+    rows = []
+    for i in range(7):
+        row = {"round": i, "accuracy": 0.1 * i, "clients": [i, i + 1], "by": {"b": i, "a": None}}
+        if i >= 4:
+            row["acc_m0"] = i / 3  # a column that appears later: the one rewrite after the first
+        if i == 5:
+            del row["clients"]  # a column a row lacks: an empty cell, appended
+        rows.append(row)
+        log.update(rows)
+        real(tmp_path / "whole.csv", rows)
+        assert (tmp_path / "metrics.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes(), i
+    assert whole == [1, 5]
+    log.reset()  # the rows were replaced (a resume): rewritten whole
+    rows = rows[:3]
+    log.update(rows)
+    write_csv(tmp_path / "whole.csv", rows)
+    assert (tmp_path / "metrics.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes() and whole[-1] == 3
+
+
+class _Clock:
+    """perf_counter for a recorder whose metrics.json rewrite takes `cost` seconds of this clock."""
+
+    def __init__(self) -> None:
+        self.now, self.cost, self.writes = 1000.0, 0.0, 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def relative_paths(self, obj):
+        self.now += self.cost
+        self.writes += 1
+        return obj
+
+
+@pytest.mark.parametrize("cost,round_s,expect_every_round", [(0.001, 1.0, True), (0.5, 0.13, False)])
+def test_metrics_json_rewrites_take_at_most_their_share_and_a_flush_catches_up(tmp_path, monkeypatch, cost, round_s,
+                                                                              expect_every_round):
+    import types
+
+    from hetfl.common import results
+
+    clock = _Clock()
+    monkeypatch.setattr(results, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(results, "relative_paths", clock.relative_paths)
+    rec = RunRecorder({"run-name": "share", "results-dir": str(tmp_path), "tracking": "none"}, threshold=0.5)
+    clock.cost = cost
+    start = clock.now
+    for rnd in range(400):
+        clock.now += round_s
+        rec.record(rnd, 0.5, 1.0)
+        assert sum(1 for _ in open(rec.run_dir / "metrics.csv")) == rnd + 2  # the header and every row, always
+    spent, total = clock.writes * cost, clock.now - start
+    if expect_every_round:
+        assert clock.writes == 400
+    else:
+        assert 0.03 * total < spent <= RunRecorder.JSON_SHARE * total + cost  # near the share, never past it
+        assert len(json.loads((rec.run_dir / "metrics.json").read_text())["rounds"]) < 400
+    rec.flush()
+    assert [r["round"] for r in json.loads((rec.run_dir / "metrics.json").read_text())["rounds"]] == list(range(400))
+    writes = clock.writes
+    rec.flush()
+    assert clock.writes == writes  # nothing new: no rewrite

@@ -283,11 +283,102 @@ def _tensor_file_of(path: Path) -> str | None:
 
 
 def discard_checkpoint(path: Path | str) -> None:
-    """Remove the checkpoint at `path` (``<dir>/<stem>.json``) and its tensor files: a finished run needs none (its
-    metrics.json says it finished), and a study's scored run that was committed mid-way drops it from the tree."""
+    """Remove the checkpoint at `path` (``<dir>/<stem>.json``), its tensor files and its row log: a finished run
+    needs none (its metrics.json says it finished), and a study's scored run that was committed mid-way drops it
+    from the tree."""
     path = Path(path)
-    for f in (path, *path.parent.glob(f"{path.stem}-*.safetensors")):
+    for f in (path, *path.parent.glob(f"{path.stem}-*.safetensors"), path.with_name(f"{path.stem}{ROW_LOG_SUFFIX}")):
         f.unlink(missing_ok=True)
+
+
+def checkpoint_files(path: Path | str) -> list[Path]:
+    """The files that make up the checkpoint at `path`, to copy or commit it: the tensor file its JSON names, its row
+    log where it has one, and the JSON itself last (the commit point: copied last, a half-done copy is not read)."""
+    path = Path(path)
+    name = _tensor_file_of(path)
+    if name is None:
+        raise CheckpointError(f"{path}: not a checkpoint that names its tensor file")
+    log = path.with_name(f"{path.stem}{ROW_LOG_SUFFIX}")
+    return [path.with_name(name), *([log] if log.exists() else []), path]
+
+
+# --- the row log: a growing history saved in time proportional to what it gained -----------------
+
+ROW_LOG_SUFFIX = "-rows.jsonl"  # <stem>-rows.jsonl beside <stem>.json
+_ROW_LOG_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*-rows\.jsonl")
+
+
+class RowLog:
+    """An append-only file of rows beside a checkpoint, one JSON line each, for a history that grows every round.
+
+    A checkpoint that held its run's whole history in its JSON would cost time in proportion to the rows at every
+    save, so a run's saves would cost time in proportion to the square of its rounds. Instead the checkpoint stores
+    :meth:`mark` - the file's name, how many rows and bytes of it are this checkpoint's history, and their SHA-256
+    (kept as a running hash) - and :meth:`extend` appends only the rows added since the last save, fsynced before
+    the JSON that marks them is committed. A save that crashes between the two leaves rows past the mark: readers
+    read only up to it, and the next save of the resumed run writes over them. Rows are encoded as a checkpoint's state is (:func:`split_state`: nan/inf, large ints,
+    NumPy scalars, tuples), without tensors, and read back with the same checks.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        """An empty log at `path` (``<dir>/<stem>-rows.jsonl``): the first :meth:`extend` replaces any file there."""
+        self.path = Path(path)
+        if not _ROW_LOG_FILE.fullmatch(self.path.name):
+            raise ValueError(f"row log {self.path.name!r}: expected a name ending in {ROW_LOG_SUFFIX}")
+        self.rows, self.bytes, self._sha, self._fresh = 0, 0, hashlib.sha256(), True
+
+    def extend(self, rows: list[Any]) -> None:
+        """Append `rows` (plain data: no arrays) and fsync them."""
+        lines = []
+        for i, row in enumerate(rows):
+            tree, tensors = split_state(row)
+            if tensors:
+                raise TypeError(f"row log: row {self.rows + i} holds arrays ({sorted(tensors)[:3]}); rows are plain data")
+            lines.append(json.dumps(tree, allow_nan=False, separators=(",", ":")) + "\n")
+        data = "".join(lines).encode()
+        if not data and not self._fresh:
+            return
+        with open(self.path, "wb" if self._fresh else "r+b") as f:
+            f.seek(self.bytes)  # after the rows this log wrote or opened: rows of a save that never committed go
+            f.write(data)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+        self._fresh = False
+        self._sha.update(data)
+        self.rows, self.bytes = self.rows + len(rows), self.bytes + len(data)
+
+    def mark(self) -> dict[str, Any]:
+        """What a checkpoint stores to name the log's rows so far: ``{"file", "rows", "bytes", "sha256"}``."""
+        return {"file": self.path.name, "rows": self.rows, "bytes": self.bytes, "sha256": self._sha.hexdigest()}
+
+    @classmethod
+    def open(cls, where: Path | str, mark: Any) -> tuple[RowLog, list[Any]]:
+        """The log in directory `where` as `mark` left it, positioned to append after it, and its rows (the file is
+        only read: rows past the mark are overwritten by the log's first :meth:`extend`).
+
+        CheckpointError if the mark is malformed, names a path, or the file is shorter than the mark or differs
+        from it (size, SHA-256, row count) or holds a row that is not the checkpoint format's plain data.
+        """
+        if (not isinstance(mark, dict) or set(mark) != {"file", "rows", "bytes", "sha256"}
+                or not isinstance(mark["file"], str) or not _ROW_LOG_FILE.fullmatch(mark["file"])
+                or type(mark["rows"]) is not int or type(mark["bytes"]) is not int or mark["bytes"] < 0):
+            raise CheckpointError(f"malformed row-log mark {mark!r:.160}")
+        log = cls(Path(where) / mark["file"])
+        try:
+            with open(log.path, "rb") as f:
+                data = f.read(mark["bytes"])
+        except FileNotFoundError:
+            raise CheckpointError(f"{log.path}: the row log the checkpoint names is missing") from None
+        if len(data) != mark["bytes"] or hashlib.sha256(data).hexdigest() != mark["sha256"]:
+            raise CheckpointError(f"{log.path}: does not match the size/SHA-256 the checkpoint records")
+        lines = data.decode().splitlines()
+        if len(lines) != mark["rows"] or (data and not data.endswith(b"\n")):
+            raise CheckpointError(f"{log.path}: {len(lines)} rows where the checkpoint records {mark['rows']}")
+        rows = [join_state(_strict_json(line), {}) for line in lines]
+        log.rows, log.bytes, log._fresh = len(rows), len(data), False
+        log._sha.update(data)
+        return log, rows
 
 
 def write_checkpoint(path: Path | str, state: Any, label: str = "") -> Path:

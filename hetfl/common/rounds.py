@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
-from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from .checkpoint import ROW_LOG_SUFFIX, CheckpointError, RowLog, read_checkpoint, read_checkpoint_entry, write_checkpoint
 from .comm import UNATTRIBUTED, Traffic, take_traffic
 from .fleet import available, simulated_round_seconds, tiers_of
 from .nodes import error_line
@@ -55,31 +55,66 @@ def _numpy_to_arrays(state: dict[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({k: Array(np.asarray(v)) for k, v in state.items()})
 
 
-def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy: StrategyBase, recorder: RunRecorder) -> None:
-    """Atomically write everything needed to continue after `server_round` (`path`: the checkpoint.json)."""
+def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy: StrategyBase, recorder: RunRecorder,
+                    rows: RowLog | None = None) -> RowLog:
+    """Atomically write everything needed to continue after `server_round` (`path`: the checkpoint.json).
+
+    The recorder's rows go to the checkpoint's row log (``checkpoint-rows.jsonl``,
+    :class:`~hetfl.common.checkpoint.RowLog`): `rows`, the log an earlier save of this run returned, gets only the
+    rows recorded since (a save's cost does not grow with the run); without it the log is written anew. Returns
+    the log, for the next save.
+    """
+    rec = recorder.state_dict()
+    history = rec.pop("rounds")
+    if rows is None:
+        rows = RowLog(path.with_name(path.stem + ROW_LOG_SUFFIX))
+    rows.extend(history[rows.rows:])
     state = {
         "round": server_round,
         "arrays": _arrays_to_numpy(arrays),
         "strategy": strategy.state_dict(),
         "python_random": random.getstate(),
         "numpy_random": np.random.get_state(),
-        "recorder": recorder.state_dict(),
+        "recorder": {**rec, "rows": rows.mark()},
     }
     write_checkpoint(path, state, label=f"r{server_round:05d}")
+    return rows
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` (JSON + safetensors; runs no code).
 
-    Returns {round, arrays ({name: ndarray}), strategy, python_random, numpy_random, recorder};
-    CheckpointError if the pair is malformed.
+    Returns {round, arrays ({name: ndarray}), strategy, python_random, numpy_random, recorder}, the recorder's
+    state with its rows read from the row log (``rounds``; a checkpoint written before the log held them in its
+    JSON); CheckpointError if the pair or the log is malformed.
     """
+    return _load(Path(path))[0]
+
+
+def _load(path: Path) -> tuple[dict[str, Any], RowLog | None]:
+    """:func:`load_checkpoint`, and the row log positioned after its rows (None for a checkpoint without one)."""
     ck = read_checkpoint(path)
     if not isinstance(ck, dict) or set(ck) != _CHECKPOINT_KEYS:
         raise CheckpointError(f"{path}: expected the keys {sorted(_CHECKPOINT_KEYS)}")
     if type(ck["round"]) is not int or ck["round"] < 0 or not isinstance(ck["arrays"], dict):
         raise CheckpointError(f"{path}: malformed round {ck['round']!r} or arrays")
-    return ck
+    ck["recorder"], log = _recorder_state(path, ck["recorder"])
+    return ck, log
+
+
+def checkpoint_rows(path: Path | str) -> list[dict[str, Any]]:
+    """The recorder rows a checkpoint holds (every round up to its own), without reading its tensors."""
+    path = Path(path)
+    return _recorder_state(path, read_checkpoint_entry(path, "recorder"))[0]["rounds"]
+
+
+def _recorder_state(path: Path, rec: Any) -> tuple[dict[str, Any], RowLog | None]:
+    if not isinstance(rec, dict) or ("rows" in rec) == ("rounds" in rec):
+        raise CheckpointError(f"{path}: the recorder's state needs its rows (a row-log mark) or its inline rounds")
+    if "rounds" in rec:  # written before 2026-12-06: the rows in the JSON
+        return rec, None
+    log, rounds = RowLog.open(path.parent, rec["rows"])
+    return {**{k: v for k, v in rec.items() if k != "rows"}, "rounds": rounds}, log
 
 
 def record_round(grid, strategy: StrategyBase | None, recorder: RunRecorder, server_round: int, arrays: ArrayRecord,
@@ -234,6 +269,7 @@ class Checkpointing(RoundCallback):
         """`taken`: traffic before the rounds, counted in a resumed run (FENS: its phases; :meth:`restore`)."""
         self.grid, self.strategy, self.recorder, self.cfg, self.taken = grid, strategy, recorder, cfg, taken
         self.path = recorder.run_dir / CHECKPOINT
+        self.rows: RowLog | None = None  # the row log this run's saves append to
 
     def on_start(self, strategy: StrategyBase, arrays: ArrayRecord, first: int) -> tuple[ArrayRecord, int]:
         return self.restore(arrays, self.taken) if first == 1 else (arrays, first)
@@ -253,7 +289,7 @@ class Checkpointing(RoundCallback):
         if not self.path.exists():
             log.warning("resume = true but %s does not exist: starting at round 1", self.path)
             return arrays, 1
-        ck = load_checkpoint(self.path)
+        ck, self.rows = _load(self.path)
         if ck["strategy"] is not None:  # None in a checkpoint of a strategy without state
             self.strategy.load_state_dict(ck["strategy"])
         random.setstate(ck["python_random"])
@@ -267,7 +303,7 @@ class Checkpointing(RoundCallback):
 
     def on_round_end(self, rnd: int, arrays: ArrayRecord) -> None:
         if self.cfg["checkpoint"]:
-            save_checkpoint(self.path, rnd, arrays, self.strategy, self.recorder)
+            self.rows = save_checkpoint(self.path, rnd, arrays, self.strategy, self.recorder, self.rows)
 
 
 def train_round(grid, strategy: StrategyBase, rnd: int, last: int, arrays: ArrayRecord, timeout: float,
@@ -382,8 +418,12 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
     callbacks: list[RoundCallback] = [IdleStop(recorder, cfg),
                                       Evaluation(grid, strategy, recorder, evaluate_fn, round0, observers=extra),
                                       checkpointing, *extra]
-    return strategy.start(grid, initial_arrays, num_rounds=recorder.last_round, timeout=cfg["round-timeout"],
-                          callbacks=callbacks, progress=cfg.get("progress-interval", 10.0), **(start or {})).arrays
+    try:
+        return strategy.start(grid, initial_arrays, num_rounds=recorder.last_round, timeout=cfg["round-timeout"],
+                              callbacks=callbacks, progress=cfg.get("progress-interval", 10.0), **(start or {})).arrays
+    except BaseException:  # Ctrl-C, SIGTERM, a failure: metrics.json gets the rows its last rewrite left for later
+        recorder.flush()
+        raise
 
 
 def _note_devices(recorder: RunRecorder, cmap) -> None:

@@ -27,6 +27,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,39 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     tmp.write_text(buf.getvalue())
     os.replace(tmp, path)
     return path
+
+
+class CsvLog:
+    """``metrics.csv`` kept in step with a run's growing rows at a cost per round that does not grow with the run.
+
+    :meth:`update` appends the newest row as one line when it is the only row added since the last call and adds
+    no column; otherwise (the first call, a new column, a history replaced on resume) it rewrites the file whole
+    with :func:`write_csv`. Either way the file is byte for byte what :func:`write_csv` writes for the same rows.
+    """
+
+    def __init__(self, path: Path, plain: Callable[[Any], Any] = lambda rows: rows) -> None:
+        self.path, self.plain = path, plain  # plain: rows -> JSON-ready rows (numpy scalars to floats, ...)
+        self.columns: list[str] | None = None  # the header of the file on disk
+        self.written = 0  # rows in it
+
+    def update(self, rows: list[dict[str, Any]]) -> Path:
+        """Bring the file up to `rows`."""
+        if (self.columns is not None and len(rows) == self.written + 1 and rows[-1].keys() <= set(self.columns)
+                and self.path.exists()):
+            last = self.plain(rows[-1:])[0]
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerow([_cell(last.get(k)) for k in self.columns])
+            with self.path.open("a") as f:  # one write: a process killed around it leaves whole lines
+                f.write(buf.getvalue())
+        else:
+            write_csv(self.path, self.plain(rows))
+            self.columns = list(dict.fromkeys(k for r in rows for k in r))
+        self.written = len(rows)
+        return self.path
+
+    def reset(self) -> None:
+        """Forget what was written (the rows were replaced): the next :meth:`update` rewrites the file."""
+        self.columns, self.written = None, 0
 
 
 def _cell(v: Any) -> str:
