@@ -122,7 +122,7 @@ def test_examples_run_with_flwr_run_in_the_simulation_engine_as_in_process(tmp_p
             run = subprocess.run(cmd, cwd=EXAMPLES / example, env=env, capture_output=True, text=True, timeout=300)
             assert run.returncode == 0 and out.exists(), (run.stdout + run.stderr)[-4000:]
             got = json.loads(out.read_text())
-            assert got == in_process(example), (example, got)
+            assert got == in_process(example), (example, got, run.stdout[-2000:])  # the log names a node left plain
             assert trained(example, got), got
         for pid in _listener(port):
             seen.setdefault(pid, _start_time(pid))

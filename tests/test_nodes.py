@@ -238,3 +238,33 @@ def test_a_node_whose_message_timed_out_gets_no_new_message_until_it_answers(tas
     grid.slow = set()  # node 12's late reply reaches the SuperLink
     assert sorted(m.client_of(r) for r in send()) == [0, 1]  # round 3: node 12 is free again
     assert m.pending == {}
+
+
+class _SlowToStart(Grid):
+    """Nodes in `late` send no reply to the first discovery query (their ClientApp still starting), then answer."""
+
+    def __init__(self, answers, late):
+        super().__init__(answers)
+        self.late = set(late)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        silent = {m.metadata.dst_node_id for m in messages} & self.late
+        self.late -= silent
+        return [r for r in super().send_and_receive(messages, timeout=timeout)
+                if r.metadata.src_node_id not in silent]
+
+
+def test_a_node_silent_at_discovery_is_asked_again_and_keeps_its_declared_clients(task_identity, caplog):
+    """A node with no reply within the query timeout is not made a plain client (numbered by node id): the first
+    round's refresh asks it again and it declares its own clients, as on an idle machine."""
+    from hetfl.common.nodes import map_clients
+
+    answers = {900: one(0), 100: one(1), 500: one(2), 300: one(3)}
+    idle = map_clients(Grid(answers), timeout=5, query_timeout=1)
+    busy_grid = _SlowToStart(answers, late={900, 300})
+    busy = map_clients(busy_grid, timeout=5, query_timeout=1)
+    assert "2 of 4 node(s) sent no reply" in caplog.text
+    assert busy.node == {1: 100, 2: 500}  # not yet: no client numbered after the others for 900 and 300
+    busy.refresh(busy_grid, timeout=5)
+    assert busy.node == idle.node == {0: 900, 1: 100, 2: 500, 3: 300}
