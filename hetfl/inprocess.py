@@ -24,6 +24,7 @@ from flwr.common.constant import ErrorCode
 
 from hetfl.client_app import dispatch, node_query
 from hetfl.common.registry import NODE_QUERY
+from hetfl.common.results import metrics_text
 
 
 @contextlib.contextmanager
@@ -102,7 +103,7 @@ def run_in_process(run_config: dict[str, Any], num_nodes: int, results_dir: Path
     if torch.cuda.is_available():
         for machine in metrics.get("machines", [])[-1:]:
             machine["cuda_device"] = torch.cuda.get_device_name()
-    path.write_text(json.dumps(metrics, indent=2))
+    path.write_text(metrics_text(metrics))
     return metrics
 
 

@@ -403,7 +403,7 @@ def _held_to_end(rows: list[dict[str, Any]], metrics: dict[str, Any]) -> list[di
 def _normalise(folder: Path) -> None:
     """Paths relative to the repository in every metrics.json and summary.json under `folder` (the reuse checks
     compare configs with such paths made relative on both sides: hetfl.inprocess.same_config)."""
-    from hetfl.common.results import relative_paths
+    from hetfl.common.results import metrics_text, relative_paths
 
     for path in list(folder.rglob("metrics.json")) + list(folder.rglob("summary.json")):
         try:
@@ -413,7 +413,7 @@ def _normalise(folder: Path) -> None:
             continue
         rel = relative_paths(data)
         if rel != data:
-            path.write_text(json.dumps(rel, indent=2))
+            path.write_text(metrics_text(rel) if path.name == "metrics.json" else json.dumps(rel, indent=2))
 
 
 def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | None:

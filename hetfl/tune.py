@@ -379,10 +379,10 @@ def _attempt(spec: TuneSpec, trial, values: dict[str, Any], trials_dir: Path, na
 
 def _relative(path: Path) -> None:
     """A trial's metrics.json with paths under the checkout made relative, as committed files name them."""
-    from hetfl.common.results import relative_paths
+    from hetfl.common.results import metrics_text, relative_paths
 
     if path.exists() and (data := json.loads(path.read_text())) != (rel := relative_paths(data)):
-        path.write_text(json.dumps(rel, indent=2))
+        path.write_text(metrics_text(rel))
 
 
 def _attempt_in_child(spec: TuneSpec, study_db: str, trial_id: int, values: dict[str, Any], trials_dir: Path,

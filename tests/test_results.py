@@ -454,3 +454,17 @@ def test_metrics_json_rewrites_take_at_most_their_share_and_a_flush_catches_up(t
     writes = clock.writes
     rec.flush()
     assert clock.writes == writes  # nothing new: no rewrite
+
+
+def test_metrics_text_is_json_with_one_line_per_row():
+    from hetfl.common.results import metrics_text
+
+    data = {"config": {"a": [1, 2], "b": {"c": None}}, "rounds": [{"round": 0, "x": {"0": 1.5}}, {"round": 1, "x": {}}],
+            "summary": {"final_accuracy": 0.5}, "machines": [{"cpu": "x"}]}
+    text = metrics_text(data)
+    assert json.loads(text) == data and list(json.loads(text)) == list(data)
+    lines = text.splitlines()
+    assert lines[lines.index('  "rounds": [') + 1:][:3] == ['    {"round": 0, "x": {"0": 1.5}},', '    {"round": 1, "x": {}}', "  ],"]
+    rest = {k: v for k, v in data.items() if k != "rounds"}
+    assert metrics_text(rest) == json.dumps(rest, indent=2)  # everything else indented as before
+    assert metrics_text({**rest, "rounds": []}) == json.dumps({**rest, "rounds": []}, indent=2) and metrics_text({}) == "{}"

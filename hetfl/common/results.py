@@ -319,7 +319,7 @@ class RunRecorder:
         out = {"config": self.cfg, "rounds": self.rounds, "summary": self.summary(), **self.extra}
         path = self.run_dir / "metrics.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(relative_paths(_plain(out)), indent=2))
+        tmp.write_text(metrics_text(relative_paths(_plain(out))))
         os.replace(tmp, path)
         t1 = time.perf_counter()
         self._json_due = t1 + (t1 - t0) * (1 - self.JSON_SHARE) / self.JSON_SHARE
@@ -410,6 +410,19 @@ def summary_lines(data: dict[str, Any], run_dir: Path | str | None = None) -> li
         files += [data["final_model"]] if data.get("final_model") else []
         lines.append(f"results: {run_dir} ({', '.join(files)})")
     return lines
+
+
+def metrics_text(data: dict[str, Any]) -> str:
+    """metrics.json's text: JSON indented by 2, except that each row of ``rounds`` is one line (a 2,000-round FENS
+    aggregator run: 4.0 MB where indenting the rows too gives 6.4 MB, most of it the per-client columns' lines)."""
+    parts = []
+    for key, value in data.items():
+        if key == "rounds" and isinstance(value, list) and value:
+            rows = ",\n".join("    " + json.dumps(row) for row in value)
+            parts.append(f'  "rounds": [\n{rows}\n  ]')
+        else:
+            parts.append(f"  {json.dumps(key)}: " + json.dumps(value, indent=2).replace("\n", "\n  "))
+    return "{\n" + ",\n".join(parts) + "\n}" if parts else "{}"
 
 
 def _plain(obj: Any) -> Any:
