@@ -525,16 +525,21 @@ def _rows_recorder(tmp_path, name="rl"):
     return RunRecorder({"run-name": name, "results-dir": str(tmp_path), "tracking": "none"}, threshold=0.5)
 
 
+def _saving(tmp_path):
+    """A recorder, its checkpoint path, and a strategy and arrays to save."""
+    rec = _rows_recorder(tmp_path)
+    strategy = _RngStrategy(seed=0)
+    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    return rec, rec.run_dir / CHECKPOINT, strategy, arrays
+
+
 def _row(rec, rnd):
     rec.record(rnd, np.float32(0.1 * rnd), float("nan") if rnd == 2 else 1.0 / (rnd + 1), bytes_down=2**60 + rnd,
                clients=[rnd, rnd + 1], by_client={str(rnd): 0.5, "$odd": -0.0})
 
 
 def test_each_save_encodes_and_appends_only_the_rows_recorded_since(tmp_path, monkeypatch):
-    rec = _rows_recorder(tmp_path)
-    path = rec.run_dir / CHECKPOINT
-    strategy = _RngStrategy(seed=0)
-    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    rec, path, strategy, arrays = _saving(tmp_path)
     calls = []
     real = ckpt.split_state
     monkeypatch.setattr(ckpt, "split_state", lambda s: (calls.append(1), real(s))[1])
@@ -558,10 +563,7 @@ def test_each_save_encodes_and_appends_only_the_rows_recorded_since(tmp_path, mo
 
 
 def test_rows_past_the_mark_are_ignored_and_the_resumed_run_writes_over_them(tmp_path):
-    rec = _rows_recorder(tmp_path)
-    path = rec.run_dir / CHECKPOINT
-    strategy = _RngStrategy(seed=0)
-    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    rec, path, strategy, arrays = _saving(tmp_path)
     log = None
     for rnd in range(3):
         _row(rec, rnd)
@@ -582,10 +584,7 @@ def test_rows_past_the_mark_are_ignored_and_the_resumed_run_writes_over_them(tmp
 
 @pytest.mark.parametrize("damage", ["flip", "short", "path", "rows"])
 def test_a_row_log_that_does_not_match_its_mark_is_an_error(tmp_path, damage):
-    rec = _rows_recorder(tmp_path)
-    path = rec.run_dir / CHECKPOINT
-    strategy = _RngStrategy(seed=0)
-    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    rec, path, strategy, arrays = _saving(tmp_path)
     log = None
     for rnd in range(3):
         _row(rec, rnd)
@@ -624,10 +623,7 @@ def test_a_checkpoint_with_its_rows_inline_still_loads(tmp_path):
 
 
 def test_discard_checkpoint_removes_the_row_log(tmp_path):
-    rec = _rows_recorder(tmp_path)
-    path = rec.run_dir / CHECKPOINT
-    strategy = _RngStrategy(seed=0)
-    strategy.current = arrays = ArrayRecord({"w": Array(np.ones(2, np.float32))})
+    rec, path, strategy, arrays = _saving(tmp_path)
     _row(rec, 0)
     save_checkpoint(path, 0, arrays, strategy, rec)
     ckpt.discard_checkpoint(path)
