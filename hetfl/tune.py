@@ -524,9 +524,10 @@ def _resumable(run_dir: Path) -> bool:
 
 def _replay_checkpointed(run_dir: Path, report) -> None:
     """Report the rounds a stopped trial's checkpoint holds (its resumed run reports only the rounds after them)."""
-    from hetfl.common.rounds import checkpoint_rows
+    from hetfl.common.rounds import catch_up_metrics, checkpoint_rows
 
-    for row in checkpoint_rows(run_dir / "checkpoint.json"):  # metrics.json may lag them (RunRecorder.sync)
+    catch_up_metrics(run_dir)  # a trial killed outright: its metrics.json may lag (RunRecorder.sync); pruned now, it stays
+    for row in checkpoint_rows(run_dir / "checkpoint.json"):
         if row["round"] >= 1 and row.get(OBJECTIVE) is not None:
             report(row["round"], float(row[OBJECTIVE]))
 

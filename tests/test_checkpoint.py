@@ -549,13 +549,13 @@ def test_each_save_encodes_and_appends_only_the_rows_recorded_since(tmp_path, mo
         calls.clear()
         log = save_checkpoint(path, rnd, arrays, strategy, rec, log)
         assert len(calls) == 2, rnd  # the state's one split, and the one new row's: never the rows before it
-        sizes.append(path.with_name("checkpoint-rows.jsonl").stat().st_size)
+        sizes.append(ckpt.row_logs(path)[0].stat().st_size)
         json_sizes.append(path.stat().st_size)
-    lines = path.with_name("checkpoint-rows.jsonl").read_bytes().splitlines(keepends=True)
+    lines = ckpt.row_logs(path)[0].read_bytes().splitlines(keepends=True)
     assert len(lines) == 6 and sizes == list(np.cumsum([len(x) for x in lines]))
     assert max(json_sizes) - min(json_sizes) < 200  # the JSON does not grow with the history
     mark = json.loads(path.read_text())["state"]["recorder"]["rows"]
-    assert mark == {"file": "checkpoint-rows.jsonl", "rows": 6, "bytes": sizes[-1], "sha256": mark["sha256"]}
+    assert mark == {"file": ckpt.row_logs(path)[0].name, "rows": 6, "bytes": sizes[-1], "sha256": mark["sha256"]}
     back = load_checkpoint(path)["recorder"]
     same(back["rounds"], rec.rounds)  # nan, -0.0, float32, 2**60, a '$' key: exact
     from hetfl.common.rounds import checkpoint_rows
@@ -568,8 +568,8 @@ def test_rows_past_the_mark_are_ignored_and_the_resumed_run_writes_over_them(tmp
     for rnd in range(3):
         _row(rec, rnd)
         log = save_checkpoint(path, rnd, arrays, strategy, rec, log)
-    good = path.with_name("checkpoint-rows.jsonl").read_bytes()
-    with open(path.with_name("checkpoint-rows.jsonl"), "ab") as f:  # a save that crashed before its JSON
+    good = ckpt.row_logs(path)[0].read_bytes()
+    with open(ckpt.row_logs(path)[0], "ab") as f:  # a save that crashed before its JSON
         f.write(b'{"round":3,"accuracy":0.99}\n{"round":4,"acc')
     assert [r["round"] for r in load_checkpoint(path)["recorder"]["rounds"]] == [0, 1, 2]
     resumed = _rows_recorder(tmp_path)
@@ -577,7 +577,7 @@ def test_rows_past_the_mark_are_ignored_and_the_resumed_run_writes_over_them(tmp
     resumed.load_state_dict(ck["recorder"])
     _row(resumed, 3)
     save_checkpoint(path, 3, arrays, strategy, resumed, log)
-    data = path.with_name("checkpoint-rows.jsonl").read_bytes()
+    data = ckpt.row_logs(path)[0].read_bytes()
     assert data.startswith(good) and data.count(b"\n") == 4 and b"0.99" not in data
     assert [r["round"] for r in load_checkpoint(path)["recorder"]["rounds"]] == [0, 1, 2, 3]
 
@@ -589,7 +589,7 @@ def test_a_row_log_that_does_not_match_its_mark_is_an_error(tmp_path, damage):
     for rnd in range(3):
         _row(rec, rnd)
         log = save_checkpoint(path, rnd, arrays, strategy, rec, log)
-    rows = path.with_name("checkpoint-rows.jsonl")
+    rows = ckpt.row_logs(path)[0]
     if damage == "flip":
         data = bytearray(rows.read_bytes())
         data[5] ^= 1
@@ -600,7 +600,7 @@ def test_a_row_log_that_does_not_match_its_mark_is_an_error(tmp_path, damage):
         doc = json.loads(path.read_text())
         mark = doc["state"]["recorder"]["rows"]
         if damage == "path":
-            mark["file"] = "../rl-rows.jsonl"
+            mark["file"] = "../" + mark["file"]
         else:
             mark["rows"] = 2
         path.write_text(json.dumps(doc))
@@ -648,3 +648,51 @@ def test_a_run_stopped_mid_way_flushes_the_rows_its_metrics_json_put_off(tmp_pat
     rows = json.loads((recorder.run_dir / "metrics.json").read_text())["rounds"]
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert [r["round"] for r in load_checkpoint(recorder.run_dir / CHECKPOINT)["recorder"]["rounds"]] == [0, 1, 2]
+
+
+def test_a_run_started_over_leaves_the_old_checkpoint_readable_until_its_own_commits(tmp_path, monkeypatch):
+    rec, path, strategy, arrays = _saving(tmp_path)
+    for rnd in range(3):
+        _row(rec, rnd)
+    save_checkpoint(path, 2, arrays, strategy, rec)
+    again = _rows_recorder(tmp_path)  # resume = false: the same folder, a new history
+    _row(again, 0)
+
+    def crash(*a, **k):
+        raise OSError("killed before the commit")
+
+    monkeypatch.setattr("hetfl.common.rounds.write_checkpoint", crash)
+    with pytest.raises(OSError):
+        save_checkpoint(path, 0, arrays, strategy, again)
+    assert [r["round"] for r in load_checkpoint(path)["recorder"]["rounds"]] == [0, 1, 2]  # the old one still reads
+    monkeypatch.undo()
+    save_checkpoint(path, 0, arrays, strategy, again)
+    assert [r["round"] for r in load_checkpoint(path)["recorder"]["rounds"]] == [0] and len(ckpt.row_logs(path)) == 1
+
+
+def test_an_array_in_a_row_is_saved_as_the_list_metrics_json_shows(tmp_path):
+    rec, path, strategy, arrays = _saving(tmp_path)
+    rec.record(0, 0.5, 1.0, per_class=np.array([0.25, 0.75]))
+    save_checkpoint(path, 0, arrays, strategy, rec)
+    assert load_checkpoint(path)["recorder"]["rounds"][0]["per_class"] == [0.25, 0.75]
+
+
+def test_metrics_json_behind_its_checkpoint_is_caught_up_from_it(tmp_path, monkeypatch):
+    """A run killed outright may leave metrics.json behind the checkpoint (rewrites put off); the checkpoint's rows
+    rebuild it, the summary included, when the run is not resumed (a trial pruned on them)."""
+    from hetfl.common.rounds import catch_up_metrics
+
+    monkeypatch.setattr(RunRecorder, "JSON_SHARE", 1e-12)  # every rewrite after the first is put off
+    rec, path, strategy, arrays = _saving(tmp_path)
+    rec.cfg["num-server-rounds"] = 4
+    log = None
+    for rnd in range(4):
+        _row(rec, rnd)
+        log = save_checkpoint(path, rnd, arrays, strategy, rec, log)
+    behind = json.loads((rec.run_dir / "metrics.json").read_text())
+    assert [r["round"] for r in behind["rounds"]] == [0]  # killed here, without a flush
+    assert catch_up_metrics(rec.run_dir) and not catch_up_metrics(rec.run_dir)
+    after = json.loads((rec.run_dir / "metrics.json").read_text())
+    assert [r["round"] for r in after["rounds"]] == [0, 1, 2, 3] and after["summary"]["rounds_completed"] == 3
+    assert after["machines"] == behind["machines"] and after["config"] == behind["config"]
+    assert len((rec.run_dir / "metrics.csv").read_text().splitlines()) == 5

@@ -381,6 +381,26 @@ def test_no_committed_result_names_a_path_on_the_machine_that_made_it():
     assert not bad, bad[:5]
 
 
+def test_every_committed_checkpoint_has_the_files_it_names_committed_too():
+    """A study commits a stopped run's checkpoint so that a fresh checkout resumes it: the tensor file and the row log
+    its JSON names must be committed with it (docs/verdicts.md, "Reuse")."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    tracked = set(git("ls-files", "docs/results").split())
+    missing = []
+    for f in sorted(t for t in tracked if t.endswith("/checkpoint.json")):
+        doc = json.loads(git("show", f":{f}"))  # as committed (a run in progress rewrites the file on disk)
+        mark = doc["state"].get("recorder", {}).get("rows")
+        named = [doc["tensors"]["file"], *([mark["file"]] if mark else [])]
+        missing += [f"{f}: {n}" for n in named if str(Path(f).parent / n) not in tracked]
+    assert not missing, missing
+
+
 # --- per-round writes whose cost does not grow with the run -------------------------------------------
 
 

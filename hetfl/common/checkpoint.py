@@ -287,8 +287,19 @@ def discard_checkpoint(path: Path | str) -> None:
     needs none (its metrics.json says it finished), and a study's scored run that was committed mid-way drops it
     from the tree."""
     path = Path(path)
-    for f in (path, *path.parent.glob(f"{path.stem}-*.safetensors"), path.with_name(f"{path.stem}{ROW_LOG_SUFFIX}")):
+    for f in (path, *path.parent.glob(f"{path.stem}-*.safetensors"), *row_logs(path)):
         f.unlink(missing_ok=True)
+
+
+def _lists(x: Any) -> Any:
+    """`x` with NumPy arrays as (nested) lists."""
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, dict):
+        return {k: _lists(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_lists(v) for v in x)
+    return x
 
 
 def checkpoint_files(path: Path | str) -> list[Path]:
@@ -298,13 +309,18 @@ def checkpoint_files(path: Path | str) -> list[Path]:
     name = _tensor_file_of(path)
     if name is None:
         raise CheckpointError(f"{path}: not a checkpoint that names its tensor file")
-    log = path.with_name(f"{path.stem}{ROW_LOG_SUFFIX}")
-    return [path.with_name(name), *([log] if log.exists() else []), path]
+    return [path.with_name(name), *row_logs(path), path]
+
+
+def row_logs(path: Path | str) -> list[Path]:
+    """The row logs beside the checkpoint at `path` (``<stem>-<random>-rows.jsonl``; a save leaves only its own)."""
+    path = Path(path)
+    return sorted(path.parent.glob(f"{path.stem}-*{ROW_LOG_SUFFIX[1:]}"))
 
 
 # --- the row log: a growing history saved in time proportional to what it gained -----------------
 
-ROW_LOG_SUFFIX = "-rows.jsonl"  # <stem>-rows.jsonl beside <stem>.json
+ROW_LOG_SUFFIX = "-rows.jsonl"  # <stem>-<random>-rows.jsonl beside <stem>.json
 _ROW_LOG_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*-rows\.jsonl")
 
 
@@ -321,19 +337,28 @@ class RowLog:
     """
 
     def __init__(self, path: Path | str) -> None:
-        """An empty log at `path` (``<dir>/<stem>-rows.jsonl``): the first :meth:`extend` replaces any file there."""
+        """An empty log at `path` (a name ending in ``-rows.jsonl``): the first :meth:`extend` replaces any file there.
+        :meth:`fresh` gives one a name no checkpoint refers to yet."""
         self.path = Path(path)
         if not _ROW_LOG_FILE.fullmatch(self.path.name):
             raise ValueError(f"row log {self.path.name!r}: expected a name ending in {ROW_LOG_SUFFIX}")
         self.rows, self.bytes, self._sha, self._fresh = 0, 0, hashlib.sha256(), True
 
+    @classmethod
+    def fresh(cls, checkpoint: Path | str) -> RowLog:
+        """An empty log beside `checkpoint` under a fresh random name (``<stem>-<random>-rows.jsonl``): writing it
+        cannot touch the log the current checkpoint marks (a run started over in a folder with a checkpoint), and
+        the others go once the checkpoint that marks this one is committed (:func:`hetfl.common.rounds.save_checkpoint`)."""
+        checkpoint = Path(checkpoint)
+        return cls(checkpoint.with_name(f"{checkpoint.stem}-{secrets.token_hex(6)}{ROW_LOG_SUFFIX}"))
+
     def extend(self, rows: list[Any]) -> None:
         """Append `rows` (plain data: no arrays) and fsync them."""
         lines = []
-        for i, row in enumerate(rows):
+        for row in rows:
             tree, tensors = split_state(row)
-            if tensors:
-                raise TypeError(f"row log: row {self.rows + i} holds arrays ({sorted(tensors)[:3]}); rows are plain data")
+            if tensors:  # an array in a row (a user's evaluate_fn): a list, as metrics.json has it
+                tree, tensors = split_state(_lists(row))
             lines.append(json.dumps(tree, allow_nan=False, separators=(",", ":")) + "\n")
         data = "".join(lines).encode()
         if not data and not self._fresh:

@@ -301,16 +301,17 @@ def map_clients(grid, timeout: float = 600.0, min_nodes: int = 1, query_timeout:
     which one log line says), else it is left out with its error line (hetfl's own runs: :func:`discover_clients`).
     Either way it is not asked again every round (those whose claims were refused are: ``add_answers``). A node
     that has not replied at all within `query_timeout` (a simulated node whose ClientApp is still starting on a busy
-    machine) is neither: it is asked again before the first round (:meth:`ClientMap.refresh`, with the round's
-    timeout), so that a slow start cannot turn a node that declares its clients into a plain one."""
+    machine) is asked once more, waiting up to `timeout`, before the map is made, so that a slow start cannot turn a
+    node that declares its clients into a plain one."""
     nodes = wait_for_nodes(grid, min_nodes, timeout)
     errors: dict[int, str] = {}
     answers = ask_nodes(grid, nodes, query_timeout, records=records, errors=errors)
-    plain = [n for n in nodes if n not in answers and n in errors]
     silent = [n for n in nodes if n not in answers and n not in errors]
     if silent:
-        log.warning("%d of %d node(s) sent no reply to the discovery query within %.0f s: asked again before the "
-                    "first round", len(silent), len(nodes), query_timeout)
+        log.warning("%d of %d node(s) sent no reply to the discovery query within %.0f s: asking them again, "
+                    "waiting up to %.0f s", len(silent), len(nodes), query_timeout, timeout)
+        answers.update(ask_nodes(grid, silent, timeout, records=records, errors=errors))
+    plain = [n for n in nodes if n not in answers]
     if plain and not plain_are_clients:
         log.warning("%d of %d nodes did not answer the discovery query", len(plain), len(nodes))
     cmap = ClientMap(answers)

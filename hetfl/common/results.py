@@ -17,6 +17,7 @@ metrics.json. :meth:`RunRecorder.finish` also saves the final model (docs/infere
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -26,6 +27,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -305,6 +307,16 @@ class RunRecorder:
         if self._json_stale:
             self._write_json()
 
+    @contextlib.contextmanager
+    def flushing(self) -> Iterator[RunRecorder]:
+        """Around a run's rounds: on Ctrl-C, SIGTERM or an error, metrics.json gets the rows that :meth:`sync` put
+        off before the exception goes on."""
+        try:
+            yield self
+        except BaseException:
+            self.flush()
+            raise
+
     def write(self) -> Path:
         """Rewrite metrics.json and metrics.csv whole, now (:meth:`sync` is the per-round update)."""
         self._csv.reset()
@@ -431,10 +443,10 @@ def _plain(obj: Any) -> Any:
 
 
 def _json_default(o: Any) -> Any:
+    if hasattr(o, "tolist"):  # NumPy arrays and scalars, torch tensors
+        return o.tolist()
     if hasattr(o, "item"):
         return o.item()
-    if hasattr(o, "tolist"):
-        return o.tolist()
     return str(o)
 
 

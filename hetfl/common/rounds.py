@@ -14,6 +14,7 @@ in the same state as an uninterrupted one (same seed). An old-format ``checkpoin
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
-from .checkpoint import ROW_LOG_SUFFIX, CheckpointError, RowLog, read_checkpoint, read_checkpoint_entry, write_checkpoint
+from .checkpoint import CheckpointError, RowLog, read_checkpoint, read_checkpoint_entry, row_logs, write_checkpoint
 from .comm import UNATTRIBUTED, Traffic, take_traffic
 from .fleet import available, simulated_round_seconds, tiers_of
 from .nodes import error_line
@@ -59,15 +60,16 @@ def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy
                     rows: RowLog | None = None) -> RowLog:
     """Atomically write everything needed to continue after `server_round` (`path`: the checkpoint.json).
 
-    The recorder's rows go to the checkpoint's row log (``checkpoint-rows.jsonl``,
+    The recorder's rows go to the checkpoint's row log (``checkpoint-<random>-rows.jsonl``,
     :class:`~hetfl.common.checkpoint.RowLog`): `rows`, the log an earlier save of this run returned, gets only the
-    rows recorded since (a save's cost does not grow with the run); without it the log is written anew. Returns
-    the log, for the next save.
+    rows recorded since (a save's cost does not grow with the run); without it a fresh log gets them all, and the
+    other logs go once this checkpoint is committed. Returns the log, for the next save.
     """
     rec = recorder.state_dict()
     history = rec.pop("rounds")
+    fresh = rows is None
     if rows is None:
-        rows = RowLog(path.with_name(path.stem + ROW_LOG_SUFFIX))
+        rows = RowLog.fresh(path)
     rows.extend(history[rows.rows:])
     state = {
         "round": server_round,
@@ -78,6 +80,10 @@ def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy
         "recorder": {**rec, "rows": rows.mark()},
     }
     write_checkpoint(path, state, label=f"r{server_round:05d}")
+    if fresh:  # the logs of an earlier checkpoint in this folder: none marks them now
+        for old in row_logs(path):
+            if old != rows.path:
+                old.unlink(missing_ok=True)
     return rows
 
 
@@ -106,6 +112,25 @@ def checkpoint_rows(path: Path | str) -> list[dict[str, Any]]:
     """The recorder rows a checkpoint holds (every round up to its own), without reading its tensors."""
     path = Path(path)
     return _recorder_state(path, read_checkpoint_entry(path, "recorder"))[0]["rounds"]
+
+
+def catch_up_metrics(run_dir: Path | str) -> bool:
+    """Rewrite a run's metrics.json and metrics.csv from its checkpoint where the checkpoint holds more rows: a run
+    killed outright (kill -9) may leave metrics.json behind (:meth:`RunRecorder.sync`), and one that is not resumed
+    (a tuning trial pruned on its checkpoint's rows) would keep it so. Whether it rewrote them."""
+    run_dir = Path(run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    state = load_checkpoint(run_dir / CHECKPOINT)["recorder"]
+    if len(state["rounds"]) <= len(metrics["rounds"]):
+        return False
+    rec = RunRecorder({**metrics["config"], "results-dir": str(run_dir.parent), "run-name": run_dir.name},
+                      threshold=metrics["summary"]["convergence_threshold"])
+    rec.extra = {k: v for k, v in metrics.items() if k not in ("config", "rounds", "summary")}
+    rec.load_state_dict(state)
+    rec.extra["machines"] = state["extra"].get("machines", metrics.get("machines"))  # no machine of its own: no round
+    rec.cfg = metrics["config"]
+    rec.write()
+    return True
 
 
 def _recorder_state(path: Path, rec: Any) -> tuple[dict[str, Any], RowLog | None]:
@@ -418,12 +443,9 @@ def run_rounds(grid, strategy: StrategyBase, initial_arrays: ArrayRecord, cfg: d
     callbacks: list[RoundCallback] = [IdleStop(recorder, cfg),
                                       Evaluation(grid, strategy, recorder, evaluate_fn, round0, observers=extra),
                                       checkpointing, *extra]
-    try:
+    with recorder.flushing():
         return strategy.start(grid, initial_arrays, num_rounds=recorder.last_round, timeout=cfg["round-timeout"],
                               callbacks=callbacks, progress=cfg.get("progress-interval", 10.0), **(start or {})).arrays
-    except BaseException:  # Ctrl-C, SIGTERM, a failure: metrics.json gets the rows its last rewrite left for later
-        recorder.flush()
-        raise
 
 
 def _note_devices(recorder: RunRecorder, cmap) -> None:

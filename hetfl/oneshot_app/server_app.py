@@ -87,10 +87,11 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         loss, acc = ev.evaluate(student)
         return {"accuracy": acc, "loss": loss, "val_accuracy": ev.val_accuracy(student)}
 
-    result = strategy.start(grid, model_to_arrays(student), num_rounds=1, timeout=cfg["round-timeout"],
-                            # the rows are server epochs: hetfl.tune's pruner (grid.callbacks) is not given them
-                            callbacks=[Evaluation(grid, strategy, recorder, evaluate_fn, round0)],
-                            progress=cfg["progress-interval"], ensemble=reused, on_ensemble=on_ensemble)
+    with recorder.flushing():
+        result = strategy.start(grid, model_to_arrays(student), num_rounds=1, timeout=cfg["round-timeout"],
+                                # the rows are server epochs: hetfl.tune's pruner (grid.callbacks) is not given them
+                                callbacks=[Evaluation(grid, strategy, recorder, evaluate_fn, round0)],
+                                progress=cfg["progress-interval"], ensemble=reused, on_ensemble=on_ensemble)
     _describe(strategy, method, test.get("z"), test_y, phases, recorder)
     return recorder.finish(result.arrays)
 
