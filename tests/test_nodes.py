@@ -267,3 +267,16 @@ def test_a_node_silent_at_discovery_is_asked_again_and_keeps_its_declared_client
     assert "2 of 4 node(s) sent no reply" in caplog.text
     assert busy.node == idle.node == {0: 900, 1: 100, 2: 500, 3: 300} and busy.asked == idle.asked
     assert sorted(busy_grid.asked) == [100, 300, 300, 500, 900, 900]  # the silent two asked twice, the others once
+
+
+def test_a_node_silent_twice_is_left_out_with_a_line_that_says_so(task_identity):
+    from hetfl.common.nodes import map_clients
+
+    class Hung(_SlowToStart):  # node 300 never answers
+        def send_and_receive(self, messages, *, timeout=None):
+            self.late.add(300)
+            return super().send_and_receive(messages, timeout=timeout)
+
+    cmap = map_clients(Hung({100: one(0), 300: one(1)}, late={300}), timeout=5, query_timeout=1, plain_are_clients=False)
+    assert cmap.node == {0: 100} and cmap.left_out == {300: "no reply to the discovery query within 1 s, nor within 5 s "
+                                                            "when asked again"}

@@ -324,8 +324,9 @@ def map_clients(grid, timeout: float = 600.0, min_nodes: int = 1, query_timeout:
                     "random in every run, so the clients sampled differ from run to run (docs/api.md#discovery)",
                     len(plain), len(nodes))
         cmap.add_plain(plain)
-    else:
-        cmap.left_out.update(errors)
+    else:  # each with its error line, or what a silent node did
+        cmap.left_out.update({n: errors.get(n, f"no reply to the discovery query within {query_timeout:.0f} s, nor "
+                                            f"within {timeout:.0f} s when asked again") for n in plain})
     cmap.asked.update(int(n) for n in plain)
     log.info("%d clients on %d nodes", len(cmap.node), len(nodes) if plain_are_clients else len(answers))
     return cmap
