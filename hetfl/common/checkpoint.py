@@ -332,8 +332,9 @@ class RowLog:
     :meth:`mark` - the file's name, how many rows and bytes of it are this checkpoint's history, and their SHA-256
     (kept as a running hash) - and :meth:`extend` appends only the rows added since the last save, fsynced before
     the JSON that marks them is committed. A save that crashes between the two leaves rows past the mark: readers
-    read only up to it, and the next save of the resumed run writes over them. Rows are encoded as a checkpoint's state is (:func:`split_state`: nan/inf, large ints,
-    NumPy scalars, tuples), without tensors, and read back with the same checks.
+    read only up to it, and the next save of the resumed run writes over them. Rows are encoded as a checkpoint's
+    state is (:func:`split_state`: nan/inf, large ints, NumPy scalars, tuples), arrays as lists, and read back with
+    the same checks.
     """
 
     def __init__(self, path: Path | str) -> None:
@@ -353,11 +354,11 @@ class RowLog:
         return cls(checkpoint.with_name(f"{checkpoint.stem}-{secrets.token_hex(6)}{ROW_LOG_SUFFIX}"))
 
     def extend(self, rows: list[Any]) -> None:
-        """Append `rows` (plain data: no arrays) and fsync them."""
+        """Append `rows` and fsync them (an array in a row goes as the list metrics.json shows)."""
         lines = []
         for row in rows:
             tree, tensors = split_state(row)
-            if tensors:  # an array in a row (a user's evaluate_fn): a list, as metrics.json has it
+            if tensors:  # an array in a row (a user's evaluate_fn)
                 tree, tensors = split_state(_lists(row))
             lines.append(json.dumps(tree, allow_nan=False, separators=(",", ":")) + "\n")
         data = "".join(lines).encode()

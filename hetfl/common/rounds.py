@@ -68,7 +68,7 @@ def save_checkpoint(path: Path, server_round: int, arrays: ArrayRecord, strategy
     rec = recorder.state_dict()
     history = rec.pop("rounds")
     fresh = rows is None
-    if rows is None:
+    if fresh:
         rows = RowLog.fresh(path)
     rows.extend(history[rows.rows:])
     state = {
@@ -110,8 +110,7 @@ def _load(path: Path) -> tuple[dict[str, Any], RowLog | None]:
 
 def checkpoint_rows(path: Path | str) -> list[dict[str, Any]]:
     """The recorder rows a checkpoint holds (every round up to its own), without reading its tensors."""
-    path = Path(path)
-    return _recorder_state(path, read_checkpoint_entry(path, "recorder"))[0]["rounds"]
+    return _recorder_entry(Path(path))["rounds"]
 
 
 def catch_up_metrics(run_dir: Path | str) -> bool:
@@ -120,7 +119,7 @@ def catch_up_metrics(run_dir: Path | str) -> bool:
     (a tuning trial pruned on its checkpoint's rows) would keep it so. Whether it rewrote them."""
     run_dir = Path(run_dir)
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    state = load_checkpoint(run_dir / CHECKPOINT)["recorder"]
+    state = _recorder_entry(run_dir / CHECKPOINT)
     if len(state["rounds"]) <= len(metrics["rounds"]):
         return False
     rec = RunRecorder({**metrics["config"], "results-dir": str(run_dir.parent), "run-name": run_dir.name},
@@ -131,6 +130,11 @@ def catch_up_metrics(run_dir: Path | str) -> bool:
     rec.cfg = metrics["config"]
     rec.write()
     return True
+
+
+def _recorder_entry(path: Path) -> dict[str, Any]:
+    """The recorder's state a checkpoint holds, its rows read from the row log, without reading its tensors."""
+    return _recorder_state(path, read_checkpoint_entry(path, "recorder"))[0]
 
 
 def _recorder_state(path: Path, rec: Any) -> tuple[dict[str, Any], RowLog | None]:
