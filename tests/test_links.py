@@ -12,8 +12,8 @@ outage is set against Flower's liveness rule, the SuperLink's only clock on a de
   the device with NODE_UNAVAILABLE, the round goes on with the other two updates, and the device, back, is waited
   for (min-available-nodes), sampled and heard in round 2.
 Both outcomes are fixed by the outage's length alone; a 30-s outage (this test's first version) raced the heartbeat
-and failed a CI run. Each round's row names every client's bytes and its failures' reasons. Nothing here is judged
-by the clock.
+and failed a CI run. Each round's row names every client's bytes and its failures' reasons; the kernel's count of
+the device's packets that found no route shows the outage met its traffic. Nothing here is judged by the clock.
 """
 
 from __future__ import annotations
@@ -55,6 +55,15 @@ COMMON = {"dataset": "fashion_mnist", "data-source": "local", "model": "cnn", "p
 
 def _ns_run(ns: str, *cmd: str) -> None:
     subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True, capture_output=True, text=True)
+
+
+def _no_route(ns: str) -> int:
+    """Packets namespace `ns` had to drop so far because no route led anywhere (its Ip OutNoRoutes counter): with
+    its only link down, every packet it tries to send, TCP's retransmissions included."""
+    lines = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], check=True, capture_output=True,
+                           text=True).stdout.splitlines()
+    ip = [line.split()[1:] for line in lines if line.startswith("Ip:")]
+    return int(dict(zip(ip[0], ip[1]))["OutNoRoutes"])
 
 
 def _start(ns: str, cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -104,9 +113,13 @@ def test_a_slow_device_and_a_dropping_device_on_real_links(tmp_path):
                 metrics = results / name / "metrics.json"
                 log_from = (tmp_path / "drop.log").stat().st_size  # this run's part of the device's log
 
-                def drop(ns_drop=ns["drop"], down_s=down_s):  # round 1 is starting: the link goes down, comes back
+                sent_down: dict[str, int] = {}
+
+                def drop(ns_drop=ns["drop"], down_s=down_s, sent_down=sent_down):  # round 1 starts: link down, back
                     _ns_run(ns_drop, "ip", "link", "set", "eth0", "down")
+                    before = _no_route(ns_drop)
                     time.sleep(down_s)
+                    sent_down["packets"] = _no_route(ns_drop) - before
                     _ns_run(ns_drop, "ip", "link", "set", "eth0", "up")
 
                 watcher, _ = after_round(metrics, drop, rounds=0)
@@ -141,9 +154,14 @@ def test_a_slow_device_and_a_dropping_device_on_real_links(tmp_path):
                     assert ups[0].get(str(CLIENT["drop"]), 0) < 0.01 * min(real.values()), (name, ups[0])
                     assert set(ups[1]) == {"0", "1", "2"} and min(ups[1].values()) > 0, (name, ups[1])
                 assert CLIENT["drop"] in rows[2]["clients"], (name, rows[2])
-                # the link really was down while the device tried to reach the SuperLink
-                assert "Connection attempt failed" in device_log, (name, device_log[-2000:])
-                print(f"{name}: round s {[round(r['round_s'], 1) for r in rows[1:]]}, "
+                # the link really was down while the device tried to reach the SuperLink: its packets found no
+                # route. Counted by the kernel, not read from Flower's log: whether Flower logs a failed attempt
+                # depends on where its calls stand when the link goes (a call already sent just waits), and one CI
+                # run saw no such line in a 10-s outage. The SuperNode pulls at least every 3 s, so a 10-s outage
+                # always holds some of its packets.
+                assert sent_down.get("packets", 0) > 0, (name, sent_down, device_log[-2000:])
+                print(f"{name}: round s {[round(r['round_s'], 1) for r in rows[1:]]}, packets with no route "
+                      f"{sent_down['packets']}, "
                       f"slow device up {[u[str(CLIENT['slow'])] for u in ups]} B")
         finally:
             launch.stop_tree(procs, timeout=10)
