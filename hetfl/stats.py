@@ -195,7 +195,8 @@ def direction_label(iv: Interval) -> str:
 def verdict(diffs: Sequence[float], kind: str, margin: float | None = None, unit: str = "point") -> dict:
     """The verdict on paired differences in the paper's direction: n, mean, SD, the 95% interval, the paired t p
     (n >= 2) and the label: by :func:`label` against the claimed `margin` ("superiority"), by :func:`tost` within it
-    ("parity"), or by :func:`direction_label` ("direction", or no margin)."""
+    ("parity": "not held" where the 95% interval lies wholly beyond +-margin), or by :func:`direction_label`
+    ("direction", or no margin)."""
     iv = paired_interval(diffs)
     out = {"n": iv.n, "mean": iv.mean, "low": iv.low, "high": iv.high, "sd": iv.sd}
     if iv.n >= 2:
@@ -208,8 +209,10 @@ def verdict(diffs: Sequence[float], kind: str, margin: float | None = None, unit
         else:
             eq = tost(diffs, margin)
             out["tost_p"] = eq.p
-            out["label"] = f"{'held' if eq.equivalent else 'not shown'}: parity within +-{margin:g} (TOST p {p_text(eq.p)}"
-            if not eq.equivalent:
+            beyond = iv.high < -margin or iv.low > margin  # the data exclude parity: more seeds would not show it
+            word = "held" if eq.equivalent else "not held (the interval lies beyond the margin)" if beyond else "not shown"
+            out["label"] = f"{word}: parity within +-{margin:g} (TOST p {p_text(eq.p)}"
+            if not eq.equivalent and not beyond:
                 need = _beyond(tost_seeds_needed(margin, iv.sd), iv.n)
                 out["seeds_needed"] = need
                 out["label"] += f"; {need if need else f'over {MAX_SEEDS}'} seeds needed at SD {iv.sd:.2f}"

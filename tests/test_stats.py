@@ -117,6 +117,19 @@ def test_tost_power_matches_a_seeded_simulation_and_gives_the_seeds_a_parity_cla
     assert out["label"] == "not shown: parity within +-1 (TOST p = 0.537; 14 seeds needed at SD 1.20)"
 
 
+def test_a_parity_claim_whose_interval_lies_beyond_the_margin_is_not_held():
+    """Worked by hand: diffs -9, -10, -11: mean -10, SD 1, 95% interval -10 +- 4.303 / sqrt(3) = [-12.48, -7.52],
+    wholly below -2: the data exclude parity, so no number of seeds is named (one at 0 would be the wrong question)."""
+    out = verdict([-9.0, -10.0, -11.0], "parity", 2.0)
+    assert (round(out["low"], 2), round(out["high"], 2)) == (-12.48, -7.52)
+    assert out["label"] == "not held (the interval lies beyond the margin): parity within +-2 (TOST p = 0.997)"
+    assert "seeds_needed" not in out
+    assert verdict([9.0, 10.0, 11.0], "parity", 2.0)["label"].startswith("not held (the interval lies beyond")
+    # an interval that reaches into the margin is not decided either way: TOST's seeds at the observed SD
+    out = verdict([-1.0, -3.0, -5.0], "parity", 2.0)  # [-7.97, +1.97]
+    assert out["label"] == "not shown: parity within +-2 (TOST p = 0.761; 11 seeds needed at SD 2.00)"
+
+
 def test_claim_p_is_the_test_the_claim_rests_on():
     diffs = [-0.05, -0.06, -0.07]  # tightly around 0: a difference by t, parity by TOST
     assert claim_p(diffs, "parity", 1.0) == tost(diffs, 1.0).p < 0.01
