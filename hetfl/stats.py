@@ -209,10 +209,10 @@ def verdict(diffs: Sequence[float], kind: str, margin: float | None = None, unit
         else:
             eq = tost(diffs, margin)
             out["tost_p"] = eq.p
-            beyond = iv.high < -margin or iv.low > margin  # the data exclude parity: more seeds would not show it
-            word = "held" if eq.equivalent else "not held (the interval lies beyond the margin)" if beyond else "not shown"
+            outside = iv.high < -margin or iv.low > margin  # the data exclude parity: more seeds would not show it
+            word = "held" if eq.equivalent else "not held (the interval lies beyond the margin)" if outside else "not shown"
             out["label"] = f"{word}: parity within +-{margin:g} (TOST p {p_text(eq.p)}"
-            if not eq.equivalent and not beyond:
+            if not eq.equivalent and not outside:
                 need = _beyond(tost_seeds_needed(margin, iv.sd), iv.n)
                 out["seeds_needed"] = need
                 out["label"] += f"; {need if need else f'over {MAX_SEEDS}'} seeds needed at SD {iv.sd:.2f}"
