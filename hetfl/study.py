@@ -416,13 +416,18 @@ def _normalise(folder: Path) -> None:
             path.write_text(metrics_text(rel) if path.name == "metrics.json" else json.dumps(rel, indent=2))
 
 
+def fixed(spec) -> bool:
+    """Whether a tuning spec is no search: one value for each key (:func:`tuned` takes those values, no trial run)."""
+    return all(d.kind == "choice" and len(d.choices) == 1 for d in spec.space)
+
+
 def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | None:
     """The method's tuning summary: its study run (or resumed) when `train`, else read from disk (None if absent); a
     space of one value per key is not a search: those values, no trial run (``fixed``)."""
     from hetfl.tune import tune
 
     spec = study.tune_spec(method)
-    if all(d.kind == "choice" and len(d.choices) == 1 for d in spec.space):  # one value each: nothing to choose
+    if fixed(spec):
         return {"best": {"values": {d.key: d.choices[0] for d in spec.space}, "val_accuracy": None}, "trials": [],
                 "budget": {"trials": 0, "extension_trials": 0}, "on_edge": {}, "fixed": True}
     folder = study.folder / method / "tune"
@@ -848,8 +853,9 @@ def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
             print(f"{study.name}: {len(study.methods)} methods, seeds {list(study.seeds)}")
             for m in study.methods:
                 t = study.tuning_of(m)
-                print(f"  {m}: {t['trials']} {t['sampler']} trials x {t['rounds']} rounds over {t['space']!r}, "
-                      f"then {study.rounds_of(m)} rounds a seed")
+                search = (f"fixed at {t['space']!r} (one value each: no trial)" if fixed(study.tune_spec(m)) else
+                          f"{t['trials']} {t['sampler']} trials x {t['rounds']} rounds over {t['space']!r}")
+                print(f"  {m}: {search}, then {study.rounds_of(m)} rounds a seed")
             return 0
         with _stop_as_interrupt():
             verdict = run(study, train=a.action == "run", tune_only=a.tune_only, methods=a.methods)

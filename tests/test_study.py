@@ -457,6 +457,11 @@ def test_check_prints_each_methods_own_budget(tmp_path, capsys):
     assert out == ["tiny: 2 methods, seeds [0, 1]",
                    "  fedprox: 3 grid trials x 4 rounds over 'lr=0.01,0.03,0.1', then 2 rounds a seed",
                    "  fedavg: 2 grid trials x 2 rounds over 'lr=0.03,0.1', then 2 rounds a seed"]
+    # one value per key is no search (S.tuned trains nothing): check says so, not "N trials"
+    f.write_text(f.read_text().replace('space = "lr=0.01,0.03,0.1", trials = 3, rounds = 4', 'space = "lr=0.1"'))
+    assert S.main(["check", str(f)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == ("  fedprox: fixed at 'lr=0.1' (one value each: no trial), "
+                                                      "then 2 rounds a seed")
 
 
 def test_a_killed_runs_files_read_clean_and_sigterm_stops_a_study_as_ctrl_c(tmp_path, monkeypatch, capsys):
