@@ -470,17 +470,12 @@ def tuned_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, An
     :func:`hetfl.tune.phase1_once`) where that ensemble is here and has this run's phase-1 settings (the scored run
     at the tuning's seed): the same members, not trained a second time; its bytes and times are the training run's
     (docs/readings.md#fens-artifacts). Any other run comes back as it is."""
-    from hetfl.common.oneshot.artifacts import ENSEMBLE, phase1_settings
-    from hetfl.inprocess import stored_config
-    from hetfl.methods import phase1_of, validate
-    from hetfl.tune import PHASE1_RUN
+    from hetfl.methods import phase1_of
+    from hetfl.tune import PHASE1_RUN, has_phase1
 
     phase1 = phase1_of(str(cfg.get("method", "")))
     src = study.folder / method / "tune" / PHASE1_RUN
-    if phase1 is None or not phase1.reuse_key or cfg.get(phase1.reuse_key) or not (src / ENSEMBLE).is_file():
-        return cfg
-    trained = json.loads((src / "metrics.json").read_text())["config"]
-    if phase1_settings(validate(stored_config(trained)), phase1) != phase1_settings(validate(cfg), phase1):
+    if phase1 is None or not phase1.reuse_key or cfg.get(phase1.reuse_key) or not has_phase1(src, cfg, phase1):
         return cfg
     return {**cfg, phase1.reuse_key: str(src.resolve())}
 

@@ -499,7 +499,7 @@ def ensure_phase1(spec: TuneSpec) -> None:
     from dataclasses import replace
 
     from hetfl.common.oneshot.artifacts import ENSEMBLE
-    from hetfl.inprocess import finished_run, run_in_process, same_config
+    from hetfl.inprocess import finished_run, run_in_process
     from hetfl.methods import phase1_of
 
     phase1 = phase1_of(str(spec.base.get("method", "")))
@@ -507,15 +507,40 @@ def ensure_phase1(spec: TuneSpec) -> None:
     if run_dir is None or run_dir.name != PHASE1_RUN:
         return
     own = replace(spec, base={k: v for k, v in spec.base.items() if k != phase1.reuse_key})
-    cfg = {**own.trial_config({}, run_dir.parent, PHASE1_RUN), "num-server-rounds": 1}
+    cfg = least_server_step(own.trial_config({}, run_dir.parent, PHASE1_RUN))
     metrics = run_dir / "metrics.json"
-    if (run_dir / ENSEMBLE).is_file() and metrics.is_file() and same_config(json.loads(metrics.read_text()), cfg):
-        return  # its ensemble is saved after phase 1, before the server's rounds: those need not have finished
+    if metrics.is_file() and has_phase1(run_dir, cfg, phase1):
+        return  # its ensemble is saved after phase 1, before the server's step: that need not have finished
     if metrics.is_file() and not (run_dir / ENSEMBLE).is_file():
         metrics.unlink()  # its ensemble is not here (not committed): trained again, the same
     finished_run(run_dir, cfg)  # a run of other settings there is moved aside
     log.info("phase 1 once for every trial (no key of the space changes it): %s", run_dir)
     run_in_process(cfg, spec.nodes, run_dir.parent, PHASE1_RUN)
+
+
+def least_server_step(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The phase-1 run's config (:func:`ensure_phase1`): its server step cut to one round, and to one server epoch
+    where the method counts its step in epochs (a one-shot baseline's ``epochs`` field, which its ServerApp runs:
+    fedkd-epochs, coboost-epochs, ...). The run is there for the ensemble it saves after phase 1."""
+    from dataclasses import fields
+
+    from hetfl.methods import params_for, validate
+
+    epochs = next((f.metadata["key"] for f in fields(params_for(validate(cfg))) if f.name == "epochs"), None)
+    return {**cfg, "num-server-rounds": 1, **({epochs: 1} if epochs else {})}
+
+
+def has_phase1(run_dir: Path, cfg: dict[str, Any], phase1: Any) -> bool:
+    """Whether `run_dir` holds an ensemble saved with `cfg`'s phase-1 settings (the check a run that reuses it makes,
+    :func:`~hetfl.common.oneshot.artifacts.check_reuse`: the settings the ensemble records, not the server step's)."""
+    from hetfl.common.config import ConfigError
+    from hetfl.common.oneshot.artifacts import check_reuse
+    from hetfl.methods import validate
+
+    try:
+        return check_reuse({**validate(cfg), phase1.reuse_key: str(run_dir)}, phase1.reuse_key, phase1) is not None
+    except ConfigError:
+        return False
 
 
 def _resumable(run_dir: Path) -> bool:

@@ -5,6 +5,7 @@ bad input give one line each."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -353,6 +354,18 @@ def test_a_one_shot_baselines_search_over_its_server_step_runs_without_checkpoin
         assert m["config"]["checkpoint"] is False and m["summary"]["rounds_completed"] == 2
         assert m["phase1_reused_from"] == str((tmp_path / "kd" / "phase1" / "ensemble.json").resolve())
     assert not list((tmp_path / "kd").rglob("checkpoint*"))
+    # the phase-1 run is there for its ensemble: its server step is cut to one epoch, not the trials' distillation
+    first = tmp_path / "kd" / "phase1" / "metrics.json"
+    m = json.loads(first.read_text())
+    assert (m["config"]["fedkd-epochs"], m["summary"]["rounds_completed"]) == (1, 1)
+    # a phase-1 run whose server step differs (made before that cut: the trials' epochs) still holds the members the
+    # trials start from: it is not trained again; one of other phase-1 settings (the members' epochs) is
+    m["config"]["fedkd-epochs"] = 200
+    first.write_text(json.dumps(m))
+    T.ensure_phase1(T.phase1_once(study, tmp_path / "kd"))
+    assert len(calls) == 4
+    T.ensure_phase1(T.phase1_once(replace(study, base={**base, "local-epochs": 2}), tmp_path / "kd"))
+    assert len(calls) == 8
 
 
 def test_a_summary_that_says_the_same_is_not_rewritten(tmp_path):
