@@ -413,9 +413,11 @@ def local_cluster(num_nodes: int, home: Path | None = None, tls: bool = False, a
                 from hetfl.superexec import Pool
 
                 cluster.pool = Pool(launch.flwr_env(home), home / "superexec-pool.log")
+            ports: list[int] = []  # each node's own: nodes bind theirs after they start
             for i, cfg in enumerate(configs):
+                ports.append(launch.free_port(*ports))
                 cmd = supernode_command(link.address, cfg, home / "certs" / "ca.crt" if tls else None, keys[i],
-                                        port=launch.free_port(), max_retries=50, warm=warm)
+                                        port=ports[-1], max_retries=50, warm=warm)
                 cluster.start_node(i, cmd, launch.flwr_env(home), home / f"supernode-{i}.log", superexec=False)
                 cluster.configs[i] = cfg
             for i in cluster.nodes:  # the pool warms up while the SuperNodes start

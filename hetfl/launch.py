@@ -38,11 +38,15 @@ ROOT = Path(__file__).resolve().parent.parent
 LAST_SESSION: int | None = None  # pid of the most recent SuperLink, for leak checks
 
 
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(*taken: int) -> int:
+    """An unused TCP port on 127.0.0.1, none of `taken`: ports handed out before and not bound yet (the OS may give
+    a released port again at once: a SuperLink whose health server drew its main port exited 1)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
 
 
 def _bin(name: str) -> str:
@@ -239,7 +243,7 @@ def superlink(home: Path | None = None, simulation: bool = True, extra_args: lis
     cmd = [
         _bin("flower-superlink"), *([] if tls else ["--insecure"]), "--isolation", "subprocess",
         "--host", host, "--port", str(port),
-        "--health-server-address", f"127.0.0.1:{free_port()}",
+        "--health-server-address", f"127.0.0.1:{free_port(port)}",
         "--log-file", str(log_file), "--disable-runtime-dependency-installation",
     ] + (["--database", str(home / "state.db")] if state_file else []) + (["--simulation"] if simulation else []) + (extra_args or [])
     security = f'root-certificates = "{home / "certs" / "ca.crt"}"\n' if tls else "insecure = true\n"

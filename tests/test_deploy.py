@@ -310,3 +310,26 @@ def test_a_superlink_restarted_mid_run_stops_it_in_one_line_and_the_resumed_run_
     keys = ("round", "accuracy", "loss", "clients")
     assert [tuple(r.get(k) for k in keys) for r in rows] == [tuple(r.get(k) for k in keys) for r in ref]
     assert rows[: done + 1] == stopped[: done + 1]  # the checkpointed rounds' rows are kept as they were
+
+
+def test_free_port_skips_ports_handed_out_but_not_bound_yet(monkeypatch):
+    """The OS may give a just-released port again: a SuperLink whose health server drew its main port exited 1
+    (CI, 2026-12-07). free_port(*taken) draws again until the port is none of `taken`."""
+    drawn = iter([5000, 5000, 5000, 5001])
+
+    class Fake:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            self.port = next(drawn)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(launch.socket, "socket", Fake)
+    assert launch.free_port() == 5000
+    assert launch.free_port(5000) == 5001  # two draws of 5000 passed over

@@ -108,7 +108,8 @@ def test_examples_run_with_flwr_run_in_the_simulation_engine_as_in_process(tmp_p
     the README's way after): exit 0, and the per-round metrics the ServerApp wrote equal the in-process run's."""
     if shutil.which("lsof") is None:
         pytest.skip("lsof (the README's stop command) is not installed")
-    port, control_port = free_port(), free_port()
+    port = free_port()
+    control_port = free_port(port)
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "FLWR_HOME": str(tmp_path / "flwr-home"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
            "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),

@@ -160,7 +160,8 @@ def test_plain_flwr_run_completes_streams_rounds_writes_results_and_leaves_nothi
     run_name = f"test-flwr-run-{os.getpid()}-{time.time_ns()}"
     preset = tmp_path / "preset.toml"
     preset.write_text(tomli_w.dumps({**RUN_CONFIG, "run-name": run_name}))
-    port, control_port = free_port(), free_port()
+    port = free_port()
+    control_port = free_port(port)
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
