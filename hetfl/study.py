@@ -2,7 +2,7 @@
 runner tunes, trains what is missing, reuses what ran, and writes the verdict (docs/verdicts.md).
 
     hetfl study run experiments/shefl-table1.toml               # tune, train, decide, write the page
-    hetfl study run experiments/shefl-table1.toml --tune-only   # the tuning studies only
+    hetfl study run experiments/shefl-table1.toml --tune-only   # the tuning studies only (no scored run trained)
     hetfl study table experiments/shefl-table1.toml             # the page from what ran, nothing trained
 
 The file declares the methods (a preset each, and ``overrides`` common to all), the search space and budget (trials
@@ -619,8 +619,9 @@ def _choice_lines(study: Study, summaries: dict[str, Any]) -> list[str]:
 
 def _trial_lines(study: Study, summaries: dict[str, Any]) -> list[str]:
     """Every tuning trial of each method, in the order run: its values and its validation accuracy after its rounds,
-    or the round the pruner stopped it at (with its accuracy then, from the trial's metrics.json); the steps past an
-    edge (``hetfl.tune`` brackets) named; the chosen trial in bold."""
+    or the round the pruner stopped it at with its accuracy at that round (the summary's, else that round's row of the
+    trial's metrics.json, which for a run continued from a checkpoint may go on past it); the steps past an edge
+    (``hetfl.tune`` brackets) named; the chosen trial in bold."""
     lines = []
     for m, s in summaries.items():
         if s.get("fixed") or not s.get("trials"):
@@ -631,10 +632,13 @@ def _trial_lines(study: Study, summaries: dict[str, Any]) -> list[str]:
         for t in s["trials"]:
             name = t.get("folder") or f"t{int(t['number']):03d}"
             if t["state"] == "pruned":
-                path = study.folder / m / "tune" / "trials" / name / "metrics.json"
-                rows = json.loads(path.read_text())["rounds"] if path.exists() else []
-                last = rows[-1] if rows and rows[-1]["round"] else None
-                then = f" ({100 * float(last.get('val_accuracy', last['accuracy'])):.2f}% then)" if last else ""
+                value = t.get("pruned_val_accuracy")
+                if value is None:
+                    path = study.folder / m / "tune" / "trials" / name / "metrics.json"
+                    rows = json.loads(path.read_text())["rounds"] if path.exists() else []
+                    at = next((r for r in rows if r["round"] == t["rounds"] and r["round"]), None)
+                    value = at.get("val_accuracy", at["accuracy"]) if at else None
+                then = f" ({100 * float(value):.2f}% then)" if value is not None else ""
                 acc = f"pruned at round {t['rounds']}{then}"
             elif t.get("val_accuracy") is None:
                 acc = t["state"]  # a trial that failed (diverged): its state
@@ -783,10 +787,8 @@ def run(study: Study, train: bool = True, tune_only: bool = False, methods: list
         if s is None:
             continue
         summaries[m] = s
-        if tune_only:
-            continue
-        failed[m] = {}
-        runs = scored_runs(study, m, s["best"]["values"], train=train and (not methods or m in methods),
+        failed[m] = {}  # --tune-only trains no scored run, but the page and verdict read those already there
+        runs = scored_runs(study, m, s["best"]["values"], train=train and not tune_only and (not methods or m in methods),
                            failed=failed[m])
         scored[m] = runs
         scores[m] = {seed: statistic(metrics, study.statistic) for seed, metrics in runs.items()}
@@ -833,7 +835,8 @@ def main(argv: list[str] | None = None, prog: str = "hetfl study") -> int:
     p.add_argument("action", choices=("run", "table", "check"), help="run: tune, train what is missing, decide; "
                    "table: decide from what ran (nothing trained); check: parse the file and its tuning specs")
     p.add_argument("file", help="a study file, e.g. experiments/shefl-table1.toml")
-    p.add_argument("--tune-only", action="store_true", help="run the tuning studies only")
+    p.add_argument("--tune-only", action="store_true",
+                   help="run the tuning studies only; the page and verdict read the scored runs already there")
     p.add_argument("--methods", nargs="*", help="train only these methods (the others are read from disk)")
     a = p.parse_args(argv)
     setup_logging()

@@ -649,10 +649,17 @@ def _results(study, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every finished trial of the study and every bracket step that ran, as summary rows (in the order they ran)."""
     from optuna.trial import TrialState
 
-    rows = [{"number": t.number, "state": t.state.name.lower(), "values": t.params,
-             "val_accuracy": t.value if t.state == TrialState.COMPLETE else None,
-             "rounds": max(t.intermediate_values, default=0),
-             **({"error": t.user_attrs["run_error"]} if "run_error" in t.user_attrs else {})} for t in _finished(study)]
+    def row(t) -> dict[str, Any]:
+        rounds = max(t.intermediate_values, default=0)
+        return {"number": t.number, "state": t.state.name.lower(), "values": t.params,
+                "val_accuracy": t.value if t.state == TrialState.COMPLETE else None, "rounds": rounds,
+                # a pruned trial: the validation accuracy the pruner judged it by (a continued run's metrics.json
+                # may hold rounds past it: its checkpoint's)
+                **({"pruned_val_accuracy": t.intermediate_values[rounds]} if t.state == TrialState.PRUNED and rounds
+                   else {}),
+                **({"error": t.user_attrs["run_error"]} if "run_error" in t.user_attrs else {})}
+
+    rows = [row(t) for t in _finished(study)]
     rows += [{k: st[k] for k in ("folder", "state", "values", "val_accuracy", "rounds", "error") if k in st}
              for st in steps if "folder" in st]
     return rows

@@ -81,6 +81,9 @@ def test_a_study_runs_resumes_and_writes_its_verdict(tmp_path, monkeypatch):
     monkeypatch.setattr(inprocess, "run_in_process", no_training)
     monkeypatch.setattr(tune, "run_trial", no_training)
     assert S.run(study) == v
+    # --tune-only trains no scored run, and its page and verdict still read the ones there (not "not run yet")
+    assert S.run(study, tune_only=True) == v
+    assert (tmp_path / "studies" / "tiny.md").read_text() == page
 
 
 def test_a_study_reuses_the_committed_trials_and_runs_it_names_and_trains_only_what_differs(tmp_path, monkeypatch):
@@ -535,3 +538,41 @@ def test_a_methods_stream_reads_the_other_methods_runs_after_training_its_own(tm
     monkeypatch.setattr(S, "page", lambda *a: "")
     v = S.run(study, methods=["fedavg"])
     assert trained == ["fedavg"] and v["n"] == 2 and v["diffs"] == [5.0, 7.0]
+
+
+def test_a_pruned_trial_is_listed_with_the_accuracy_the_pruner_judged_it_by(tmp_path):
+    """A trial continued from a checkpoint that held round 6 and then pruned at round 5 (the pruner replays the
+    checkpoint's rows): its page row gives round 5's validation accuracy, not the last row's; the summary records
+    it (hetfl.tune._results), so the page does not need the uncommitted trial folder."""
+    import optuna
+
+    from hetfl import tune
+
+    f = tmp_path / "tiny.toml"
+    f.write_text(SMALL)
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    trial_dir = study.folder / "fedavg" / "tune" / "trials" / "t004"
+    trial_dir.mkdir(parents=True)
+    vals = [0.06, 0.17, 0.29, 0.49, 0.57, 0.6054, 0.6504]
+    (trial_dir / "metrics.json").write_text(json.dumps({"rounds": [{"round": r, "accuracy": 0.0, "val_accuracy": v}
+                                                                   for r, v in enumerate(vals)]}))
+    best = {"values": {"lr": 0.1}, "val_accuracy": 0.8228}
+    pruned = {"number": 4, "state": "pruned", "values": {"lr": 0.01}, "val_accuracy": None, "rounds": 5}
+
+    def row(summary_trial):
+        lines = S._trial_lines(study, {"fedavg": {"best": best, "trials": [summary_trial]}})
+        return next(line for line in lines if line.startswith("| t004"))
+
+    assert "pruned at round 5 (60.54% then)" in row(pruned)  # that round's row of its metrics.json
+    assert "pruned at round 5 (61.00% then)" in row({**pruned, "pruned_val_accuracy": 0.61})  # the summary's first
+    (trial_dir / "metrics.json").unlink()
+    assert row(pruned).endswith("| pruned at round 5 |")  # nothing to read: no number made up
+
+    s = optuna.create_study(direction="maximize")
+    t = s.ask()
+    for r, v in enumerate(vals[:6]):
+        if r:
+            t.report(v, r)
+    s.tell(t, state=optuna.trial.TrialState.PRUNED)
+    (res,) = tune._results(s, [])
+    assert res["state"] == "pruned" and res["rounds"] == 5 and res["pruned_val_accuracy"] == 0.6054
