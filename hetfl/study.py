@@ -432,8 +432,8 @@ def tuned(study: Study, method: str, train: bool = True) -> dict[str, Any] | Non
                 "budget": {"trials": 0, "extension_trials": 0}, "on_edge": {}, "fixed": True}
     folder = study.folder / method / "tune"
     if train:
-        out = tune(spec, folder, final=False,
-                   earlier=(folder, *(ROOT / f for f in study.earlier.get(method, ()))))
+        out = tune(spec, folder, final=False, earlier=(folder, *(ROOT / f for f in study.earlier.get(method, ()))),
+                   shared=phase1_runs(study, method, study.seeds))
         _normalise(folder)
         return out
     path = folder / "summary.json"
@@ -465,19 +465,29 @@ def _reused_run(study: Study, method: str, cfg: dict[str, Any], run_dir: Path) -
     return None
 
 
-def tuned_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """`cfg` starting from the phase 1 the method's tuning trained once (``<method>/tune/phase1``,
-    :func:`hetfl.tune.phase1_once`) where that ensemble is here and has this run's phase-1 settings (the scored run
-    at the tuning's seed): the same members, not trained a second time; its bytes and times are the training run's
-    (docs/readings.md#fens-artifacts). Any other run comes back as it is."""
+def phase1_runs(study: Study, method: str, seeds: tuple[int, ...]) -> tuple[Path, ...]:
+    """The other methods' run folders whose saved phase 1 `method` may start from, in the study's method order: each
+    one's ``tune/phase1`` and its scored runs at `seeds` (:func:`hetfl.tune.has_phase1` picks one with this run's
+    phase-1 settings, seed included: FedKD's and Fed-ET's members are the same, FENS's and Co-Boosting's not)."""
+    return tuple(p for m in study.methods if m != method
+                 for p in (study.folder / m / "tune" / "phase1", *(study.folder / m / "runs" / f"s{s}" for s in seeds)))
+
+
+def shared_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` starting from a phase 1 already trained with this run's phase-1 settings, where its ensemble is here:
+    the one the method's tuning trained once (``<method>/tune/phase1``, :func:`hetfl.tune.phase1_once`: the scored
+    run at the tuning's seed), else another method's at this seed (:func:`phase1_runs`). The same members, not
+    trained a second time; its bytes and times are the training run's (docs/readings.md#fens-artifacts). Any other
+    run comes back as it is."""
     from hetfl.methods import phase1_of
     from hetfl.tune import PHASE1_RUN, has_phase1
 
     phase1 = phase1_of(str(cfg.get("method", "")))
-    src = study.folder / method / "tune" / PHASE1_RUN
-    if phase1 is None or not phase1.reuse_key or cfg.get(phase1.reuse_key) or not has_phase1(src, cfg, phase1):
+    if phase1 is None or not phase1.reuse_key or cfg.get(phase1.reuse_key):
         return cfg
-    return {**cfg, phase1.reuse_key: str(src.resolve())}
+    own = study.folder / method / "tune" / PHASE1_RUN
+    src = next((p for p in (own, *phase1_runs(study, method, (int(cfg["seed"]),))) if has_phase1(p, cfg, phase1)), None)
+    return cfg if src is None else {**cfg, phase1.reuse_key: str(src.resolve())}
 
 
 def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool = True,
@@ -501,7 +511,7 @@ def scored_runs(study: Study, method: str, values: dict[str, Any], train: bool =
         return m if m.get("stopped") else None
 
     for seed in study.seeds:
-        cfg = tuned_phase1(study, method, study.final_config(method, values, seed))
+        cfg = shared_phase1(study, method, study.final_config(method, values, seed))
         m = finished_run(runs / f"s{seed}", cfg)
         if m is None and not (runs / f"s{seed}" / "metrics.json").exists():
             m = _reused_run(study, method, cfg, runs / f"s{seed}")

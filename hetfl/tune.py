@@ -436,18 +436,19 @@ def _next(spec: TuneSpec, study, dims: tuple[Dim, ...] | None = None):
 
 
 def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1,
-         earlier: tuple[Path, ...] = ()) -> dict[str, Any]:
+         earlier: tuple[Path, ...] = (), shared: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Run (or resume) the study until `spec.trials` trials have finished; returns the summary (also written to
     ``<study_dir>/summary.json``). With `workers` > 1, that many trials run at once, each in its own process (a GPU
     machine's cores, or a machine with cores to spare); a grid study's trials and choice are the same at any number
     of workers, a TPE study's later draws depend on which trials finished first. A trial that already ran with the
-    same config in one of the `earlier` study folders is taken from there (:func:`earlier_trial`)."""
+    same config in one of the `earlier` study folders is taken from there (:func:`earlier_trial`); a phase 1 trained
+    once may be one of the `shared` runs' (:func:`phase1_once`)."""
     import optuna
 
     check_spec(spec)
     if workers < 1:
         raise TuneError(f"--workers {workers}: must be >= 1")
-    spec = phase1_once(spec, study_dir)
+    spec = phase1_once(spec, study_dir, shared)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(spec, study_dir)
     trials_dir = study_dir / "trials"
@@ -469,13 +470,15 @@ def tune(spec: TuneSpec, study_dir: Path, final: bool = True, workers: int = 1,
 PHASE1_RUN = "phase1"  # <study>/phase1: the one run whose phase 1 every trial starts from (phase1_once)
 
 
-def phase1_once(spec: TuneSpec, study_dir: Path) -> TuneSpec:
+def phase1_once(spec: TuneSpec, study_dir: Path, shared: tuple[Path, ...] = ()) -> TuneSpec:
     """A one-shot method's search over keys its phase 1 does not read (FENS's aggregator; FENS Sec. 3.1-3.2): phase 1
     is trained once, at the study's seed, by the run ``<study>/phase1`` (one round after it), and every trial starts
     from that ensemble through the method's reuse key (``fens-reuse``), so all trials score the same members and
     none trains them again. The run is made when a trial first needs it (:func:`ensure_phase1`), so a study whose
-    trials are all done trains nothing. Any other spec comes back as it is: another method, a reuse key already set,
-    or a space with a key phase 1 reads (each of its values is checked)."""
+    trials are all done trains nothing. Where ``<study>/phase1`` holds no such ensemble and one of the `shared` run
+    folders does (another method's run with the same phase-1 settings: FedKD's and Fed-ET's members are the same;
+    :func:`has_phase1`), the trials start from that one and nothing is trained. Any other spec comes back as it is:
+    another method, a reuse key already set, or a space with a key phase 1 reads (each of its values is checked)."""
     from dataclasses import replace
 
     from hetfl.common.oneshot.artifacts import phase1_settings
@@ -489,7 +492,10 @@ def phase1_once(spec: TuneSpec, study_dir: Path) -> TuneSpec:
         for v in d.ends():
             if phase1_settings(validate(spec.trial_config({d.key: v}, study_dir, PHASE1_RUN)), phase1) != ref:
                 return spec
-    return replace(spec, base={**spec.base, phase1.reuse_key: str((study_dir / PHASE1_RUN).resolve())})
+    src, cfg = study_dir / PHASE1_RUN, spec.trial_config({}, study_dir, PHASE1_RUN)
+    if shared and not has_phase1(src, cfg, phase1):
+        src = next((d for d in shared if has_phase1(d, cfg, phase1)), src)
+    return replace(spec, base={**spec.base, phase1.reuse_key: str(src.resolve())})
 
 
 def ensure_phase1(spec: TuneSpec) -> None:

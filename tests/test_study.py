@@ -451,6 +451,61 @@ def test_the_scored_run_at_the_tuning_seed_starts_from_the_phase_1_the_tuning_tr
     assert S.run(study)["diffs"] == v["diffs"]
 
 
+ONESHOT_STUDY = '''name = "tinyoneshot"
+claim = "Fed-ET is more accurate than FedKD (a test)"
+kind = "superiority"
+claimed-margin = 5.0
+primary = ["fedet", "fedkd"]
+statistic = "final"
+
+[methods]
+fedkd = { preset = "configs/fedkd/fmnist-dir0.05.toml", set = { fedkd-epochs = 2 } }
+fedet = { preset = "configs/fedet/fmnist-dir0.05.toml", set = { fedet-epochs = 2 } }
+
+[overrides]
+dataset = "digits"
+data-source = "local"
+partitioner = "iid"
+server-holdout = 300
+min-available-nodes = 4
+fraction-train = 1.0
+local-steps = 4
+local-epochs = 1
+batch-size = 16
+max-test-samples = 400
+tracking = "none"
+
+[tune]
+space = "lr=0.1"
+sampler = "grid"
+trials = 1
+rounds = 2
+
+[final]
+seeds = [0, 1]
+rounds = 2
+'''
+
+
+def test_methods_with_the_same_phase_1_train_it_once_per_seed(tmp_path, monkeypatch):
+    """FedKD's and Fed-ET's members are the same (hetfl.study.shared_phase1): Fed-ET's scored run at each seed starts
+    from FedKD's ensemble at that seed and trains none (a seed's own, not the other seed's)."""
+    import hetfl.common.oneshot.client as fc
+
+    calls = []
+    real = fc.local_train
+    monkeypatch.setattr(fc, "local_train", lambda *a, **k: calls.append(1) or real(*a, **k))
+    f = tmp_path / "tinyoneshot.toml"
+    f.write_text(ONESHOT_STUDY)
+    study = S.Study.from_file(f, out=tmp_path / "studies")
+    assert S.run(study)["n"] == 2
+    assert len(calls) == 2 * 4  # FedKD's members at 2 seeds, 4 clients; none for Fed-ET
+    runs = tmp_path / "studies" / "tinyoneshot"
+    for k in (0, 1):
+        et = json.loads((runs / "fedet" / "runs" / f"s{k}" / "metrics.json").read_text())
+        assert et["phase1_reused_from"] == str((runs / "fedkd" / "runs" / f"s{k}" / "ensemble.json").resolve())
+
+
 def test_check_prints_each_methods_own_budget(tmp_path, capsys):
     f = tmp_path / "tiny.toml"
     f.write_text(SMALL.replace('rounds = 2\n\n[final]', 'rounds = 2\nwhy = "a test"\n\n[tune.by-method]\n'

@@ -354,6 +354,21 @@ def test_a_one_shot_baselines_search_over_its_server_step_runs_without_checkpoin
         assert m["config"]["checkpoint"] is False and m["summary"]["rounds_completed"] == 2
         assert m["phase1_reused_from"] == str((tmp_path / "kd" / "phase1" / "ensemble.json").resolve())
     assert not list((tmp_path / "kd").rglob("checkpoint*"))
+    # Fed-ET's members are FedKD's (the same phase-1 settings): its search starts from FedKD's phase 1 and trains none;
+    # a shared run without an ensemble, or with other phase-1 settings, is passed over
+    kd = tmp_path / "kd" / "phase1"
+    et = replace(study, base={**{k: v for k, v in base.items() if k != "fedkd-epochs"}, "method": "fedet",
+                              "fedet-epochs": 2}, space=tuple(parse_space("fedet-lr=0.001,0.01")))
+    assert T.phase1_once(et, tmp_path / "et", shared=(tmp_path / "none",)).base["oneshot-reuse"] == \
+        str((tmp_path / "et" / "phase1").resolve())
+    T.tune(et, tmp_path / "et", final=False, shared=(tmp_path / "none", kd))
+    assert len(calls) == 4 and not (tmp_path / "et" / "phase1").exists()
+    for k in (0, 1):
+        m = json.loads((tmp_path / "et" / "trials" / f"t00{k}" / "metrics.json").read_text())
+        assert m["phase1_reused_from"] == str((kd / "ensemble.json").resolve())
+    seed1 = replace(et, base={**et.base, "seed": 1})
+    assert T.phase1_once(seed1, tmp_path / "et1", shared=(kd,)).base["oneshot-reuse"] == \
+        str((tmp_path / "et1" / "phase1").resolve())
     # the phase-1 run is there for its ensemble: its server step is cut to one epoch, not the trials' distillation
     first = tmp_path / "kd" / "phase1" / "metrics.json"
     m = json.loads(first.read_text())
