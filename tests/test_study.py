@@ -381,6 +381,18 @@ def test_a_bad_study_file_is_one_line(tmp_path, edit, fragment):
     assert fragment in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
+TINY_OVERRIDES = '''dataset = "digits"
+data-source = "local"
+partitioner = "iid"
+min-available-nodes = 4
+fraction-train = 1.0
+local-steps = 4
+local-epochs = 1
+batch-size = 16
+max-test-samples = 400
+tracking = "none"
+'''  # a small federation on local data, for the studies below
+
 FENS_STUDY = '''name = "tinyfens"
 claim = "FENS is more accurate than FedAvg (a test)"
 kind = "superiority"
@@ -393,17 +405,7 @@ fens = "configs/fens/fmnist-dir0.05.toml"
 fedavg = "configs/quickstart.toml"
 
 [overrides]
-dataset = "digits"
-data-source = "local"
-partitioner = "iid"
-min-available-nodes = 4
-fraction-train = 1.0
-local-steps = 4
-local-epochs = 1
-batch-size = 16
-max-test-samples = 400
-tracking = "none"
-
+''' + TINY_OVERRIDES + '''
 [tune]
 space = "lr=0.1"
 sampler = "grid"
@@ -463,18 +465,8 @@ fedkd = { preset = "configs/fedkd/fmnist-dir0.05.toml", set = { fedkd-epochs = 2
 fedet = { preset = "configs/fedet/fmnist-dir0.05.toml", set = { fedet-epochs = 2 } }
 
 [overrides]
-dataset = "digits"
-data-source = "local"
-partitioner = "iid"
 server-holdout = 300
-min-available-nodes = 4
-fraction-train = 1.0
-local-steps = 4
-local-epochs = 1
-batch-size = 16
-max-test-samples = 400
-tracking = "none"
-
+''' + TINY_OVERRIDES + '''
 [tune]
 space = "lr=0.1"
 sampler = "grid"
