@@ -17,9 +17,13 @@ each (Flower's default here), the plain loop runs clients one after the other wi
 default threads. Nothing else should run meanwhile.
 
 (e) SHEFL and AdaptiveFL, 2 light rounds with 10,000 clients on 100 SuperNodes.
+(f) only when named: Co-Boosting's server step (hetfl.oneshot_app.coboost.co_boost) alone, 20 FMNIST CNN members
+    and the authors' settings (30 generator steps, batch 128), its first --coboost-epochs epochs: seconds per epoch
+    and the line a + b e through them (the distillation's pool grows by a batch an epoch), summed to 200 epochs.
 
-    python scripts/bench_round.py                 # all five (~25 min on 2 cores)
+    python scripts/bench_round.py                 # a-e (~25 min on 2 cores)
     python scripts/bench_round.py --only a c      # a subset
+    python scripts/bench_round.py --only f        # ~20 min on 2 cores
 """
 
 from __future__ import annotations
@@ -194,9 +198,29 @@ def methods_at_scale(clients: int, supernodes: int, results_dir: str) -> dict:
     return out
 
 
+def coboost_epochs(epochs: int, full: int = 200) -> dict:
+    """(f): seconds per epoch of Co-Boosting's server step over random 20-member FMNIST CNN ensembles (the cost does
+    not depend on what the members learnt), and the least-squares line through them summed over `full` epochs."""
+    from hetfl.common.models import build_model
+    from hetfl.common.train import Normalizer
+    from hetfl.oneshot_app.coboost import co_boost
+    from hetfl.oneshot_app.keys import CoBoostParams
+
+    torch.manual_seed(0)
+    members = [build_model("cnn", 10, (1, 28, 28)) for _ in range(20)]
+    stamps = [time.perf_counter()]
+    co_boost(members, build_model("cnn", 10, (1, 28, 28)), CoBoostParams(epochs=epochs), (1, 28, 28), 10,
+             Normalizer("fashion_mnist"), 0, epoch_end=lambda e, w: stamps.append(time.perf_counter()))
+    t = np.diff(stamps)
+    b, a = np.polyfit(np.arange(1, len(t) + 1), t, 1)
+    return {"epoch_s": t.tolist(), "fit_a_s": float(a), "fit_b_s": float(b), "full_epochs": full,
+            "full_h": float(sum(a + b * e for e in range(1, full + 1)) / 3600), "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="*", choices=("a", "b", "c", "d", "e"), default=["a", "b", "c", "d", "e"])
+    p.add_argument("--only", nargs="*", choices=("a", "b", "c", "d", "e", "f"), default=["a", "b", "c", "d", "e"])
+    p.add_argument("--coboost-epochs", type=int, default=10, help="Co-Boosting epochs timed (f)")
     p.add_argument("--rounds", type=int, default=6, help="rounds of the light setting (a)")
     p.add_argument("--paper-rounds", type=int, default=4, help="rounds at 10 local epochs (b)")
     p.add_argument("--scale-rounds", type=int, default=3, help="rounds of the scale probe (d)")
@@ -216,6 +240,8 @@ def main() -> int:
         out["d_scale"] = [scale_probe(a.scale_rounds, a.results_dir, n, min(n, a.scale_supernodes)) for n in a.scale_clients]
     if "e" in a.only:
         out["e_methods_at_scale"] = methods_at_scale(10_000, a.scale_supernodes, a.results_dir)
+    if "f" in a.only:
+        out["f_coboost"] = coboost_epochs(a.coboost_epochs)
     print(json.dumps(out, indent=2))
     print()
     for key, label in (("a_light", "light (10 steps)"), ("b_paper", "paper (10 epochs)")):
@@ -233,6 +259,10 @@ def main() -> int:
     for name, e in out.get("e_methods_at_scale", {}).items():
         print(f"(e) {name}, {e['clients']:,} clients on {e['supernodes']} SuperNodes: launch to end of round 1 "
               f"{e['launch_to_round1_s']:.1f} s, rounds {', '.join(f'{x:.1f}' for x in e['round_s'])} s")
+    if "f_coboost" in out:
+        f = out["f_coboost"]
+        print(f"(f) Co-Boosting's server step: epochs {', '.join(f'{x:.1f}' for x in f['epoch_s'])} s; "
+              f"t(e) = {f['fit_a_s']:.1f} + {f['fit_b_s']:.2f} e, {f['full_epochs']} epochs about {f['full_h']:.1f} h")
     Path(a.results_dir).mkdir(parents=True, exist_ok=True)
     (Path(a.results_dir) / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(out, indent=2))
     return 0
