@@ -480,13 +480,13 @@ def shared_phase1(study: Study, method: str, cfg: dict[str, Any]) -> dict[str, A
     trained a second time; its bytes and times are the training run's (docs/readings.md#fens-artifacts). Any other
     run comes back as it is."""
     from hetfl.methods import phase1_of
-    from hetfl.tune import PHASE1_RUN, has_phase1
+    from hetfl.tune import PHASE1_RUN, saved_phase1
 
     phase1 = phase1_of(str(cfg.get("method", "")))
     if phase1 is None or not phase1.reuse_key or cfg.get(phase1.reuse_key):
         return cfg
     own = study.folder / method / "tune" / PHASE1_RUN
-    src = next((p for p in (own, *phase1_runs(study, method, (int(cfg["seed"]),))) if has_phase1(p, cfg, phase1)), None)
+    src = saved_phase1((own, *phase1_runs(study, method, (int(cfg["seed"]),))), cfg, phase1)
     return cfg if src is None else {**cfg, phase1.reuse_key: str(src.resolve())}
 
 

@@ -487,14 +487,14 @@ def phase1_once(spec: TuneSpec, study_dir: Path, shared: tuple[Path, ...] = ()) 
     phase1 = phase1_of(str(spec.base.get("method", "")))
     if phase1 is None or not phase1.reuse_key or spec.base.get(phase1.reuse_key):
         return spec
-    ref = phase1_settings(validate(spec.trial_config({}, study_dir, PHASE1_RUN)), phase1)
+    cfg = spec.trial_config({}, study_dir, PHASE1_RUN)
+    ref = phase1_settings(validate(cfg), phase1)
     for d in spec.space:
         for v in d.ends():
             if phase1_settings(validate(spec.trial_config({d.key: v}, study_dir, PHASE1_RUN)), phase1) != ref:
                 return spec
-    src, cfg = study_dir / PHASE1_RUN, spec.trial_config({}, study_dir, PHASE1_RUN)
-    if shared and not has_phase1(src, cfg, phase1):
-        src = next((d for d in shared if has_phase1(d, cfg, phase1)), src)
+    own = study_dir / PHASE1_RUN
+    src = (saved_phase1((own, *shared), cfg, phase1) if shared else None) or own  # else trained there
     return replace(spec, base={**spec.base, phase1.reuse_key: str(src.resolve())})
 
 
@@ -547,6 +547,12 @@ def has_phase1(run_dir: Path, cfg: dict[str, Any], phase1: Any) -> bool:
         return check_reuse({**validate(cfg), phase1.reuse_key: str(run_dir)}, phase1.reuse_key, phase1) is not None
     except ConfigError:
         return False
+
+
+def saved_phase1(run_dirs: tuple[Path, ...], cfg: dict[str, Any], phase1: Any) -> Path | None:
+    """The first of `run_dirs` holding an ensemble saved with `cfg`'s phase-1 settings (:func:`has_phase1`); None if
+    none does."""
+    return next((d for d in run_dirs if has_phase1(d, cfg, phase1)), None)
 
 
 def _resumable(run_dir: Path) -> bool:
