@@ -181,8 +181,8 @@ class TuneSpec:
 
 def resumable(base: dict[str, Any]) -> dict[str, bool]:
     """A trial's or scored run's checkpoint keys: a checkpoint every round and resume from it, so a stopped study
-    goes on where it stopped; unless the preset turns checkpoints off (the one-shot baselines: one upload, then the
-    server's epochs, nothing to resume)."""
+    goes on where it stopped (FedKD's and Fed-ET's: every server epoch); unless the preset turns checkpoints off
+    (Co-Boosting, FedCVAE-Ens: no resume)."""
     keep = bool(base.get("checkpoint", True))
     return {"checkpoint": keep, "resume": keep}
 

@@ -125,8 +125,12 @@ def test_fedkd_and_fedet_need_the_auxiliary_set():
     validate({"method": "coboost"})
     with pytest.raises(ConfigError, match="fedkd-epochs"):
         validate({"method": "fedet", "server-holdout": 100, "fedkd-epochs": 3})
-    with pytest.raises(ConfigError, match="'resume'"):
-        validate({"method": "coboost", "resume": True})
+    for method in ("coboost", "fedcvae"):  # no checkpoint to go on from: FedKD and Fed-ET keep one
+        with pytest.raises(ConfigError, match="'resume'"):
+            validate({"method": method, "resume": True})
+        with pytest.raises(ConfigError, match="'stop-after-round' = 2"):
+            validate({"method": method, "stop-after-round": 2})
+    validate({"method": "fedkd", "server-holdout": 100, "resume": True, "stop-after-round": 2})
 
 
 # ---- end to end ----------------------------------------------------------------------------------------------------
@@ -222,6 +226,36 @@ def test_reused_phase1_gives_the_fresh_run_and_reports_the_training_runs_bytes(t
         preflight({**ET, "oneshot-reuse": str(tmp_path / "nowhere")})
     with pytest.raises(ConfigError, match="'oneshot-reuse' = .* is not read by method 'fens'"):
         validate({"method": "fens", "oneshot-reuse": src}, given=["method", "oneshot-reuse"])
+
+
+def test_a_distillation_stopped_after_an_epoch_resumes_to_the_uninterrupted_run(tmp_path, task_identity, monkeypatch):
+    """FedKD and Fed-ET checkpoint after every server epoch: a run ended after epoch 2 (``stop-after-round``) and
+    resumed ends with the uninterrupted run's rows and student, bit for bit, without training phase 1 again (its own
+    ensemble, or the one it reused)."""
+    from safetensors.numpy import load_file
+
+    kd = {**KD, "fedkd-epochs": 5, "fedkd-lr-min": 1e-3, "checkpoint": True}
+    whole = run_in_process(kd, 4, tmp_path, "whole")
+    part = run_in_process({**kd, "stop-after-round": 2}, 4, tmp_path, "part")
+    assert [r["round"] for r in part["rounds"]] == [0, 1, 2] and (tmp_path / "part" / "checkpoint.json").exists()
+
+    import hetfl.common.oneshot.client as fc
+
+    monkeypatch.setattr(fc, "local_train", lambda *a, **k: pytest.fail("phase 1 trained again"))
+    resumed = run_in_process({**kd, "resume": True}, 4, tmp_path, "part")
+    rows = lambda m: [(r["round"], r["accuracy"], r["loss"], r["val_accuracy"]) for r in m["rounds"]]  # noqa: E731
+    assert rows(resumed) == rows(whole) and len({r[1] for r in rows(whole)}) > 2  # it learns
+    final = lambda d: load_file(tmp_path / d / "final_model.safetensors")  # noqa: E731
+    assert all(np.array_equal(final("whole")[k], v) for k, v in final("part").items())
+    assert resumed["phases"]["server_step_s"] > part["phases"]["server_step_s"] > 0  # both starts' seconds
+    assert [m["from_round"] for m in resumed["machines"]] == [0, 3]
+
+    # Fed-ET from FedKD's ensemble (oneshot-reuse: no copy in its folder) goes on from that one
+    et = {**ET, "fedet-epochs": 4, "checkpoint": True, "oneshot-reuse": str(tmp_path / "whole")}
+    et_whole = run_in_process(et, 4, tmp_path, "et-whole")
+    run_in_process({**et, "stop-after-round": 1}, 4, tmp_path, "et-part")
+    et_resumed = run_in_process({**et, "resume": True}, 4, tmp_path, "et-part")
+    assert rows(et_resumed) == rows(et_whole) and len(rows(et_whole)) == 5
 
 
 def test_reuse_check_reads_the_settings_only_at_preflight_and_never_in_a_clientapp(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from hetfl.common import train as T
 from hetfl.common.config import ConfigError
 from hetfl.methods import validate
 from hetfl.data.arrays import ArrayData
+from hetfl.common.checkpoint import join_state, split_state
 from hetfl.common.models import CNN, get_state
 from hetfl.common.train import (Normalizer, _batches, augment_batch, autocast, cosine_epoch_lr, crop_flip, evaluate,
                                 evaluate_ensemble, member_disagreement, member_logits, num_steps, predict_proba,
@@ -481,3 +482,58 @@ def test_no_denormals_flushes_in_its_block_nests_and_the_training_and_evaluation
     assert len(seen) >= 3 and all(seen) and not _flushed()  # 2 steps, the epoch end (and a FLOPs count)
     T.member_logits([model], data, norm)
     assert not _flushed()
+
+
+class DropoutCNN(CNN):
+    """The CNN with dropout before its output: a draw from torch's RNG every step, which a resume must restore."""
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(super().forward(x), 0.3, self.training)
+
+
+@pytest.mark.parametrize("optimizer,schedule", [("adam", "cosine-epoch"), ("sgd", "cosine")])
+def test_training_stopped_after_an_epoch_and_continued_from_its_cursor_ends_bit_for_bit_as_the_uninterrupted(
+        optimizer, schedule):
+    """Adam's moments, the per-step scheduler, the batch order and augmentation draws (the seeded generator) and
+    dropout (torch's RNG) all carry over: the cursor is taken through a checkpoint's plain data, as a resume reads it."""
+    data, norm = learnable_data(40), Normalizer("fashion_mnist")
+    kw = dict(epochs=4, batch_size=16, lr=0.01, momentum=0.9 if optimizer == "sgd" else 0.0, optimizer=optimizer,
+              lr_schedule=schedule, lr_min=0.001, augment="crop-flip", seed=3)
+
+    def model():
+        torch.manual_seed(0)
+        return DropoutCNN(10, 1, 28)
+
+    whole, cursor = model(), T.TrainCursor()
+    torch.manual_seed(11)
+    train(whole, data, norm, cursor=cursor, **kw)
+    assert cursor.epoch == 4
+
+    saved = {}
+
+    def stop_after_1(e):
+        if e == 1:  # what a checkpoint after epoch 1 holds, then the process dies
+            saved.update(weights=get_state(first), cursor=join_state(*split_state(cursor1.state_dict())))
+            return True
+
+    first, cursor1 = model(), T.TrainCursor()
+    torch.manual_seed(11)
+    res1 = train(first, data, norm, cursor=cursor1, epoch_end=stop_after_1, **kw)
+    assert saved["cursor"]["epoch"] == 2 and res1.steps == 2 * 3
+    torch.manual_seed(999)  # the new process's torch RNG: the cursor puts the old one back
+    second = model()
+    second.load_state_dict({k: torch.from_numpy(v) for k, v in saved["weights"].items()})
+    res2 = train(second, data, norm, cursor=T.TrainCursor.from_state_dict(saved["cursor"]), **kw)
+    assert res2.steps == 2 * 3
+    assert torch.equal(flat(second), flat(whole))
+
+    # the cursor matters: continuing without it (a fresh optimiser and generator) does not end there
+    third = model()
+    third.load_state_dict({k: torch.from_numpy(v) for k, v in saved["weights"].items()})
+    train(third, data, norm, **{**kw, "epochs": 2})
+    assert not torch.equal(flat(third), flat(whole))
+
+
+def test_a_cursor_needs_epoch_based_training():
+    with pytest.raises(ValueError, match="steps=5"):
+        train(CNN(10, 1, 28), tiny_data(8), Normalizer("fashion_mnist"), steps=5, cursor=T.TrainCursor())

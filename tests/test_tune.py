@@ -335,7 +335,7 @@ def test_a_search_over_fens_aggregator_trains_phase_1_once_and_every_trial_start
 
 def test_a_one_shot_baselines_search_over_its_server_step_runs_without_checkpoints_on_one_phase_1(tmp_path, monkeypatch):
     """FedKD as fens-dir0.05 tunes it: members to completion (oneshot-member-*), its distillation lr searched, phase 1
-    trained once; a trial's rows are its server epochs and, the preset turning checkpoints off, none is written."""
+    trained once; a trial's rows are its server epochs and, checkpoints turned off, none is written."""
     import hetfl.common.oneshot.client as fc
 
     calls = []
@@ -381,6 +381,40 @@ def test_a_one_shot_baselines_search_over_its_server_step_runs_without_checkpoin
     assert len(calls) == 4
     T.ensure_phase1(T.phase1_once(replace(study, base={**base, "local-epochs": 2}), tmp_path / "kd"))
     assert len(calls) == 8
+
+
+def test_a_distillation_trial_stopped_after_an_epoch_continues_from_its_checkpoint(tmp_path, monkeypatch):
+    """FedKD's trials checkpoint after every server epoch (its presets): a process stopped after epoch 1 of a 3-epoch
+    trial leaves that checkpoint; the next call queues the values again and the queued trial distils epochs 2 and 3
+    only, on the same phase 1, ending as the trial that was never stopped."""
+    import hetfl.common.rounds as R
+
+    base = {**{k: v for k, v in FENS.items() if not k.startswith("fens-")}, "method": "fedkd", "server-holdout": 300,
+            "local-steps": 0, "local-epochs": 2, "fedkd-epochs": 3, "checkpoint": True}
+    study = TuneSpec(base=base, space=tuple(parse_space("fedkd-lr=0.01")), trials=1, rounds=3, nodes=4,
+                     sampler="grid", bracket=False)
+    whole = T.tune(study, tmp_path / "whole", final=False)
+    real = R.save_checkpoint
+    saved = []
+
+    def killed_after_epoch_1(path, rnd, *a, **k):
+        rows = real(path, rnd, *a, **k)
+        saved.append(rnd)
+        if "trials" in path.parts and rnd == 1:
+            raise KeyboardInterrupt  # the process dies with epoch 1's checkpoint written
+        return rows
+
+    monkeypatch.setattr(R, "save_checkpoint", killed_after_epoch_1)
+    with pytest.raises(KeyboardInterrupt):
+        T.tune(study, tmp_path / "cut", final=False)
+    saved.clear()
+    out = T.tune(study, tmp_path / "cut", final=False)
+    assert saved == [2, 3], saved  # only the epochs after the checkpoint were distilled
+    assert not (tmp_path / "cut" / "trials" / "t000").exists()  # taken over by the queued trial t001
+    rows = lambda d, t: [(r["round"], r["val_accuracy"], r["accuracy"], r["loss"]) for r in  # noqa: E731
+                         json.loads((tmp_path / d / "trials" / t / "metrics.json").read_text())["rounds"]]
+    assert rows("cut", "t001") == rows("whole", "t000") and len(rows("whole", "t000")) == 4
+    assert [t["val_accuracy"] for t in out["trials"]] == [t["val_accuracy"] for t in whole["trials"]]
 
 
 def test_a_summary_that_says_the_same_is_not_rewritten(tmp_path):

@@ -190,11 +190,14 @@ def steps_per_epoch(n: int, batch_size: int, drop_last: bool = False) -> int:
 
 
 def _batches(n: int, batch_size: int, steps: int, epochs: int, gen: torch.Generator,
-             drop_last: bool = False) -> Iterator[tuple[int, torch.Tensor]]:
+             drop_last: bool = False, first_epoch: int = 0,
+             boundary: Callable[[int], None] | None = None) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield (epoch, index tensor): `steps` batches (cycling through reshuffled epochs) or `epochs` full epochs.
 
     With drop_last an epoch ends before its incomplete last batch, except when the partition is
-    smaller than one batch: then its one batch is all of it (docs/training.md).
+    smaller than one batch: then its one batch is all of it (docs/training.md). With `epochs`, the epochs run from
+    `first_epoch` (a resume, :class:`TrainCursor`) and `boundary(e)` is called before epoch e draws anything from
+    `gen`, and with ``epochs`` after the last one: where a resume at epoch e must find the state.
     """
     end = batch_size * (n // batch_size) if drop_last and n >= batch_size else n  # last start position + 1
     if steps > 0:
@@ -207,10 +210,14 @@ def _batches(n: int, batch_size: int, steps: int, epochs: int, gen: torch.Genera
             done += 1
             yield epoch, idx
     else:
-        for epoch in range(epochs):
+        for epoch in range(first_epoch, epochs):
+            if boundary is not None:
+                boundary(epoch)
             perm = torch.randperm(n, generator=gen)
             for pos in range(0, end, batch_size):
                 yield epoch, perm[pos : pos + batch_size]
+        if boundary is not None:
+            boundary(epochs)
 
 
 def num_steps(n: int, batch_size: int, steps: int, epochs: int, drop_last: bool = False) -> int:
@@ -235,6 +242,64 @@ def make_optimizer(params, name: str, lr: float, momentum: float, weight_decay: 
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+def _tree(x, leaf: Callable):
+    """`x` with every leaf that `leaf` maps (it returns None for the others) replaced; dicts, lists, tuples kept."""
+    if isinstance(x, dict):
+        return {k: _tree(v, leaf) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_tree(v, leaf) for v in x)
+    out = leaf(x)
+    return x if out is None else out
+
+
+@dataclass
+class TrainCursor:
+    """Where an epoch-based :func:`train` stands at an epoch boundary, to go on later as if it had never stopped (a
+    server distillation's checkpoint, docs/checkpoints.md#server-epochs): the next epoch, the optimiser's and the
+    per-step scheduler's state, the batch generator's and torch's RNG states there.
+
+    ``train(..., cursor=c)`` starts at ``c.epoch`` from that state (``c.epoch`` 0: from the start) and keeps `c` at
+    the latest boundary: read it in ``epoch_end`` (the boundary after that epoch) or after ``train`` returns.
+    """
+
+    epoch: int = 0
+    optimizer: dict | None = None
+    scheduler: dict | None = None
+    generator: torch.Tensor | None = None
+    torch_rng: torch.Tensor | None = None
+    cuda_rng: torch.Tensor | None = None
+
+    def mark(self, epoch: int, opt: torch.optim.Optimizer, sched, gen: torch.Generator, device: torch.device) -> None:
+        """Record the boundary before `epoch` (copies: the training goes on changing the originals)."""
+        self.epoch = epoch
+        self.optimizer = _tree(opt.state_dict(), lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else None)
+        self.scheduler = sched.state_dict() if sched is not None else None
+        self.generator, self.torch_rng = gen.get_state(), torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    def restore(self, opt: torch.optim.Optimizer, sched, gen: torch.Generator, device: torch.device) -> None:
+        """Put the optimiser, scheduler and RNGs back as :meth:`mark` found them."""
+        opt.load_state_dict(self.optimizer)
+        if sched is not None:
+            sched.load_state_dict(self.scheduler)
+        gen.set_state(self.generator)
+        torch.set_rng_state(self.torch_rng)
+        if device.type == "cuda" and self.cuda_rng is not None:
+            torch.cuda.set_rng_state(self.cuda_rng, device)
+
+    def state_dict(self) -> dict:
+        """Plain data for a checkpoint (:mod:`hetfl.common.checkpoint`): tensors as NumPy arrays."""
+        to_np = lambda v: v.cpu().numpy().copy() if isinstance(v, torch.Tensor) else None  # noqa: E731
+        return {k: _tree(getattr(self, k), to_np) for k in
+                ("epoch", "optimizer", "scheduler", "generator", "torch_rng", "cuda_rng")}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> TrainCursor:
+        """Inverse of :meth:`state_dict`."""
+        to_torch = lambda v: torch.from_numpy(np.array(v)) if isinstance(v, (np.ndarray, np.generic)) else None  # noqa: E731
+        return cls(**{k: _tree(v, to_torch) for k, v in state.items()})
 
 
 LR_SCHEDULES = ("constant", "cosine", "cosine-epoch")
@@ -265,6 +330,7 @@ def train(
     drop_last: bool = False,
     loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     epoch_end: Callable[[int], bool | None] | None = None,
+    cursor: TrainCursor | None = None,
 ) -> TrainResult:
     """Train `model` in place on `data` (Sec. 'local training' of every method; FedProx adds mu/2 ||w - w_g||^2).
 
@@ -281,6 +347,8 @@ def train(
     epoch_end : called with the 0-based epoch after its last step (e.g. to evaluate a server distillation after
         every epoch without restarting the optimizer); the model is put back in training mode after it. A true
         return value ends training there (FENS's members trained to completion stop early on validation).
+    cursor : a :class:`TrainCursor` (``steps`` 0 only): start at its epoch, from its state, and keep it at each epoch
+        boundary; stopped after any epoch and continued from it, the run ends as the uninterrupted one, bit for bit.
 
     All of it in docs/training.md. Same arguments and seed, same result.
     """
@@ -297,11 +365,19 @@ def train(
     n_epochs = num_epochs(n, batch_size, steps, epochs, drop_last)
     global_params = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
     gen = torch.Generator().manual_seed(seed)
+    boundary = None
+    if cursor is not None:
+        if steps > 0:
+            raise ValueError(f"train: a cursor needs epoch-based training; got steps={steps}")
+        if cursor.epoch > 0:
+            cursor.restore(opt, sched, gen, device)
+        boundary = lambda e: cursor.mark(e, opt, sched, gen, device)  # noqa: E731
     x_all, y_all = _partition_tensors(data, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     done, current_epoch, stopped = 0, -1, False
     batches: dict[int, int] = {}  # batch size -> steps taken at it (the FLOPs are counted once per size, at the end)
-    for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last):
+    first = cursor.epoch if cursor is not None else 0
+    for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last, first, boundary):
         if epoch_end is not None and epoch != current_epoch >= 0:
             if epoch_end(current_epoch):  # True: stop here (early stopping on a validation carve-out)
                 stopped = True

@@ -16,8 +16,9 @@ HOLDOUT = ("fedkd", "fedet")
 
 
 def check(cfg: dict) -> None:
-    """FedKD and Fed-ET distil on the server's unlabeled set; FedCVAE-Ens needs images; no one-shot method has rounds
-    to resume. (The ``oneshot-reuse`` source is checked by :func:`check_files`, not here.)"""
+    """FedKD and Fed-ET distil on the server's unlabeled set; FedCVAE-Ens needs images; Co-Boosting and FedCVAE-Ens
+    keep no checkpoint to resume (FedKD and Fed-ET do, after each server epoch). (The ``oneshot-reuse`` source is
+    checked by :func:`check_files`, not here.)"""
     method = cfg["method"]
     if method in HOLDOUT and cfg["server-holdout"] <= 0:
         raise ConfigError(f"run-config key 'server-holdout' = {cfg['server-holdout']}: method {method!r} distils on an "
@@ -25,9 +26,13 @@ def check(cfg: dict) -> None:
     if method == "fedcvae" and not is_byo(cfg["dataset"]) and DATASETS[cfg["dataset"]].kind != "image":
         raise ConfigError(f"run-config key 'dataset' = {cfg['dataset']!r} does not fit method 'fedcvae': its clients train a "
                           "conditional VAE on images; expected an image dataset")
-    if method in (*HOLDOUT, "coboost", "fedcvae") and cfg["resume"]:
+    if method in ("coboost", "fedcvae") and cfg["stop-after-round"]:
+        raise ConfigError(f"run-config key 'stop-after-round' = {cfg['stop-after-round']}: method {method!r} keeps no "
+                          "checkpoint to go on from (FedKD and Fed-ET do); expected 0")
+    if method in ("coboost", "fedcvae") and cfg["resume"]:
         raise ConfigError(f"run-config key 'resume' = {cfg['resume']}: method {method!r} is one-shot (one upload, then "
-                          "the server's distillation) and keeps no checkpoint to resume; set resume = false")
+                          "the server's step) and keeps no checkpoint to resume (FedKD and Fed-ET do); set resume = "
+                          "false")
 
 
 def check_files(cfg: dict) -> None:

@@ -16,7 +16,9 @@ A FedKD, Fed-ET or Co-Boosting run that trains its phase 1 saves the ensemble (`
 does); a run with ``oneshot-reuse`` starts from one saved by an earlier run with the same phase-1 settings (FedKD's
 and Fed-ET's phase 1 are the same), saves no copy, and reports that run's phase-1 bytes and times, with
 ``phase1_reused_from`` naming it. FedCVAE-Ens saves nothing (its decoders are no classifier ensemble)
-(docs/readings.md#fens-artifacts).
+(docs/readings.md#fens-artifacts). FedKD and Fed-ET checkpoint the student and the distillation's state after every
+server epoch (``checkpoint``) and a run with ``resume`` goes on from there with its own or its reused ensemble
+(docs/checkpoints.md#server-epochs); Co-Boosting and FedCVAE-Ens run to the end in one go.
 
 Rows in metrics.json: round 0 = the untrained student, carrying node discovery and phase 1's bytes; rounds 1..E =
 the student after each server epoch (no traffic); ``phases.server_step_s`` is the server step's wall time without
@@ -35,7 +37,7 @@ from hetfl.common.nodes import discover_clients
 from hetfl.common.oneshot.artifacts import phase1_settings, save_ensemble, stored_phase1
 from hetfl.common.oneshot.server import phase1_traffic
 from hetfl.common.results import run_recorder
-from hetfl.common.rounds import Evaluation
+from hetfl.common.rounds import Checkpointing, Evaluation
 from hetfl.common.task import ServerEval, arrays_to_model, log, make_model, model_to_arrays
 
 from . import CVAE_PHASE1, METHOD, PHASE1
@@ -53,6 +55,9 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     cls = STRATEGIES[method]
     recorder = run_recorder(cfg)
     recorder.rows = METHOD.params_for(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
+    stop = cfg["stop-after-round"] if cls.resumable else 0  # FedKD / Fed-ET: end after this server epoch
+    if stop:
+        recorder.rows = min(recorder.rows, stop)
     strategy = cls.from_run_config(cfg, client_map=discover_clients(grid, cfg))
     clients = strategy.map.clients()
     round0 = Traffic().add(grid.take())  # discovery, then phase 1's (this run's or the reused run's)
@@ -87,11 +92,15 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
         loss, acc = ev.evaluate(student)
         return {"accuracy": acc, "loss": loss, "val_accuracy": ev.val_accuracy(student)}
 
+    # the rows are server epochs: hetfl.tune's pruner (grid.callbacks) is not given them; FedKD and Fed-ET write a
+    # checkpoint after each (checkpoint = true) and resume from it (resume = true), as an iterative run's rounds
+    callbacks = [Evaluation(grid, strategy, recorder, evaluate_fn, round0)]
+    if strategy.resumable:
+        callbacks.append(Checkpointing(grid, strategy, recorder, cfg))
     with recorder.flushing():
         result = strategy.start(grid, model_to_arrays(student), num_rounds=1, timeout=cfg["round-timeout"],
-                                # the rows are server epochs: hetfl.tune's pruner (grid.callbacks) is not given them
-                                callbacks=[Evaluation(grid, strategy, recorder, evaluate_fn, round0)],
-                                progress=cfg["progress-interval"], ensemble=reused, on_ensemble=on_ensemble)
+                                callbacks=callbacks, progress=cfg["progress-interval"], ensemble=reused,
+                                on_ensemble=on_ensemble, stop_after=stop)
     _describe(strategy, method, test.get("z"), test_y, phases, recorder)
     return recorder.finish(result.arrays)
 

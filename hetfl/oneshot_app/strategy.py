@@ -33,7 +33,7 @@ from hetfl.common.params import FederationParams, apply_options
 from hetfl.common.progress import heartbeat
 from hetfl.common.strategy import StrategyBase
 from hetfl.common.task import arrays_to_model, model_to_arrays
-from hetfl.common.train import train
+from hetfl.common.train import TrainCursor, train
 from hetfl.data.arrays import ArrayData
 
 from . import CVAE_LOCAL, LOCAL
@@ -79,6 +79,7 @@ class OneShotStrategy(StrategyBase):
     message_type: ClassVar[str] = LOCAL
     distills: ClassVar[bool] = True  # phase 1 uploads classifiers whose logits the step uses (FedCVAE-Ens: decoders)
     salt: ClassVar[int] = 17  # the server step's seed: seed * 7919 + salt
+    resumable: ClassVar[bool] = False  # a checkpoint after each server epoch continues it (FedKD, Fed-ET)
 
     def __init__(self, params: Any = None, federation: FederationParams | None = None, *, num_classes: int,
                  model: Callable[[], torch.nn.Module], client_map: Any = None,
@@ -93,7 +94,8 @@ class OneShotStrategy(StrategyBase):
         self.seed, self.sampled, self.rejected = self.fed.seed, [], 0
         self.ensemble: Ensemble | None = None
         self.members: list[torch.nn.Module] | None = None  # the uploaded classifiers as modules (not FedCVAE-Ens)
-        self.step_s = self.recording_s = 0.0  # the server step's seconds without / in evaluation and callbacks
+        self.step_s = self.recording_s = 0.0  # the server step's seconds without / in evaluation and callbacks,
+        # over every start of the run (a resumed run adds to what its checkpoint holds)
         self._initial: ArrayRecord | None = None
         self._grid: Grid | None = None
         self._t0 = 0.0
@@ -153,8 +155,9 @@ class OneShotStrategy(StrategyBase):
 
     # --- the server step ------------------------------------------------------------------------------------------
 
-    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], None]) -> None:
-        """Train `student` in place from ``ensemble``; `epoch_end(e)` after server epoch `e` (0-based)."""
+    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], bool]) -> None:
+        """Train `student` in place from ``ensemble``; `epoch_end(e)` after server epoch `e` (0-based); a
+        ``resumable`` step stops where it returns True."""
         raise NotImplementedError
 
     def teacher(self, z: torch.Tensor) -> torch.Tensor:
@@ -165,25 +168,42 @@ class OneShotStrategy(StrategyBase):
         log.info("%s: one-shot, %d server epochs from %d uploads", type(self).__name__, self.params.epochs,
                  len(self.ensemble.states) if self.ensemble is not None else 0)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint after a server epoch holds besides the student (``resumable`` strategies)."""
+        return {"step_s": self.step_s, "recording_s": self.recording_s}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step_s, self.recording_s = float(state["step_s"]), float(state["recording_s"])
+
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 1, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None, *,
               callbacks: Sequence[Any] = (), progress: float = 10.0, ensemble: Ensemble | None = None,
-              on_ensemble: Callable[[OneShotStrategy], None] | None = None) -> Result:
+              on_ensemble: Callable[[OneShotStrategy], None] | None = None, stop_after: int = 0) -> Result:
         """Phase 1 (unless an `ensemble` is given: an earlier run's), then the server step; Flower's ``Result``.
 
         Parameters
         ----------
         num_rounds : int
             Must be 1: a one-shot method communicates once (its server epochs are the ``epochs`` parameter).
+        callbacks : sequence of RoundCallback
+            Each server epoch is a round for them (``on_round_end(e)`` after epoch e). A ``resumable`` strategy
+            also takes a resume from their ``on_start`` (:class:`~hetfl.common.rounds.Checkpointing`: the student
+            after epoch e and :meth:`state_dict`), after phase 1 or the `ensemble` given, and goes on at epoch e + 1.
         ensemble : Ensemble, optional
             Start from this phase-1 result (a saved one) instead of training phase 1.
         on_ensemble : callable, optional
             Called with the strategy after phase 1 (``ensemble`` and ``members`` are set), before the server step.
+        stop_after : int
+            A ``resumable`` strategy ends its server step after this epoch, its checkpoint kept to go on from
+            (run-config ``stop-after-round``; 0: every epoch).
         """
         if num_rounds != 1:
             raise ValueError(f"{type(self).__name__}: num_rounds={num_rounds} is not allowed; expected 1 (one-shot: "
                              f"one upload; the server's epochs are epochs={self.params.epochs})")
+        if stop_after and not self.resumable:
+            raise ValueError(f"{type(self).__name__}: stop_after={stop_after} is not allowed; its server step keeps no "
+                             "checkpoint to go on from (expected 0)")
         self.ensure_map(grid, timeout)
         if ensemble is None:
             messages = list(self.configure_train(1, initial_arrays, ConfigRecord(dict(train_config or {})), grid))
@@ -194,29 +214,42 @@ class OneShotStrategy(StrategyBase):
         self.members = self.build_members(self.ensemble.states) if self.distills else None
         if on_ensemble is not None:
             on_ensemble(self)
-        student = arrays_to_model(self.model(), initial_arrays)  # after the members: model() may seed torch's RNG
+        arrays, first = initial_arrays, 1
+        self.step_s = self.recording_s = 0.0
+        if self.resumable:
+            for cb in callbacks:
+                arrays, first = cb.on_start(self, arrays, first)
+            if first == 1:
+                self.cursor = TrainCursor()  # a new run (or this strategy's second start) distils from epoch 0
+            elif self.cursor.epoch != first - 1:
+                raise ValueError(f"{type(self).__name__}: the checkpoint's student is after epoch {first - 1} and its "
+                                 f"training state at epoch {self.cursor.epoch}; a checkpoint holds both of one epoch")
+        student = arrays_to_model(self.model(), arrays)  # after the members: model() may seed torch's RNG
         arrays = model_to_arrays(student)
         self.summary()
         result = Result(arrays=arrays)
+        if first == 1:
+            for cb in callbacks:
+                cb.on_sampled(1, list(self.ensemble.client_ids))
         for cb in callbacks:
-            cb.on_sampled(1, list(self.ensemble.client_ids))
-        for cb in callbacks:
-            cb.on_begin(self, arrays, 1)
-        if evaluate_fn is not None and (res := evaluate_fn(0, arrays)) is not None:
+            cb.on_begin(self, arrays, first)
+        if evaluate_fn is not None and first == 1 and (res := evaluate_fn(0, arrays)) is not None:
             result.evaluate_metrics_serverapp[0] = res
+        t_step, step0, recording0 = time.perf_counter(), self.step_s, self.recording_s
 
-        def epoch_end(e: int) -> None:
+        def epoch_end(e: int) -> bool:
             t0 = time.perf_counter()
+            self.step_s = step0 + (t0 - t_step) - (self.recording_s - recording0)  # a checkpoint holds it
             now = model_to_arrays(student)
             if evaluate_fn is not None and (res := evaluate_fn(e + 1, now)) is not None:
                 result.evaluate_metrics_serverapp[e + 1] = res
             for cb in callbacks:
                 cb.on_round_end(e + 1, now)
             self.recording_s += time.perf_counter() - t0
+            return 0 < stop_after <= e + 1  # True ends the step (train's epoch_end)
 
-        t_step, self.recording_s = time.perf_counter(), 0.0
         self.server_step(student, epoch_end)
-        self.step_s = time.perf_counter() - t_step - self.recording_s
+        self.step_s = step0 + (time.perf_counter() - t_step) - (self.recording_s - recording0)
         for cb in callbacks:
             cb.on_end(self.params.epochs)
         result.arrays = model_to_arrays(student)
@@ -227,9 +260,12 @@ class _Distillation(OneShotStrategy):
     """FedKD's and Fed-ET's server loop: Adam over the auxiliary inputs, per-epoch cosine lr, the targets of each
     sample looked up by its row."""
 
+    resumable: ClassVar[bool] = True
+
     def __init__(self, params: Any = None, federation: FederationParams | None = None, *, auxiliary: np.ndarray,
                  **kwargs: Any) -> None:
         super().__init__(params, federation, **kwargs)
+        self.cursor = TrainCursor()  # where the distillation stands: a checkpoint after an epoch holds it
         self.auxiliary = np.asarray(auxiliary)
         if len(self.auxiliary) == 0:
             raise ValueError(f"{type(self).__name__}: auxiliary has 0 samples; expected unlabeled inputs to distil on")
@@ -250,7 +286,14 @@ class _Distillation(OneShotStrategy):
 
     lr_min_of: ClassVar[str] = "lr_min"
 
-    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], None]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "cursor": self.cursor.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.cursor = TrainCursor.from_state_dict(state["cursor"])
+
+    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], bool]) -> None:
         p = self.params
         targets = self.targets(self.member_logits(self.auxiliary))
         index = ArrayData(self.auxiliary, np.arange(len(self.auxiliary), dtype=np.int64))
@@ -261,7 +304,8 @@ class _Distillation(OneShotStrategy):
 
         train(student, index, self.normalize, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, optimizer="adam",
               lr_schedule="cosine-epoch", lr_min=getattr(p, self.lr_min_of), seed=self.seed * 7919 + self.salt,
-              augment=self.augment, loss_fn=loss_fn, epoch_end=epoch_end, device=self.device, precision=self.precision)
+              augment=self.augment, loss_fn=loss_fn, epoch_end=epoch_end, device=self.device, precision=self.precision,
+              cursor=self.cursor)
 
 
 class FedKD(_Distillation):
@@ -328,7 +372,7 @@ class CoBoosting(OneShotStrategy):
             return z.mean(1)
         return (z * self.weights[None, :, None]).sum(1) / self.weights.sum()
 
-    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], None]) -> None:
+    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], bool]) -> None:
         self.weights = co_boost(self.members, student, self.params, self.input_shape, self.num_classes,
                                 self.normalize, self.seed * 7919 + self.salt, self.device,
                                 epoch_end=lambda e, _w: epoch_end(e))
@@ -365,7 +409,7 @@ class FedCVAEEns(OneShotStrategy):
     def template(self, initial_arrays: ArrayRecord) -> ArrayRecord:
         return model_to_arrays(self.decoder())
 
-    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], None]) -> None:
+    def server_step(self, student: torch.nn.Module, epoch_end: Callable[[int], bool]) -> None:
         p = self.params
         decoders = []
         for st in self.ensemble.states:
