@@ -175,6 +175,22 @@ class OneShotStrategy(StrategyBase):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step_s, self.recording_s = float(state["step_s"]), float(state["recording_s"])
 
+    def _resume(self, callbacks: Sequence[Any], initial_arrays: ArrayRecord) -> tuple[ArrayRecord, int]:
+        """The student's arrays and the first epoch to run (1-based, as rows): a ``resumable`` strategy's callbacks
+        may restore a checkpoint (``on_start``); otherwise `initial_arrays` and 1."""
+        arrays, first = initial_arrays, 1
+        self.step_s = self.recording_s = 0.0
+        if not self.resumable:
+            return arrays, first
+        for cb in callbacks:
+            arrays, first = cb.on_start(self, arrays, first)
+        if first == 1:
+            self.cursor = TrainCursor()  # a new run (or this strategy's second start) distils from epoch 0
+        elif self.cursor.epoch != first - 1:
+            raise ValueError(f"{type(self).__name__}: the checkpoint's student is after epoch {first - 1} and its "
+                             f"training state at epoch {self.cursor.epoch}; a checkpoint holds both of one epoch")
+        return arrays, first
+
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 1, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None, *,
@@ -214,16 +230,7 @@ class OneShotStrategy(StrategyBase):
         self.members = self.build_members(self.ensemble.states) if self.distills else None
         if on_ensemble is not None:
             on_ensemble(self)
-        arrays, first = initial_arrays, 1
-        self.step_s = self.recording_s = 0.0
-        if self.resumable:
-            for cb in callbacks:
-                arrays, first = cb.on_start(self, arrays, first)
-            if first == 1:
-                self.cursor = TrainCursor()  # a new run (or this strategy's second start) distils from epoch 0
-            elif self.cursor.epoch != first - 1:
-                raise ValueError(f"{type(self).__name__}: the checkpoint's student is after epoch {first - 1} and its "
-                                 f"training state at epoch {self.cursor.epoch}; a checkpoint holds both of one epoch")
+        arrays, first = self._resume(callbacks, initial_arrays)
         student = arrays_to_model(self.model(), arrays)  # after the members: model() may seed torch's RNG
         arrays = model_to_arrays(student)
         self.summary()
@@ -235,6 +242,17 @@ class OneShotStrategy(StrategyBase):
             cb.on_begin(self, arrays, first)
         if evaluate_fn is not None and first == 1 and (res := evaluate_fn(0, arrays)) is not None:
             result.evaluate_metrics_serverapp[0] = res
+        self._timed_step(student, callbacks, evaluate_fn, result, stop_after)
+        for cb in callbacks:
+            cb.on_end(self.params.epochs)
+        result.arrays = model_to_arrays(student)
+        return result
+
+    def _timed_step(self, student: torch.nn.Module, callbacks: Sequence[Any],
+                    evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None, result: Result,
+                    stop_after: int) -> None:
+        """``server_step`` with the student evaluated and the callbacks called after every epoch; ``step_s`` and
+        ``recording_s`` add this start's seconds without and in them."""
         t_step, step0, recording0 = time.perf_counter(), self.step_s, self.recording_s
 
         def epoch_end(e: int) -> bool:
@@ -250,10 +268,6 @@ class OneShotStrategy(StrategyBase):
 
         self.server_step(student, epoch_end)
         self.step_s = step0 + (time.perf_counter() - t_step) - (self.recording_s - recording0)
-        for cb in callbacks:
-            cb.on_end(self.params.epochs)
-        result.arrays = model_to_arrays(student)
-        return result
 
 
 class _Distillation(OneShotStrategy):
