@@ -174,11 +174,9 @@ class RunRecorder:
 
     @property
     def last_round(self) -> int | None:
-        """The round the run ends after (num-server-rounds, or stop-after-round if earlier; None if not configured),
-        or ``rows`` instead when a method set it."""
-        if self.rows is not None:
-            return self.rows
-        last = self.cfg.get("num-server-rounds")
+        """The round the run ends after (num-server-rounds, or ``rows`` where a method set it; stop-after-round if
+        earlier; None if not configured)."""
+        last = self.rows if self.rows is not None else self.cfg.get("num-server-rounds")
         stop = self.cfg.get("stop-after-round") or 0
         return min(last, stop) if last and stop else last
 

@@ -365,18 +365,17 @@ def train(
     n_epochs = num_epochs(n, batch_size, steps, epochs, drop_last)
     global_params = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
     gen = torch.Generator().manual_seed(seed)
-    boundary = None
+    first, boundary = 0, None
     if cursor is not None:
         if steps > 0:
             raise ValueError(f"train: a cursor needs epoch-based training; got steps={steps}")
         if cursor.epoch > 0:
             cursor.restore(opt, sched, gen, device)
-        boundary = lambda e: cursor.mark(e, opt, sched, gen, device)  # noqa: E731
+        first, boundary = cursor.epoch, lambda e: cursor.mark(e, opt, sched, gen, device)
     x_all, y_all = _partition_tensors(data, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     done, current_epoch, stopped = 0, -1, False
     batches: dict[int, int] = {}  # batch size -> steps taken at it (the FLOPs are counted once per size, at the end)
-    first = cursor.epoch if cursor is not None else 0
     for epoch, idx in _batches(n, batch_size, steps, epochs, gen, drop_last, first, boundary):
         if epoch_end is not None and epoch != current_epoch >= 0:
             if epoch_end(current_epoch):  # True: stop here (early stopping on a validation carve-out)

@@ -26,13 +26,11 @@ def check(cfg: dict) -> None:
     if method == "fedcvae" and not is_byo(cfg["dataset"]) and DATASETS[cfg["dataset"]].kind != "image":
         raise ConfigError(f"run-config key 'dataset' = {cfg['dataset']!r} does not fit method 'fedcvae': its clients train a "
                           "conditional VAE on images; expected an image dataset")
-    if method in ("coboost", "fedcvae") and cfg["stop-after-round"]:
-        raise ConfigError(f"run-config key 'stop-after-round' = {cfg['stop-after-round']}: method {method!r} keeps no "
-                          "checkpoint to go on from (FedKD and Fed-ET do); expected 0")
-    if method in ("coboost", "fedcvae") and cfg["resume"]:
-        raise ConfigError(f"run-config key 'resume' = {cfg['resume']}: method {method!r} is one-shot (one upload, then "
-                          "the server's step) and keeps no checkpoint to resume (FedKD and Fed-ET do); set resume = "
-                          "false")
+    for k, off in (("resume", "false"), ("stop-after-round", "0")):
+        if method in ("coboost", "fedcvae") and cfg[k]:
+            raise ConfigError(f"run-config key '{k}' = {cfg[k]}: method {method!r} is one-shot (one upload, then the "
+                              f"server's step) and keeps no checkpoint to go on from (FedKD and Fed-ET do); expected "
+                              f"{k} = {off}")
 
 
 def check_files(cfg: dict) -> None:

@@ -55,9 +55,6 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     cls = STRATEGIES[method]
     recorder = run_recorder(cfg)
     recorder.rows = METHOD.params_for(cfg).epochs  # a row per server epoch ("[round e/E]" in the log), not rounds
-    stop = cfg["stop-after-round"] if cls.resumable else 0  # FedKD / Fed-ET: end after this server epoch
-    if stop:
-        recorder.rows = min(recorder.rows, stop)
     strategy = cls.from_run_config(cfg, client_map=discover_clients(grid, cfg))
     clients = strategy.map.clients()
     round0 = Traffic().add(grid.take())  # discovery, then phase 1's (this run's or the reused run's)
@@ -100,7 +97,7 @@ def run(grid: MeteredGrid, context: Context, cfg: dict[str, Any]) -> dict[str, A
     with recorder.flushing():
         result = strategy.start(grid, model_to_arrays(student), num_rounds=1, timeout=cfg["round-timeout"],
                                 callbacks=callbacks, progress=cfg["progress-interval"], ensemble=reused,
-                                on_ensemble=on_ensemble, stop_after=stop)
+                                on_ensemble=on_ensemble, stop_after=cfg["stop-after-round"])  # 0 but for FedKD / Fed-ET (keys.check)
     _describe(strategy, method, test.get("z"), test_y, phases, recorder)
     return recorder.finish(result.arrays)
 
